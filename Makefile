@@ -1,0 +1,46 @@
+# make run   : dev stack (embedded Redis unless REDIS_URL is set, migrate, dev superuser, runserver)
+# make test  : ruff + mypy --strict on the protocol core + pytest (chaos tests excluded)
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The stamp lives inside .venv so deleting .venv also forgets the install.
+STAMP  := $(VENV)/.install.stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test lint run chaos clean
+
+help:
+	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)"
+	@echo "make test   ruff, mypy --strict coordinator/protocol, pytest (without chaos tests)"
+	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
+	@echo "make lint   ruff and mypy only"
+	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
+
+venv: $(STAMP)
+
+# Re-runs whenever pyproject.toml changes (or .venv is gone).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy --strict coordinator/protocol
+
+test: lint
+	$(BIN)/pytest -q
+
+chaos: $(STAMP)
+	@# pytest exits 5 when no test is selected; that is not a failure while there are no chaos tests.
+	$(BIN)/pytest -m chaos; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no chaos tests collected"; exit 0; fi; exit $$rc
+
+# e.g. make run RUN_ARGS="--addr 127.0.0.1:8001"
+RUN_ARGS ?=
+run: $(STAMP)
+	$(BIN)/python -m config.devstack $(RUN_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis *.egg-info build
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

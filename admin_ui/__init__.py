@@ -1,0 +1,1 @@
+"""Operator pages in the Django admin: epochs, assignments, revocation progress, shard count changes."""

@@ -1,0 +1,220 @@
+"""`make run`: the whole development stack in one foreground process.
+
+    python -m config.devstack [--addr 127.0.0.1:8000]      (make run RUN_ARGS="--addr 127.0.0.1:8001")
+
+1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts a private embedded Redis
+   (config.embedded_redis) on a free port and exports its URL to every child process.
+2. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
+   DEV ONLY superuser admin/admin.
+3. Starts the processes listed by `services()` (today: the Django dev server), each in its own
+   process group, and supervises them. Ctrl-C, SIGTERM or any child exiting stops all of them, then
+   the embedded Redis.
+
+To add a process (Celery worker and beat, demo members), append a `Service` in `services()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import environ
+from django.core.management.base import CommandError
+
+from config.embedded_redis import RedisServer
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEV_SUPERUSER = ("admin", "admin")
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Service:
+    """One supervised child process."""
+
+    name: str
+    argv: tuple[str, ...]
+    # When set, the supervisor announces the service once this TCP port accepts connections.
+    ready_port: int | None = None
+    ready_message: str = ""
+
+
+def services(host: str, port: int) -> list[Service]:
+    """The processes `make run` runs, in start order (they are stopped in reverse)."""
+    manage = (sys.executable, str(BASE_DIR / "manage.py"))
+    return [
+        Service(
+            name="web",
+            argv=(*manage, "runserver", f"{host}:{port}"),
+            ready_port=port,
+            ready_message=f"open http://{host}:{port}/admin/",
+        ),
+    ]
+
+
+def log(message: str) -> None:
+    print(f"[devstack] {message}", flush=True)
+
+
+class Supervisor:
+    """Starts services in their own process groups and stops whole groups (runserver's reloader
+    forks a child; killing only the parent would orphan it)."""
+
+    def __init__(self, host: str, env: dict[str, str]) -> None:
+        self._host = host
+        self._env = env
+        self._running: list[tuple[Service, subprocess.Popen[bytes]]] = []
+        self._announced: set[str] = set()
+
+    def start(self, service: Service) -> None:
+        log(f"starting {service.name}: {' '.join(service.argv)}")
+        process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=self._env, start_new_session=True)
+        self._running.append((service, process))
+
+    def first_exited(self) -> tuple[Service, int] | None:
+        """The first service that has exited, with its exit code; announces newly ready ones."""
+        for service, process in self._running:
+            code = process.poll()
+            if code is not None:
+                return service, code
+            waiting = service.ready_port is not None and service.name not in self._announced
+            if waiting and _accepts(self._host, service.ready_port or 0):
+                self._announced.add(service.name)
+                log(f"{service.name} is up: {service.ready_message}")
+        return None
+
+    def stop_all(self) -> None:
+        for service, process in reversed(self._running):
+            if process.poll() is None:
+                log(f"stopping {service.name}")
+                _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for service, process in reversed(self._running):
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"{service.name} ignored SIGTERM for {STOP_TIMEOUT_S}s; killing it")
+                process.kill()
+                process.wait()
+            # The group may still hold children (runserver's reloader child, say).
+            _signal_group(process, signal.SIGKILL)
+        self._running.clear()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _prepare_database() -> None:
+    """migrate, then the DEV ONLY superuser. Runs in this process, after REDIS_URL is exported."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    django.setup()
+    # Fail fast: runserver's reloader would only print check errors and wait for a file change, and
+    # call_command() skips migrate's own checks.
+    call_command("check")
+    call_command("migrate", interactive=False, verbosity=1)
+
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    if user_model.objects.filter(is_superuser=True).exists():
+        log("a superuser already exists; not creating the dev one")
+        return
+    if not settings.DEBUG:
+        log("DEBUG is off: not creating the admin/admin dev superuser (use manage.py createsuperuser)")
+        return
+    username, password = DEV_SUPERUSER
+    user_model.objects.create_superuser(username=username, email="admin@localhost", password=password)
+    banner = "!" * 72
+    log(banner)
+    log(f"DEV ONLY: created superuser {username!r} with password {password!r}.")
+    log("Never use this database or these credentials outside local development.")
+    log(banner)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n")[0])
+    parser.add_argument("--addr", default="127.0.0.1:8000", help="runserver address (default %(default)s)")
+    args = parser.parse_args(argv)
+    host, _, port_text = args.addr.rpartition(":")
+    host, port = host or "127.0.0.1", int(port_text)
+
+    busy = [s for s in services(host, port) if s.ready_port is not None and _accepts(host, s.ready_port)]
+    if busy:  # else the readiness probe would mistake the other server for ours
+        for service in busy:
+            log(f"{host}:{service.ready_port} is already in use; {service.name} cannot start (try --addr)")
+        return 1
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    environ.Env.read_env(BASE_DIR / ".env")  # same rule as settings: the real environment wins
+    os.environ.setdefault("DEBUG", "true")
+    # SIGTERM / SIGHUP take the same clean path as Ctrl-C. SIGINT is set explicitly because a shell
+    # starts background jobs with it ignored, and Python then never installs its own handler.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_interrupt)
+
+    redis_server: RedisServer | None = None
+    supervisor: Supervisor | None = None
+    exit_code = 0
+    try:
+        if os.environ.get("REDIS_URL"):
+            log(f"using REDIS_URL={os.environ['REDIS_URL']}")
+        else:
+            redis_server = RedisServer().start()
+            os.environ["REDIS_URL"] = redis_server.url
+            log(f"embedded Redis ({redis_server.binary}) at {redis_server.url}: private, no persistence")
+        _prepare_database()
+        supervisor = Supervisor(host, env=dict(os.environ))
+        for service in services(host, port):
+            supervisor.start(service)
+        while True:
+            exited = supervisor.first_exited()
+            if exited is not None:
+                service, code = exited
+                log(f"{service.name} exited with code {code}; stopping everything")
+                exit_code = code or 1
+                break
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        log("interrupted; stopping everything")
+    except CommandError as exc:  # includes SystemCheckError from migrate (rsc.E00x, ...)
+        log(f"setup failed:\n{exc}")
+        exit_code = 1
+    finally:
+        # A second Ctrl-C must not cut the shutdown short; it is bounded by STOP_TIMEOUT_S anyway.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        if supervisor is not None:
+            supervisor.stop_all()
+        if redis_server is not None:
+            redis_server.stop()
+            log("embedded Redis stopped")
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

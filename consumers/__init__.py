@@ -1,0 +1,1 @@
+"""Runs coordinator members (listeners) and producers as long-lived processes."""

@@ -1,0 +1,212 @@
+"""Commands in, new state and a result out: the single entry point the store drives.
+
+``apply(state, command, now_ms)`` takes the stream prefix's current :class:`PrefixState` (``None`` when
+its metadata key does not exist), validates the command, and returns an :class:`Outcome`: the new state
+and a command-specific result. It raises a :class:`CoordinatorError` without any effect when the command
+is rejected. ``now_ms`` is Redis's clock, read by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .describe import HeartbeatResponse, heartbeat_response
+from .errors import (
+    GroupAlreadyExists,
+    GroupNotFound,
+    InvalidRequest,
+    ShardCountConflict,
+    StreamPrefixNotFound,
+)
+from .group import Heartbeat, bump, collect_garbage, expire_members, heartbeat
+from .model import (
+    MAX_MAX_CONCURRENCY,
+    Group,
+    GroupConfig,
+    OrderingMode,
+    PrefixState,
+    Shard,
+    VersionState,
+    require_int_in_range,
+    validate_identifier,
+)
+from .resharding import change_shard_count, complete_migration_if_drained, mark_drained, new_topology
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateGroup:
+    stream_prefix: str
+    consumer_group: str
+    # Required when the stream prefix is new; when given for an existing prefix it must match.
+    shard_count: int | None = None
+    config: GroupConfig = field(default_factory=GroupConfig)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteGroup:
+    stream_prefix: str
+    consumer_group: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMaxConcurrency:
+    stream_prefix: str
+    consumer_group: str
+    max_concurrency: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeShardCount:
+    stream_prefix: str
+    shard_count: int
+    ordering: OrderingMode = OrderingMode.STRICT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberHeartbeat:
+    stream_prefix: str
+    consumer_group: str
+    heartbeat: Heartbeat
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportDrained:
+    stream_prefix: str
+    consumer_group: str
+    shards: frozenset[Shard]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tick:
+    stream_prefix: str
+    # How long ended (EXPIRED / LEFT) members stay visible to operators before they are forgotten.
+    retention_ms: int = 600_000
+
+
+Command = (
+    CreateGroup | DeleteGroup | SetMaxConcurrency | ChangeShardCount | MemberHeartbeat | ReportDrained | Tick
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TickReport:
+    expired: tuple[tuple[str, str], ...] = ()  # (consumer_group, member_id)
+    collected: tuple[tuple[str, str], ...] = ()
+    retired_versions: tuple[int, ...] = ()
+
+
+Result = HeartbeatResponse | TickReport | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    state: PrefixState | None
+    result: Result = None
+
+
+def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
+    validate_identifier(command.stream_prefix, "stream_prefix")
+    if isinstance(command, CreateGroup):
+        return Outcome(state=_create_group(state, command, now_ms))
+    if isinstance(command, ChangeShardCount):
+        if not isinstance(command.ordering, OrderingMode):
+            raise InvalidRequest("ordering must be 'strict' or 'relaxed'", field="ordering")
+        if state is None:
+            raise StreamPrefixNotFound(
+                f"stream prefix {command.stream_prefix!r} does not exist", stream_prefix=command.stream_prefix
+            )
+        return Outcome(state=change_shard_count(state, command.shard_count, command.ordering, now_ms))
+    if isinstance(command, Tick):
+        return _tick(state, command, now_ms)
+    prefix, group = _require_group(state, command.stream_prefix, command.consumer_group)
+    if isinstance(command, DeleteGroup):
+        groups = {k: v for k, v in prefix.groups.items() if k != command.consumer_group}
+        return Outcome(state=complete_migration_if_drained(replace(prefix, groups=groups), now_ms))
+    if isinstance(command, SetMaxConcurrency):
+        require_int_in_range(command.max_concurrency, "max_concurrency", 1, MAX_MAX_CONCURRENCY)
+        if command.max_concurrency == group.config.max_concurrency:
+            return Outcome(state=prefix)
+        group = replace(group, config=replace(group.config, max_concurrency=command.max_concurrency))
+        return Outcome(state=_with_group(prefix, bump(group, prefix.topology)))
+    if isinstance(command, MemberHeartbeat):
+        group = heartbeat(group, prefix.topology, command.heartbeat, now_ms)
+        new = _with_group(prefix, group)
+        return Outcome(
+            state=new, result=heartbeat_response(group, prefix.topology, command.heartbeat.member_id)
+        )
+    if isinstance(command, ReportDrained):
+        return Outcome(state=mark_drained(prefix, command.consumer_group, command.shards, now_ms))
+    raise InvalidRequest(f"unknown command {type(command).__name__}")
+
+
+def _create_group(state: PrefixState | None, command: CreateGroup, now_ms: int) -> PrefixState:
+    validate_identifier(command.consumer_group, "consumer_group")
+    config = command.config.validated()
+    if state is None:
+        if command.shard_count is None:
+            raise InvalidRequest(
+                f"stream prefix {command.stream_prefix!r} does not exist yet: give its shard_count",
+                field="shard_count",
+            )
+        state = PrefixState(topology=new_topology(command.stream_prefix, command.shard_count, now_ms))
+    elif command.shard_count is not None and command.shard_count != state.topology.active_version.shard_count:
+        active = state.topology.active_version
+        raise ShardCountConflict(
+            f"stream prefix {command.stream_prefix!r} has {active.shard_count} shards (version "
+            f"{active.version}); change it with a shard-count change, not by creating a group",
+            shard_count=active.shard_count,
+        )
+    if command.consumer_group in state.groups:
+        raise GroupAlreadyExists(
+            f"group {command.consumer_group!r} already exists on stream prefix {command.stream_prefix!r}"
+        )
+    group = Group(
+        stream_prefix=command.stream_prefix,
+        consumer_group=command.consumer_group,
+        config=config,
+        created_at_ms=now_ms,
+    )
+    return _with_group(state, group)
+
+
+def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
+    if state is None:
+        return Outcome(state=None, result=TickReport())
+    require_int_in_range(command.retention_ms, "retention_ms", 0, 7 * 24 * 3_600_000)
+    expired: list[tuple[str, str]] = []
+    collected: list[tuple[str, str]] = []
+    groups = dict(state.groups)
+    for name, group in state.groups.items():
+        group, fenced = expire_members(group, state.topology, now_ms)
+        group, gone = collect_garbage(group, now_ms, command.retention_ms)
+        expired.extend((name, m) for m in fenced)
+        collected.extend((name, m) for m in gone)
+        groups[name] = group
+    before = {v.version for v in state.topology.versions if v.state is VersionState.RETIRED}
+    new = complete_migration_if_drained(replace(state, groups=groups), now_ms)
+    retired = tuple(
+        v.version
+        for v in new.topology.versions
+        if v.state is VersionState.RETIRED and v.version not in before
+    )
+    report = TickReport(expired=tuple(expired), collected=tuple(collected), retired_versions=retired)
+    return Outcome(state=new, result=report)
+
+
+def _require_group(
+    state: PrefixState | None, stream_prefix: str, consumer_group: str
+) -> tuple[PrefixState, Group]:
+    validate_identifier(consumer_group, "consumer_group")
+    group = state.group(consumer_group) if state is not None else None
+    if state is None or group is None:
+        raise GroupNotFound(
+            f"group {consumer_group!r} does not exist on stream prefix {stream_prefix!r}; "
+            "only the Admin API creates groups",
+            stream_prefix=stream_prefix,
+            consumer_group=consumer_group,
+        )
+    return state, group
+
+
+def _with_group(state: PrefixState, group: Group) -> PrefixState:
+    return replace(state, groups={**state.groups, group.consumer_group: group})

@@ -1,0 +1,194 @@
+"""Read-only views of the state: the heartbeat response a member receives and the operator's view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .group import readable
+from .model import Group, Member, MemberState, Migration, PrefixState, Shard, Topology, VersionState
+
+
+class GroupState(StrEnum):
+    EMPTY = "EMPTY"  # no live member
+    RECONCILING = "RECONCILING"  # some live member has not reached the target at the assignment epoch
+    STABLE = "STABLE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignedShard:
+    shard: Shard
+    assignment_epoch: int  # the member epoch at which the member was granted this shard
+    readable: bool  # False while strict ordering holds it back
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResponse:
+    member_id: str
+    member_epoch: int
+    member_state: MemberState
+    group_epoch: int
+    assignment_epoch: int
+    heartbeat_interval_ms: int
+    lease_ttl_ms: int
+    shards: tuple[AssignedShard, ...]
+    revoking: tuple[Shard, ...]
+    max_concurrency: int  # min(reported capacity, the group's max_concurrency)
+    active_version: int
+    shard_count: int
+
+
+def heartbeat_response(group: Group, topology: Topology, member_id: str) -> HeartbeatResponse:
+    member = group.members.get(member_id)
+    active = topology.active_version
+    if member is None or not member.state.is_live:
+        # The answer to a leave (also of a member that was never there, or was already fenced).
+        return HeartbeatResponse(
+            member_id=member_id,
+            member_epoch=-1,
+            member_state=member.state if member is not None else MemberState.LEFT,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            heartbeat_interval_ms=group.config.heartbeat_interval_ms,
+            lease_ttl_ms=group.config.lease_ttl_ms,
+            shards=(),
+            revoking=(),
+            max_concurrency=0,
+            active_version=active.version,
+            shard_count=active.shard_count,
+        )
+    return HeartbeatResponse(
+        member_id=member_id,
+        member_epoch=member.member_epoch,
+        member_state=member.state,
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+        heartbeat_interval_ms=group.config.heartbeat_interval_ms,
+        lease_ttl_ms=group.config.lease_ttl_ms,
+        shards=tuple(
+            AssignedShard(shard=s, assignment_epoch=e, readable=readable(group, topology, s))
+            for s, e in sorted(member.assigned.items())
+        ),
+        revoking=tuple(sorted(member.revoking)),
+        max_concurrency=group.effective_concurrency(member),
+        active_version=active.version,
+        shard_count=active.shard_count,
+    )
+
+
+def group_state(group: Group) -> GroupState:
+    live = list(group.live_members())
+    if not live:
+        return GroupState.EMPTY
+    converged = all(m.state is MemberState.STABLE and m.member_epoch == group.assignment_epoch for m in live)
+    return GroupState.STABLE if converged else GroupState.RECONCILING
+
+
+def _member_view(group: Group, member: Member, now_ms: int) -> dict[str, object]:
+    target = group.target.get(member.member_id, frozenset())
+    return {
+        "member_id": member.member_id,
+        "state": member.state.value,
+        "member_epoch": member.member_epoch,
+        "previous_epoch": member.previous_epoch,
+        "lease_remaining_ms": max(0, member.lease_deadline_ms - now_ms) if member.state.is_live else 0,
+        "capacity": member.capacity,
+        "effective_concurrency": group.effective_concurrency(member),
+        "current_assignment": [
+            {"shard": str(s), "assignment_epoch": e} for s, e in sorted(member.assigned.items())
+        ],
+        "target_assignment": [str(s) for s in sorted(target)] if member.state.is_live else [],
+        "revoking": [str(s) for s in sorted(member.revoking)],
+        "revocation_deadline_ms": member.revocation_deadline_ms,
+        "client": {
+            "host": member.client.host,
+            "pid": member.client.pid,
+            "listener": member.client.listener,
+            "version": member.client.version,
+        },
+        "joined_at_ms": member.joined_at_ms,
+        "last_heartbeat_ms": member.last_heartbeat_ms,
+        "ended_at_ms": member.ended_at_ms,
+        "end_reason": member.end_reason.value if member.end_reason else None,
+    }
+
+
+def _migration_view(migration: Migration | None, state: PrefixState) -> dict[str, object] | None:
+    if migration is None:
+        return None
+    old = state.topology.version(migration.from_version)
+    old_shards = old.shards() if old is not None else ()
+    return {
+        "from_version": migration.from_version,
+        "to_version": migration.to_version,
+        "ordering": migration.ordering.value,
+        "started_at_ms": migration.started_at_ms,
+        "completed_at_ms": migration.completed_at_ms,
+        "active": migration.active,
+        "drained": {
+            name: [str(s) for s in old_shards if s in g.drained or not migration.active]
+            for name, g in state.groups.items()
+        },
+        "shards_to_drain": len(old_shards),
+    }
+
+
+def topology_view(topology: Topology) -> dict[str, object]:
+    return {
+        "stream_prefix": topology.stream_prefix,
+        "active_version": topology.active_version.version,
+        "shard_count": topology.active_version.shard_count,
+        "versions": [
+            {
+                "version": v.version,
+                "shard_count": v.shard_count,
+                "state": v.state.value,
+                "created_at_ms": v.created_at_ms,
+                "sealed_at_ms": v.sealed_at_ms,
+                "retired_at_ms": v.retired_at_ms,
+            }
+            for v in topology.versions
+        ],
+        "sealed_versions": [v.version for v in topology.versions if v.state is VersionState.DRAINING],
+    }
+
+
+def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict[str, object]:
+    """Everything an operator needs: epochs, both assignments, revocation and migration progress."""
+    group = state.groups[consumer_group]
+    owners = group.owners()
+    pending = [
+        {"shard": str(s), "revoked_by": m.member_id, "deadline_ms": m.revocation_deadline_ms}
+        for m in group.live_members()
+        for s in sorted(m.revoking)
+    ]
+    unreleased = [
+        {"shard": str(s), "wanted_by": member_id, "owned_by": owners[s]}
+        for member_id, target in sorted(group.target.items())
+        for s in sorted(target)
+        if owners.get(s, member_id) != member_id
+    ]
+    return {
+        "stream_prefix": group.stream_prefix,
+        "consumer_group": group.consumer_group,
+        "state": group_state(group).value,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "config": {
+            "max_concurrency": group.config.max_concurrency,
+            "lease_ttl_ms": group.config.lease_ttl_ms,
+            "heartbeat_interval_ms": group.config.heartbeat_interval_ms,
+            "revocation_timeout_ms": group.config.revocation_timeout_ms,
+            "max_members": group.config.max_members,
+        },
+        "topology": topology_view(state.topology),
+        "members": [
+            _member_view(group, m, now_ms) for m in sorted(group.members.values(), key=lambda m: m.member_id)
+        ],
+        "target_assignment": {m: [str(s) for s in sorted(t)] for m, t in sorted(group.target.items())},
+        "pending_revocations": pending,
+        "unreleased_shards": unreleased,
+        # In a member's target, owned by nobody: it is granted on that member's next heartbeat.
+        "awaiting_pickup": sorted(str(s) for t in group.target.values() for s in t if s not in owners),
+        "migration": _migration_view(state.topology.migration, state),
+    }

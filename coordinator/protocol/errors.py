@@ -1,0 +1,130 @@
+"""The typed error hierarchy of the coordination protocol.
+
+Every error the protocol core can return to a client is a subclass of :class:`CoordinatorError` with a
+stable ``code`` (an :class:`ErrorCode`), a ``retriable`` flag and an actionable message. The HTTP layer
+maps codes to status codes in exactly one place (``coordinator/api/errors.py``); the codes and their
+meaning are specified in ``docs/protocol.md`` ("Error codes").
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class ErrorCode(StrEnum):
+    INVALID_REQUEST = "INVALID_REQUEST"
+    INVALID_IDENTIFIER = "INVALID_IDENTIFIER"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    GROUP_ALREADY_EXISTS = "GROUP_ALREADY_EXISTS"
+    STREAM_PREFIX_NOT_FOUND = "STREAM_PREFIX_NOT_FOUND"
+    SHARD_COUNT_CONFLICT = "SHARD_COUNT_CONFLICT"
+    SHARD_COUNT_UNCHANGED = "SHARD_COUNT_UNCHANGED"
+    MIGRATION_IN_PROGRESS = "MIGRATION_IN_PROGRESS"
+    UNKNOWN_SHARD = "UNKNOWN_SHARD"
+    UNKNOWN_MEMBER_ID = "UNKNOWN_MEMBER_ID"
+    FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
+    GROUP_MAX_SIZE_REACHED = "GROUP_MAX_SIZE_REACHED"
+    ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    CONCURRENT_UPDATE = "CONCURRENT_UPDATE"
+
+
+class CoordinatorError(Exception):
+    """Base of every error the coordinator reports. ``details`` holds structured, JSON-safe fields."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INVALID_REQUEST
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code.value})"
+
+
+class InvalidRequest(CoordinatorError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class InvalidIdentifier(InvalidRequest):
+    code = ErrorCode.INVALID_IDENTIFIER
+
+
+class InvalidConfig(InvalidRequest):
+    code = ErrorCode.INVALID_CONFIG
+
+
+class GroupNotFound(CoordinatorError):
+    """The group does not exist. Members retry with backoff: only the Admin API creates groups."""
+
+    code = ErrorCode.GROUP_NOT_FOUND
+    retriable = True
+
+
+class GroupAlreadyExists(CoordinatorError):
+    code = ErrorCode.GROUP_ALREADY_EXISTS
+
+
+class StreamPrefixNotFound(CoordinatorError):
+    code = ErrorCode.STREAM_PREFIX_NOT_FOUND
+    retriable = True
+
+
+class ShardCountConflict(CoordinatorError):
+    code = ErrorCode.SHARD_COUNT_CONFLICT
+
+
+class ShardCountUnchanged(CoordinatorError):
+    code = ErrorCode.SHARD_COUNT_UNCHANGED
+
+
+class MigrationInProgress(CoordinatorError):
+    code = ErrorCode.MIGRATION_IN_PROGRESS
+
+
+class UnknownShard(InvalidRequest):
+    code = ErrorCode.UNKNOWN_SHARD
+
+
+class UnknownMemberId(CoordinatorError):
+    """The member id is not in the group: the member must drop all its shards and rejoin with epoch 0."""
+
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+
+
+class FencedMemberEpoch(CoordinatorError):
+    """The member's epoch is stale, from the future, or the member was expired / left.
+
+    The member must stop reading and acking every shard at once and rejoin with epoch 0.
+    """
+
+    code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class GroupMaxSizeReached(CoordinatorError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+    retriable = True
+
+
+class IllegalTransition(CoordinatorError):
+    """A (member state, event) pair that the member state machine does not define."""
+
+    code = ErrorCode.ILLEGAL_TRANSITION
+
+
+class StoreUnavailable(CoordinatorError):
+    """The metadata store cannot be reached. Raised by the store layer, never by the pure core."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
+
+
+class ConcurrentUpdate(CoordinatorError):
+    """Optimistic concurrency gave up after its retries. Raised by the store layer."""
+
+    code = ErrorCode.CONCURRENT_UPDATE
+    retriable = True

@@ -1,0 +1,263 @@
+"""Group-level operations: heartbeat (join / renew / acknowledge / leave), fencing, target computation.
+
+Every function here is pure: it takes a :class:`Group` (and the stream prefix's :class:`Topology`)
+plus ``now_ms`` and returns a new group, or raises a :class:`CoordinatorError` having changed nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .assignor import assign
+from .errors import (
+    FencedMemberEpoch,
+    GroupMaxSizeReached,
+    InvalidRequest,
+    UnknownMemberId,
+)
+from .model import (
+    MAX_CAPACITY,
+    MAX_SHARD_COUNT,
+    ClientInfo,
+    EndReason,
+    Group,
+    Member,
+    MemberState,
+    Shard,
+    Topology,
+    require_int_in_range,
+    validate_member_id,
+)
+from .reconciliation import reconcile
+from .states import MemberEvent, allowed_next, check_transition
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    member_id: str
+    member_epoch: int
+    # The shards the member still holds; None means "not reported" (no revocation is acknowledged).
+    owned: frozenset[Shard] | None = None
+    # The member's worker capacity (runtime_max_concurrency); required on join, None = unchanged.
+    capacity: int | None = None
+    client: ClientInfo | None = None
+
+    def validated(self) -> Heartbeat:
+        validate_member_id(self.member_id)
+        require_int_in_range(self.member_epoch, "member_epoch", LEAVE_EPOCH, 2**53)
+        if self.capacity is not None:
+            require_int_in_range(self.capacity, "capacity", 1, MAX_CAPACITY)
+        elif self.member_epoch == JOIN_EPOCH:
+            raise InvalidRequest("a join (member_epoch 0) must report capacity", field="capacity")
+        if self.owned is not None and len(self.owned) > 2 * MAX_SHARD_COUNT:
+            raise InvalidRequest(f"owned lists at most {2 * MAX_SHARD_COUNT} shards", field="owned")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Target assignment
+
+
+def assignable_shards(group: Group, topology: Topology) -> frozenset[Shard]:
+    """The active version's shards plus the draining versions' shards this group has not drained."""
+    active = frozenset(topology.active_version.shards())
+    draining = frozenset(s for v in topology.draining_versions for s in v.shards())
+    return active | (draining - group.drained)
+
+
+def readable(group: Group, topology: Topology, shard: Shard) -> bool:
+    """False while strict ordering holds ``shard`` back until the old shards it depends on drain."""
+    return not (topology.blocked_by(shard) - group.drained)
+
+
+def bump(group: Group, topology: Topology, joining: str | None = None) -> Group:
+    """A change of the assignor's inputs: next group epoch and a target computed at it.
+
+    ``joining`` names a member being added in this step (it is not live until it has reconciled).
+    """
+    epoch = group.group_epoch + 1
+    live = [m.member_id for m in group.live_members()] + ([joining] if joining is not None else [])
+    target = assign(live, assignable_shards(group, topology), group.target)
+    return replace(group, group_epoch=epoch, assignment_epoch=epoch, target=target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fencing a member (leave, lease expiry, revocation timeout, replaced by a rejoin)
+
+
+def end_member(group: Group, member_id: str, event: MemberEvent, reason: EndReason, now_ms: int) -> Group:
+    """Move a live member to its terminal state and release all its shards at once (no bump)."""
+    member = group.members[member_id]
+    new_state = next(iter(allowed_next(member.state, event)))
+    ended = replace(
+        member,
+        state=check_transition(member.state, event, new_state),
+        assigned={},
+        revoking=frozenset(),
+        revocation_deadline_ms=None,
+        ended_at_ms=now_ms,
+        end_reason=reason,
+    )
+    return replace(group, members={**group.members, member_id: ended})
+
+
+# --------------------------------------------------------------------------------------------------
+# Heartbeat
+
+
+def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
+    """Apply one member heartbeat. Raises (changing nothing) when it must be rejected."""
+    hb = hb.validated()
+    if hb.member_epoch == LEAVE_EPOCH:
+        return _leave(group, topology, hb.member_id, now_ms)
+    if hb.member_epoch == JOIN_EPOCH:
+        return _join(group, topology, hb, now_ms)
+    member = _raise_if_fenced(group, hb, now_ms)
+    member = replace(
+        member,
+        lease_deadline_ms=now_ms + group.config.lease_ttl_ms,
+        last_heartbeat_ms=now_ms,
+        client=hb.client or member.client,
+    )
+    capacity_changed = hb.capacity is not None and hb.capacity != member.capacity
+    if capacity_changed:
+        assert hb.capacity is not None
+        member = replace(member, capacity=hb.capacity)
+    group = replace(group, members={**group.members, member.member_id: member})
+    if capacity_changed:
+        # Capacity is group metadata (it sets the member's effective concurrency), never a weight:
+        # the new target is computed, but the assignor does not look at it.
+        group = bump(group, topology)
+    return _reconcile_member(group, hb.member_id, MemberEvent.HEARTBEAT, hb.owned, now_ms)
+
+
+def _raise_if_fenced(group: Group, hb: Heartbeat, now_ms: int) -> Member:
+    member = group.members.get(hb.member_id)
+    if member is None:
+        raise UnknownMemberId(
+            f"member {hb.member_id!r} is not in group {group.consumer_group!r}: it must drop all its "
+            "shards and rejoin with member_epoch 0",
+            member_id=hb.member_id,
+        )
+    allowed_next(member.state, MemberEvent.HEARTBEAT)  # raises FencedMemberEpoch for terminal states
+    if member.lease_deadline_ms <= now_ms:
+        raise FencedMemberEpoch(
+            f"the lease of member {hb.member_id!r} ended at {member.lease_deadline_ms} (now {now_ms}): it "
+            "must drop all its shards and rejoin with member_epoch 0",
+            member_id=hb.member_id,
+        )
+    if hb.member_epoch == member.member_epoch:
+        return member
+    # The response that moved the member to its current epoch may have been lost: accept the previous
+    # epoch if the member claims nothing beyond what it is assigned now.
+    if (
+        hb.member_epoch == member.previous_epoch
+        and hb.owned is not None
+        and hb.owned <= frozenset(member.assigned)
+    ):
+        return member
+    raise FencedMemberEpoch(
+        f"member {hb.member_id!r} sent epoch {hb.member_epoch}, but its epoch is {member.member_epoch}: it "
+        "must drop all its shards and rejoin with member_epoch 0",
+        member_id=hb.member_id,
+        member_epoch=member.member_epoch,
+        received_epoch=hb.member_epoch,
+    )
+
+
+def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
+    existing = group.members.get(hb.member_id)
+    if existing is not None and existing.state.is_live:
+        # A new incarnation (or a join whose response was lost) uses a live member's id: fence the old
+        # one first, so that nothing it still reads with its old epoch is accepted any more.
+        group = end_member(group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms)
+        existing = group.members[hb.member_id]
+    live_count = sum(1 for _ in group.live_members())
+    if live_count >= group.config.max_members:
+        raise GroupMaxSizeReached(
+            f"group {group.consumer_group!r} already has {live_count} members, its maximum",
+            max_members=group.config.max_members,
+        )
+    assert hb.capacity is not None  # validated
+    member = Member(
+        member_id=hb.member_id,
+        # An unknown id is treated as one that LEFT: JOIN is defined from the terminal states only.
+        state=existing.state if existing is not None else MemberState.LEFT,
+        member_epoch=JOIN_EPOCH,
+        previous_epoch=LEAVE_EPOCH,
+        assigned={},
+        lease_deadline_ms=now_ms + group.config.lease_ttl_ms,
+        capacity=hb.capacity,
+        client=hb.client or ClientInfo(),
+        joined_at_ms=now_ms,
+        last_heartbeat_ms=now_ms,
+    )
+    group = bump(
+        replace(group, members={**group.members, hb.member_id: member}), topology, joining=hb.member_id
+    )
+    return _reconcile_member(group, hb.member_id, MemberEvent.JOIN, frozenset(), now_ms)
+
+
+def _leave(group: Group, topology: Topology, member_id: str, now_ms: int) -> Group:
+    member = group.members.get(member_id)
+    if member is None or not member.state.is_live:
+        return group  # leaving twice, or after being fenced, is a no-op
+    return bump(end_member(group, member_id, MemberEvent.LEAVE, EndReason.LEFT, now_ms), topology)
+
+
+def _reconcile_member(
+    group: Group, member_id: str, event: MemberEvent, owned: frozenset[Shard] | None, now_ms: int
+) -> Group:
+    member = group.members[member_id]
+    owners = group.owners()
+    updated = reconcile(
+        member,
+        event=event,
+        target=group.target.get(member_id, frozenset()),
+        target_epoch=group.assignment_epoch,
+        owned_reported=owned,
+        owners=owners,
+        now_ms=now_ms,
+        revocation_timeout_ms=group.config.revocation_timeout_ms,
+    )
+    if updated is member:
+        return group
+    return replace(group, members={**group.members, member_id: updated})
+
+
+# --------------------------------------------------------------------------------------------------
+# Expiry (driven by the tick)
+
+
+def expire_members(group: Group, topology: Topology, now_ms: int) -> tuple[Group, list[str]]:
+    """Fence members whose lease ended or whose revocation timed out; one bump if any was fenced."""
+    fenced: list[str] = []
+    for member in list(group.live_members()):
+        if member.lease_deadline_ms <= now_ms:
+            group = end_member(
+                group, member.member_id, MemberEvent.LEASE_EXPIRED, EndReason.LEASE_EXPIRED, now_ms
+            )
+            fenced.append(member.member_id)
+        elif member.revocation_deadline_ms is not None and member.revocation_deadline_ms <= now_ms:
+            group = end_member(
+                group, member.member_id, MemberEvent.REVOCATION_TIMEOUT, EndReason.REVOCATION_TIMEOUT, now_ms
+            )
+            fenced.append(member.member_id)
+    if fenced:
+        group = bump(group, topology)
+    return group, fenced
+
+
+def collect_garbage(group: Group, now_ms: int, retention_ms: int) -> tuple[Group, list[str]]:
+    """Forget members that ended more than ``retention_ms`` ago (kept until then for operators)."""
+    gone = [
+        m.member_id
+        for m in group.members.values()
+        if m.ended_at_ms is not None and m.ended_at_ms + retention_ms <= now_ms
+    ]
+    if not gone:
+        return group, []
+    return replace(group, members={k: v for k, v in group.members.items() if k not in gone}), gone

@@ -1,0 +1,269 @@
+"""The protocol's data model: immutable values for topology, groups, members and shards.
+
+Everything here is a frozen, slotted, keyword-only dataclass (or an Enum). New values are derived with
+``dataclasses.replace``; mappings held by these values are never mutated after construction. Field names
+carry their units (``*_ms``). See ``docs/protocol.md`` ("Entities") for the meaning of each field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from math import gcd
+
+from .errors import InvalidConfig, InvalidIdentifier, InvalidRequest
+
+IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MEMBER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_SHARD_COUNT = 1024
+MAX_MAX_CONCURRENCY = 1024
+MAX_CAPACITY = 1024
+MAX_MEMBERS_LIMIT = 10_000
+
+
+def validate_identifier(value: object, what: str) -> str:
+    """Stream prefixes and consumer groups: 1-64 of ``[A-Za-z0-9._-]``, starting alphanumeric.
+
+    Braces, colons and whitespace are excluded because they would break the key layout
+    (``rsc:{prefix}:v2:7``) and its hash tag.
+    """
+    if not isinstance(value, str) or not IDENTIFIER_RE.match(value):
+        raise InvalidIdentifier(
+            f"{what} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter "
+            f"or digit; got {value!r}",
+            field=what,
+        )
+    return value
+
+
+def validate_member_id(value: object) -> str:
+    if not isinstance(value, str) or not MEMBER_ID_RE.match(value):
+        raise InvalidIdentifier(
+            "member_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
+            f"letter or digit; got {value!r}",
+            field="member_id",
+        )
+    return value
+
+
+def require_int_in_range(value: object, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{what} must be an integer in [{low}, {high}]; got {value!r}", field=what)
+    return value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Shard:
+    """One Redis stream: shard ``index`` of routing version ``version``."""
+
+    version: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"v{self.version}:{self.index}"
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """Parse the wire form ``v<version>:<index>`` (the stream key suffix)."""
+        match = (
+            re.fullmatch(r"v([1-9][0-9]{0,8}):(0|[1-9][0-9]{0,4})", text) if isinstance(text, str) else None
+        )
+        if match is None:
+            raise InvalidRequest(f"a shard is written 'v<version>:<index>', like 'v1:0'; got {text!r}")
+        return cls(version=int(match.group(1)), index=int(match.group(2)))
+
+
+class VersionState(StrEnum):
+    ACTIVE = "ACTIVE"  # producers write here; exactly one version is ACTIVE
+    DRAINING = "DRAINING"  # sealed against producer writes; still consumed until drained by every group
+    RETIRED = "RETIRED"  # drained by every group; no longer assigned
+
+
+class OrderingMode(StrEnum):
+    STRICT = "strict"
+    RELAXED = "relaxed"
+
+
+class MemberState(StrEnum):
+    STABLE = "STABLE"
+    UNREVOKED_SHARDS = "UNREVOKED_SHARDS"
+    UNRELEASED_SHARDS = "UNRELEASED_SHARDS"
+    EXPIRED = "EXPIRED"
+    LEFT = "LEFT"
+
+    @property
+    def is_live(self) -> bool:
+        return self not in (MemberState.EXPIRED, MemberState.LEFT)
+
+
+class EndReason(StrEnum):
+    LEFT = "LEFT"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    REVOCATION_TIMEOUT = "REVOCATION_TIMEOUT"
+    REJOINED = "REJOINED"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoutingVersion:
+    version: int
+    shard_count: int
+    state: VersionState
+    created_at_ms: int
+    sealed_at_ms: int | None = None
+    retired_at_ms: int | None = None
+
+    def shards(self) -> tuple[Shard, ...]:
+        return tuple(Shard(version=self.version, index=i) for i in range(self.shard_count))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """A shard-count change: routing version ``from_version`` drains into ``to_version``."""
+
+    from_version: int
+    to_version: int
+    ordering: OrderingMode
+    started_at_ms: int
+    completed_at_ms: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.completed_at_ms is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Topology:
+    stream_prefix: str
+    versions: tuple[RoutingVersion, ...]
+    migration: Migration | None = None
+
+    @property
+    def active_version(self) -> RoutingVersion:
+        return next(v for v in self.versions if v.state is VersionState.ACTIVE)
+
+    @property
+    def draining_versions(self) -> tuple[RoutingVersion, ...]:
+        return tuple(v for v in self.versions if v.state is VersionState.DRAINING)
+
+    def version(self, number: int) -> RoutingVersion | None:
+        return next((v for v in self.versions if v.version == number), None)
+
+    def live_shards(self) -> frozenset[Shard]:
+        """Every shard of every non-retired version."""
+        return frozenset(s for v in self.versions if v.state is not VersionState.RETIRED for s in v.shards())
+
+    def blocked_by(self, shard: Shard) -> frozenset[Shard]:
+        """Old-version shards that may hold keys routed to ``shard`` under strict ordering.
+
+        With ``h mod n_old`` and ``h mod n_new`` routing, old shard ``i`` and new shard ``j`` can both
+        receive a key iff ``i == j (mod gcd(n_old, n_new))`` (Chinese remainder theorem). Only a
+        strict, active migration into ``shard.version`` blocks anything.
+        """
+        m = self.migration
+        if (
+            m is None
+            or not m.active
+            or m.ordering is not OrderingMode.STRICT
+            or shard.version != m.to_version
+        ):
+            return frozenset()
+        old = self.version(m.from_version)
+        assert old is not None
+        g = gcd(old.shard_count, self.active_version.shard_count)
+        return frozenset(s for s in old.shards() if s.index % g == shard.index % g)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupConfig:
+    max_concurrency: int = 1
+    lease_ttl_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    revocation_timeout_ms: int = 30_000
+    max_members: int = 1_000
+
+    def validated(self) -> GroupConfig:
+        require_int_in_range(self.max_concurrency, "max_concurrency", 1, MAX_MAX_CONCURRENCY)
+        require_int_in_range(self.lease_ttl_ms, "lease_ttl_ms", 1_000, 3_600_000)
+        require_int_in_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 600_000)
+        require_int_in_range(self.revocation_timeout_ms, "revocation_timeout_ms", 1_000, 3_600_000)
+        require_int_in_range(self.max_members, "max_members", 1, MAX_MEMBERS_LIMIT)
+        if self.heartbeat_interval_ms >= self.lease_ttl_ms:
+            raise InvalidConfig(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below lease_ttl_ms "
+                f"({self.lease_ttl_ms}), or every member would expire between two heartbeats",
+                field="heartbeat_interval_ms",
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientInfo:
+    host: str = ""
+    pid: int = 0
+    listener: str = ""
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    member_id: str
+    state: MemberState
+    member_epoch: int
+    previous_epoch: int
+    # shard -> the member epoch at which this member was granted it (the shard's assignment epoch).
+    assigned: Mapping[Shard, int]
+    # shards the member must stop reading and acknowledge; they still count as owned by it.
+    revoking: frozenset[Shard] = frozenset()
+    revocation_deadline_ms: int | None = None
+    lease_deadline_ms: int
+    capacity: int
+    client: ClientInfo = field(default_factory=ClientInfo)
+    joined_at_ms: int
+    last_heartbeat_ms: int
+    ended_at_ms: int | None = None
+    end_reason: EndReason | None = None
+
+    @property
+    def owned(self) -> frozenset[Shard]:
+        """What this member may still hold: assigned plus pending revocation (the single-owner rule)."""
+        return frozenset(self.assigned) | self.revoking
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Group:
+    stream_prefix: str
+    consumer_group: str
+    config: GroupConfig
+    created_at_ms: int
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    target: Mapping[str, frozenset[Shard]] = field(default_factory=dict)
+    members: Mapping[str, Member] = field(default_factory=dict)
+    drained: frozenset[Shard] = frozenset()
+
+    def live_members(self) -> Iterable[Member]:
+        return (m for m in self.members.values() if m.state.is_live)
+
+    def owners(self) -> dict[Shard, str]:
+        """shard -> the live member that owns it (assigned or still revoking)."""
+        index: dict[Shard, str] = {}
+        for member in self.live_members():
+            for shard in member.owned:
+                index[shard] = member.member_id
+        return index
+
+    def effective_concurrency(self, member: Member) -> int:
+        return min(member.capacity, self.config.max_concurrency)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixState:
+    """Everything the metadata key of one stream prefix holds: its topology and all its groups."""
+
+    topology: Topology
+    groups: Mapping[str, Group] = field(default_factory=dict)
+
+    def group(self, consumer_group: str) -> Group | None:
+        return self.groups.get(consumer_group)

@@ -1,0 +1,37 @@
+"""Shared fixtures. Every Redis a test sees is a private server the suite starts itself, on a free port
+(never 6379), so FLUSHALL and kill/pause are safe."""
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from config.embedded_redis import FORBIDDEN_PORT, RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One private Redis for the whole session. Prefer `redis_url`, which also repairs and empties it."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of the session server, up and answering (resumed or restarted if an earlier test paused or
+    killed it) and empty."""
+    redis_server.ensure_running()
+    assert redis_server.port != FORBIDDEN_PORT
+    client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def disposable_redis() -> Iterator[RedisServer]:
+    """A separate private Redis for this test alone: kill it, pause it, restart it."""
+    with RedisServer() as server:
+        yield server

@@ -1,0 +1,255 @@
+"""A Hypothesis state machine over the pure core: many members, lost responses, expiry, resharding.
+
+Simulated members behave like the real runtime: they remember the last response they received, report
+what they own, acknowledge revocations (or dawdle), lose responses, go silent, leave and rejoin. After
+every step the invariants of docs/protocol.md ("Invariants") are checked against the coordinator state
+*and* against what the members believe: no shard is ever readable by two members at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from coordinator.protocol.commands import (
+    ChangeShardCount,
+    CreateGroup,
+    MemberHeartbeat,
+    ReportDrained,
+    SetMaxConcurrency,
+    Tick,
+    apply,
+)
+from coordinator.protocol.describe import HeartbeatResponse
+from coordinator.protocol.errors import (
+    CoordinatorError,
+    FencedMemberEpoch,
+    MigrationInProgress,
+    UnknownMemberId,
+)
+from coordinator.protocol.group import Heartbeat, assignable_shards
+from coordinator.protocol.model import GroupConfig, OrderingMode, PrefixState, Shard, VersionState
+
+PREFIX, GROUP = "orders", "billing"
+LEASE_TTL_MS, HB_MS, REVOKE_MS = 10_000, 1_000, 30_000
+MEMBER_IDS = [f"m{i}" for i in range(7)]
+
+
+@dataclass
+class SimMember:
+    """What one member process believes."""
+
+    epoch: int = 0
+    shards: dict[Shard, int] = field(default_factory=dict)  # shard -> its assignment epoch
+    revoking: set[Shard] = field(default_factory=set)  # still holding, must release
+    joined: bool = False
+    capacity: int = 2
+
+
+def can_read(state: PrefixState, member_id: str, shard: Shard, epoch: int, now_ms: int) -> bool:
+    """The data-plane fence of docs/protocol.md ("Fencing the data plane"), evaluated on the state."""
+    member = state.groups[GROUP].members.get(member_id)
+    if member is None or not member.state.is_live or member.lease_deadline_ms <= now_ms:
+        return False
+    grant = member.assigned.get(shard)
+    return grant is not None and grant <= epoch <= member.member_epoch
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    @initialize(shards=st.integers(1, 8))
+    def create(self, shards: int) -> None:
+        self.now = 0
+        config = GroupConfig(
+            lease_ttl_ms=LEASE_TTL_MS,
+            heartbeat_interval_ms=HB_MS,
+            revocation_timeout_ms=REVOKE_MS,
+            max_concurrency=4,
+        )
+        cmd = CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=shards, config=config)
+        self.state: PrefixState = apply(None, cmd, self.now).state  # type: ignore[assignment]
+        self.sims: dict[str, SimMember] = {m: SimMember() for m in MEMBER_IDS}
+        self.epochs_seen: dict[str, int] = {}
+        self.group_epoch = 0
+
+    # ------------------------------------------------------------------ helpers
+
+    def send(
+        self,
+        member_id: str,
+        epoch: int,
+        owned: frozenset[Shard] | None,
+        capacity: int | None = None,
+        lose: bool = False,
+    ) -> None:
+        sim = self.sims[member_id]
+        hb = Heartbeat(member_id=member_id, member_epoch=epoch, owned=owned, capacity=capacity)
+        try:
+            outcome = apply(
+                self.state,
+                MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb),
+                self.now,
+            )
+        except (FencedMemberEpoch, UnknownMemberId):
+            # The runtime drops every shard at once and rejoins later.
+            self.sims[member_id] = SimMember(capacity=sim.capacity)
+            return
+        assert outcome.state is not None
+        self.state = outcome.state
+        if epoch == -1:
+            self.sims[member_id] = SimMember(capacity=sim.capacity)
+            return
+        if lose:
+            return
+        response = outcome.result
+        assert isinstance(response, HeartbeatResponse)
+        self.receive(member_id, response)
+
+    def receive(self, member_id: str, response: HeartbeatResponse) -> None:
+        sim = self.sims[member_id]
+        new = {a.shard: a.assignment_epoch for a in response.shards}
+        # Shards that disappeared from the assignment: stop reading, keep them until acknowledged.
+        sim.revoking |= set(sim.shards) - set(new)
+        sim.shards = new
+        sim.epoch = response.member_epoch
+        sim.joined = True
+
+    def owned(self, member_id: str, ack: bool) -> frozenset[Shard]:
+        sim = self.sims[member_id]
+        if ack:
+            sim.revoking.clear()
+        return frozenset(sim.shards) | frozenset(sim.revoking)
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.integers(1, 8), lose=st.booleans())
+    def join(self, member_id: str, capacity: int, lose: bool) -> None:
+        self.sims[member_id] = SimMember(capacity=capacity)
+        self.send(member_id, 0, frozenset(), capacity=capacity, lose=lose)
+
+    @rule(member_id=st.sampled_from(MEMBER_IDS), ack=st.booleans(), lose=st.booleans(), report=st.booleans())
+    def heartbeat(self, member_id: str, ack: bool, lose: bool, report: bool) -> None:
+        sim = self.sims[member_id]
+        if not sim.joined:
+            return
+        owned = self.owned(member_id, ack) if report or ack else None
+        self.send(member_id, sim.epoch, owned, lose=lose)
+
+    @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.integers(1, 8))
+    def change_capacity(self, member_id: str, capacity: int) -> None:
+        sim = self.sims[member_id]
+        if not sim.joined:
+            return
+        before = dict(self.state.groups[GROUP].target)
+        self.send(member_id, sim.epoch, self.owned(member_id, False), capacity=capacity)
+        if self.sims[member_id].joined:
+            # Capacity is never an assignment weight: the target is exactly what it was.
+            assert dict(self.state.groups[GROUP].target) == before
+
+    @rule(member_id=st.sampled_from(MEMBER_IDS))
+    def leave(self, member_id: str) -> None:
+        self.send(member_id, -1, None)
+
+    @rule(ms=st.sampled_from([100, 1_000, 5_000, 11_000, 31_000]))
+    def advance_time_and_tick(self, ms: int) -> None:
+        self.now += ms
+        self.state = apply(self.state, Tick(stream_prefix=PREFIX), self.now).state  # type: ignore[assignment]
+
+    @rule(value=st.integers(1, 6))
+    def set_max_concurrency(self, value: int) -> None:
+        cmd = SetMaxConcurrency(stream_prefix=PREFIX, consumer_group=GROUP, max_concurrency=value)
+        self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+
+    @rule(shards=st.integers(1, 8), ordering=st.sampled_from(list(OrderingMode)))
+    def change_shard_count(self, shards: int, ordering: OrderingMode) -> None:
+        try:
+            cmd = ChangeShardCount(stream_prefix=PREFIX, shard_count=shards, ordering=ordering)
+            self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+        except MigrationInProgress:
+            assert self.state.topology.migration is not None and self.state.topology.migration.active
+        except CoordinatorError as e:
+            assert e.code.value == "SHARD_COUNT_UNCHANGED"
+
+    @precondition(lambda self: bool(self.state.topology.draining_versions))
+    @rule(data=st.data())
+    def drain(self, data: st.DataObject) -> None:
+        shards = sorted(s for v in self.state.topology.draining_versions for s in v.shards())
+        chosen = data.draw(st.lists(st.sampled_from(shards), min_size=1, max_size=3))
+        cmd = ReportDrained(stream_prefix=PREFIX, consumer_group=GROUP, shards=frozenset(chosen))
+        self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+
+    @rule()
+    def converge(self) -> None:
+        """Every live member heartbeats, acknowledging, until the group is stable; then check balance."""
+        group = self.state.groups[GROUP]
+        for _ in range(6):
+            for member_id in sorted(m.member_id for m in self.state.groups[GROUP].live_members()):
+                if self.sims[member_id].joined:
+                    self.send(member_id, self.sims[member_id].epoch, self.owned(member_id, True))
+        group = self.state.groups[GROUP]
+        live = [m for m in group.live_members() if self.sims[m.member_id].joined]
+        if len(live) != sum(1 for _ in group.live_members()):
+            return  # a member that lost its join response is still unaware; nothing to check yet
+        owners = group.owners()
+        assert set(owners) == set(assignable_shards(group, self.state.topology)) if live else not owners
+        counts = [len(m.assigned) for m in live]
+        assert not counts or max(counts) - min(counts) <= 1
+        assert all(m.state.value == "STABLE" and m.member_epoch == group.assignment_epoch for m in live)
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def one_owner_per_shard(self) -> None:
+        seen: dict[Shard, str] = {}
+        for member in self.state.groups[GROUP].live_members():
+            for shard in member.owned:
+                assert shard not in seen, f"{shard} owned by {seen[shard]} and {member.member_id}"
+                seen[shard] = member.member_id
+
+    @invariant()
+    def no_shard_readable_by_two_members(self) -> None:
+        readers: dict[Shard, str] = {}
+        for member_id, sim in self.sims.items():
+            for shard in sim.shards:
+                if can_read(self.state, member_id, shard, sim.epoch, self.now):
+                    assert shard not in readers, f"{shard} readable by {readers[shard]} and {member_id}"
+                    readers[shard] = member_id
+
+    @invariant()
+    def epochs_never_decrease(self) -> None:
+        group = self.state.groups[GROUP]
+        assert group.group_epoch >= self.group_epoch
+        assert group.assignment_epoch <= group.group_epoch
+        self.group_epoch = group.group_epoch
+        for member in group.members.values():
+            if member.state.is_live and member.member_epoch > 0:
+                key = f"{member.member_id}@{member.joined_at_ms}"
+                assert member.member_epoch >= self.epochs_seen.get(key, 0)
+                self.epochs_seen[key] = member.member_epoch
+                assert member.member_epoch <= group.assignment_epoch
+
+    @invariant()
+    def target_is_balanced_and_complete(self) -> None:
+        group = self.state.groups[GROUP]
+        live = {m.member_id for m in group.live_members()}
+        target = {m: t for m, t in group.target.items() if m in live}
+        every = [s for t in target.values() for s in t]
+        assert len(every) == len(set(every)), "a shard in two targets"
+        if live:
+            assert set(every) == set(assignable_shards(group, self.state.topology))
+            sizes = [len(target.get(m, ())) for m in live]
+            assert max(sizes) - min(sizes) <= 1
+
+    @invariant()
+    def one_active_version_and_at_most_one_migration(self) -> None:
+        states = [v.state for v in self.state.topology.versions]
+        assert states.count(VersionState.ACTIVE) == 1
+        assert states.count(VersionState.DRAINING) <= 1
+
+
+CoordinatorMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+TestCoordinatorMachine = CoordinatorMachine.TestCase

@@ -1,0 +1,180 @@
+"""The protocol core is sans-I/O: nothing under coordinator/protocol/ may import a network, framework,
+process or thread module, nor the I/O layers of this project. Checked on the source, mechanically."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PROTOCOL_DIR = Path(__file__).resolve().parent.parent / "coordinator" / "protocol"
+PROTOCOL_PACKAGE = "coordinator.protocol"
+
+FORBIDDEN = (
+    "redis",
+    "django",
+    "celery",
+    "rest_framework",
+    "consumers",
+    "coordinator.store",
+    "coordinator.api",
+    "coordinator.tasks",
+    "socket",
+    "threading",
+    "subprocess",
+)
+
+
+def is_forbidden(module: str) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in FORBIDDEN)
+
+
+def module_name(path: Path, root: Path, package: str) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> list[str]:
+    """Absolute names of everything `source` (the text of `module`) imports, relative imports resolved.
+
+    `from x import y` yields both x and x.y, since y may be a submodule. Calls to
+    importlib.import_module / __import__ with a literal name count too.
+    """
+    package_parts = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package_parts[: len(package_parts) - (node.level - 1)]
+                base = ".".join([*base_parts, node.module] if node.module else base_parts)
+            else:
+                base = node.module or ""
+            found.append(base)
+            found.extend(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node.func) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.append(first.value)
+    return found
+
+
+def _is_dynamic_import(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in {"__import__", "import_module"}
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+
+
+def violations(root: Path, package: str) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root, package)
+        for imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            if is_forbidden(imported):
+                found.append(f"{path.relative_to(root.parent.parent)}: imports {imported}")
+    return found
+
+
+def test_protocol_core_exists_and_has_python_files() -> None:
+    assert PROTOCOL_DIR.is_dir(), f"{PROTOCOL_DIR} is missing"
+    assert list(PROTOCOL_DIR.rglob("*.py")), f"no .py files under {PROTOCOL_DIR}: the scan would be vacuous"
+
+
+def test_protocol_core_imports_no_io_or_framework_module() -> None:
+    assert PROTOCOL_DIR.is_dir() and list(PROTOCOL_DIR.rglob("*.py"))
+    assert violations(PROTOCOL_DIR, PROTOCOL_PACKAGE) == []
+
+
+# The scanner itself, on synthetic sources: a broken scanner would make the test above pass vacuously.
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import redis",
+        "import redis.asyncio as r",
+        "from django.db import models",
+        "from celery import shared_task",
+        "import rest_framework",
+        "from consumers.runtime import Member",
+        "from coordinator.store import Store",
+        "from coordinator import store",
+        "from coordinator import api",
+        "from .. import tasks",
+        "from ..store import Store",
+        "from ..api.views import heartbeat",
+        "import socket",
+        "from threading import Thread",
+        "import subprocess",
+        "if TYPE_CHECKING:\n    import redis",
+        "def f():\n    import django",
+        "importlib.import_module('redis')",
+        "__import__('socket')",
+    ],
+)
+def test_scanner_flags_forbidden_import(source: str) -> None:
+    imported = imported_modules(source, "coordinator.protocol.group", is_package=False)
+    assert any(is_forbidden(name) for name in imported), imported
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import dataclasses",
+        "from enum import Enum",
+        "import time",
+        "from . import model",
+        "from .model import Member",
+        "from coordinator.protocol import errors",
+        "import redistools",  # a prefix match is not an import of redis
+        "from collections.abc import Mapping",
+    ],
+)
+def test_scanner_allows_pure_imports(source: str) -> None:
+    imported = imported_modules(source, "coordinator.protocol.group", is_package=False)
+    assert not any(is_forbidden(name) for name in imported), imported
+
+
+def test_scanner_resolves_relative_imports_from_a_package_init() -> None:
+    imported = imported_modules("from .. import store", "coordinator.protocol", is_package=True)
+    assert "coordinator.store" in imported
+
+
+def test_scanner_reports_file_and_module(tmp_path: Path) -> None:
+    package = tmp_path / "coordinator" / "protocol"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "bad.py").write_text("from ..store import RedisStore\n")
+    assert violations(package, PROTOCOL_PACKAGE) == [
+        "coordinator/protocol/bad.py: imports coordinator.store",
+        "coordinator/protocol/bad.py: imports coordinator.store.RedisStore",
+    ]
+
+
+def test_importing_the_core_loads_no_framework_or_io_layer_transitively() -> None:
+    """The AST scan sees direct imports only; a fresh interpreter also catches indirect ones (the core
+    importing a sibling module that imports Django, say). The stdlib's own use of socket/threading is
+    not the core's doing, so only the project and third-party layers are checked here."""
+    import subprocess
+    import sys
+
+    program = (
+        "import importlib, pkgutil, sys\n"
+        f"import {PROTOCOL_PACKAGE} as core\n"
+        "for info in pkgutil.walk_packages(core.__path__, core.__name__ + '.'):\n"
+        "    importlib.import_module(info.name)\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=PROTOCOL_DIR.parent.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    layers = [name for name in FORBIDDEN if name not in {"socket", "threading", "subprocess"}]
+    assert [m for m in loaded if any(m == n or m.startswith(n + ".") for n in layers)] == []
