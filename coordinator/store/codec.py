@@ -1,0 +1,270 @@
+"""How the protocol state is laid out in the metadata hash ``rsc:{P}:meta`` (see docs/store.md).
+
+Documents (the source of truth), each with a revision used for compare-and-set:
+
+* ``t`` / ``t#``: the topology plus the list of group names;
+* ``g:<group>`` / ``g#:<group>``: one group (config, epochs, target, members without their leases);
+* ``l:<group>:<member>``: a member's lease deadline (ms, Redis clock). Kept apart from the group document
+  so that a steady-state heartbeat renews it without rewriting the group.
+
+Derived fields, recomputed from the documents and written in the same atomic commit, for the Lua
+scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, producer routing):
+
+* ``route``: ``"<active_version> <shard_count> <draining versions, comma separated or ->"``;
+* ``ml:<group>``: the ids of the group's members, space separated (for loading their leases);
+* ``m:<group>:<member>``: a *live* member's epoch;
+* ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
+  readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
+* ``f:<group>:<member>``: present only while the member is STABLE at the assignment epoch:
+  ``"<epoch>|<capacity>|<lease ttl ms>|<owned shards, comma separated>"``, the fast path's signature;
+* ``r:<group>:<member>``: the JSON heartbeat response for that steady state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from coordinator.protocol.describe import HeartbeatResponse, heartbeat_response
+from coordinator.protocol.group import readable
+from coordinator.protocol.model import (
+    ClientInfo,
+    EndReason,
+    Group,
+    GroupConfig,
+    Member,
+    MemberState,
+    Migration,
+    OrderingMode,
+    PrefixState,
+    RoutingVersion,
+    Shard,
+    Topology,
+    VersionState,
+)
+
+FORMAT = 1
+
+
+def meta_key(stream_prefix: str) -> str:
+    return f"rsc:{{{stream_prefix}}}:meta"
+
+
+def stream_key(stream_prefix: str, shard: Shard) -> str:
+    return f"rsc:{{{stream_prefix}}}:v{shard.version}:{shard.index}"
+
+
+PREFIXES_KEY = "rsc:prefixes"
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+# ---------------------------------------------------------------------------------------------- topology
+
+
+def encode_topology(topology: Topology, group_names: list[str]) -> str:
+    m = topology.migration
+    return _dumps(
+        {
+            "format": FORMAT,
+            "stream_prefix": topology.stream_prefix,
+            "versions": [
+                {
+                    "version": v.version,
+                    "shard_count": v.shard_count,
+                    "state": v.state.value,
+                    "created_at_ms": v.created_at_ms,
+                    "sealed_at_ms": v.sealed_at_ms,
+                    "retired_at_ms": v.retired_at_ms,
+                }
+                for v in topology.versions
+            ],
+            "migration": None
+            if m is None
+            else {
+                "from_version": m.from_version,
+                "to_version": m.to_version,
+                "ordering": m.ordering.value,
+                "started_at_ms": m.started_at_ms,
+                "completed_at_ms": m.completed_at_ms,
+            },
+            "groups": sorted(group_names),
+        }
+    )
+
+
+def decode_topology(text: str | bytes) -> tuple[Topology, list[str]]:
+    d = json.loads(text)
+    m = d["migration"]
+    topology = Topology(
+        stream_prefix=d["stream_prefix"],
+        versions=tuple(
+            RoutingVersion(
+                version=v["version"],
+                shard_count=v["shard_count"],
+                state=VersionState(v["state"]),
+                created_at_ms=v["created_at_ms"],
+                sealed_at_ms=v["sealed_at_ms"],
+                retired_at_ms=v["retired_at_ms"],
+            )
+            for v in d["versions"]
+        ),
+        migration=None
+        if m is None
+        else Migration(
+            from_version=m["from_version"],
+            to_version=m["to_version"],
+            ordering=OrderingMode(m["ordering"]),
+            started_at_ms=m["started_at_ms"],
+            completed_at_ms=m["completed_at_ms"],
+        ),
+    )
+    return topology, list(d["groups"])
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+def _encode_member(m: Member) -> dict[str, Any]:
+    return {
+        "state": m.state.value,
+        "member_epoch": m.member_epoch,
+        "previous_epoch": m.previous_epoch,
+        "assigned": {str(s): e for s, e in sorted(m.assigned.items())},
+        "revoking": sorted(str(s) for s in m.revoking),
+        "revocation_deadline_ms": m.revocation_deadline_ms,
+        "capacity": m.capacity,
+        "client": {
+            "host": m.client.host,
+            "pid": m.client.pid,
+            "listener": m.client.listener,
+            "version": m.client.version,
+        },
+        "joined_at_ms": m.joined_at_ms,
+        "last_heartbeat_ms": m.last_heartbeat_ms,
+        "ended_at_ms": m.ended_at_ms,
+        "end_reason": m.end_reason.value if m.end_reason else None,
+    }
+
+
+def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> Member:
+    # The fast path renews only the lease field; the last heartbeat is when that lease was granted.
+    last_heartbeat_ms = max(d["last_heartbeat_ms"], lease_deadline_ms - lease_ttl_ms)
+    return Member(
+        member_id=member_id,
+        state=MemberState(d["state"]),
+        member_epoch=d["member_epoch"],
+        previous_epoch=d["previous_epoch"],
+        assigned={Shard.parse(s): e for s, e in d["assigned"].items()},
+        revoking=frozenset(Shard.parse(s) for s in d["revoking"]),
+        revocation_deadline_ms=d["revocation_deadline_ms"],
+        lease_deadline_ms=lease_deadline_ms,
+        capacity=d["capacity"],
+        client=ClientInfo(**d["client"]),
+        joined_at_ms=d["joined_at_ms"],
+        last_heartbeat_ms=last_heartbeat_ms,
+        ended_at_ms=d["ended_at_ms"],
+        end_reason=EndReason(d["end_reason"]) if d["end_reason"] else None,
+    )
+
+
+def encode_group(group: Group) -> str:
+    c = group.config
+    return _dumps(
+        {
+            "format": FORMAT,
+            "stream_prefix": group.stream_prefix,
+            "consumer_group": group.consumer_group,
+            "config": {
+                "max_concurrency": c.max_concurrency,
+                "lease_ttl_ms": c.lease_ttl_ms,
+                "heartbeat_interval_ms": c.heartbeat_interval_ms,
+                "revocation_timeout_ms": c.revocation_timeout_ms,
+                "max_members": c.max_members,
+            },
+            "created_at_ms": group.created_at_ms,
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "target": {m: sorted(str(s) for s in t) for m, t in group.target.items()},
+            "drained": sorted(str(s) for s in group.drained),
+            "members": {m.member_id: _encode_member(m) for m in group.members.values()},
+        }
+    )
+
+
+def decode_group(text: str | bytes, leases: Mapping[str, int]) -> Group:
+    d = json.loads(text)
+    return Group(
+        stream_prefix=d["stream_prefix"],
+        consumer_group=d["consumer_group"],
+        config=GroupConfig(**d["config"]),
+        created_at_ms=d["created_at_ms"],
+        group_epoch=d["group_epoch"],
+        assignment_epoch=d["assignment_epoch"],
+        target={m: frozenset(Shard.parse(s) for s in t) for m, t in d["target"].items()},
+        drained=frozenset(Shard.parse(s) for s in d["drained"]),
+        members={
+            mid: _decode_member(mid, md, leases.get(mid, 0), d["config"]["lease_ttl_ms"])
+            for mid, md in d["members"].items()
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------------------- derived
+
+
+def response_to_json(r: HeartbeatResponse, stream_prefix: str) -> dict[str, Any]:
+    return {
+        "member_id": r.member_id,
+        "member_epoch": r.member_epoch,
+        "member_state": r.member_state.value,
+        "group_epoch": r.group_epoch,
+        "assignment_epoch": r.assignment_epoch,
+        "heartbeat_interval_ms": r.heartbeat_interval_ms,
+        "lease_ttl_ms": r.lease_ttl_ms,
+        "shards": [
+            {
+                "shard": str(a.shard),
+                "stream_key": stream_key(stream_prefix, a.shard),
+                "assignment_epoch": a.assignment_epoch,
+                "readable": a.readable,
+            }
+            for a in r.shards
+        ],
+        "revoking": [str(s) for s in r.revoking],
+        "max_concurrency": r.max_concurrency,
+        "routing": {"active_version": r.active_version, "shard_count": r.shard_count},
+    }
+
+
+def route_field(topology: Topology) -> str:
+    active = topology.active_version
+    draining = ",".join(str(v.version) for v in topology.draining_versions) or "-"
+    return f"{active.version} {active.shard_count} {draining}"
+
+
+def derived_fields(state: PrefixState) -> dict[str, str]:
+    """The derived fields of the topology and of every group loaded in ``state``."""
+    topology = state.topology
+    fields = {"route": route_field(topology)}
+    for name, group in state.groups.items():
+        fields[f"ml:{name}"] = " ".join(sorted(group.members))
+        for member in group.live_members():
+            mid = member.member_id
+            fields[f"m:{name}:{mid}"] = str(member.member_epoch)
+            for shard, grant in member.assigned.items():
+                mode = "R" if readable(group, topology, shard) else "B"
+                fields[f"o:{name}:{shard}"] = f"{mid} {grant} {mode}"
+            for shard in member.revoking:
+                fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
+            if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
+                owned = ",".join(str(s) for s in sorted(member.assigned))
+                fields[f"f:{name}:{mid}"] = (
+                    f"{member.member_epoch}|{member.capacity}|{group.config.lease_ttl_ms}|{owned}"
+                )
+                response = heartbeat_response(group, topology, mid)
+                fields[f"r:{name}:{mid}"] = _dumps(response_to_json(response, topology.stream_prefix))
+    return fields

@@ -1,0 +1,36 @@
+-- Load the documents of one stream prefix (for the full path), with Redis's clock.
+--
+-- KEYS[1]  rsc:{P}:meta
+-- ARGV     "*" for every group of the prefix, or the names of the groups to load
+--
+-- Returns {now_ms, topology doc or false, topology rev, groups} where groups is a list of
+-- {name, doc or false, rev, {member ids}, {lease deadlines}} (a rev of "" means "absent").
+-- Read only. Touches: t, t#, g:<g>, g#:<g>, ml:<g>, l:<g>:<m>.
+local meta = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local topo = redis.call('HGET', meta, 't')
+local trev = redis.call('HGET', meta, 't#') or ''
+local names = ARGV
+if ARGV[1] == '*' then
+  names = {}
+  if topo then
+    names = cjson.decode(topo)['groups']
+  end
+end
+local groups = {}
+for i, name in ipairs(names) do
+  local doc = redis.call('HGET', meta, 'g:' .. name)
+  local rev = redis.call('HGET', meta, 'g#:' .. name) or ''
+  local ids = {}
+  local leases = {}
+  local ml = redis.call('HGET', meta, 'ml:' .. name)
+  if ml then
+    for id in string.gmatch(ml, '%S+') do
+      ids[#ids + 1] = id
+      leases[#leases + 1] = redis.call('HGET', meta, 'l:' .. name .. ':' .. id) or '0'
+    end
+  end
+  groups[i] = {name, doc, rev, ids, leases}
+end
+return {now, topo, trev, groups}

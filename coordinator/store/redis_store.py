@@ -1,0 +1,498 @@
+"""The Redis metadata store: runs protocol commands against ``rsc:{P}:meta`` atomically.
+
+Theory of operation
+-------------------
+The coordinator keeps no state between requests; every command is
+
+1. *fast path* (heartbeats only): ``fast_heartbeat.lua`` renews a steady member's lease in one round
+   trip and returns its cached response, or says "not steady";
+2. *full path*: ``load.lua`` reads the documents the command needs and Redis's clock, the pure core
+   (:func:`coordinator.protocol.commands.apply`) decides, and ``commit.lua`` writes the changed documents
+   and derived fields only if none of the loaded documents changed meanwhile (compare-and-set on their
+   revisions). On a conflict the command is re-run on fresh state, with jittered backoff.
+
+Two coordinators racing therefore never lose an update: one commit wins, the other re-decides on the
+winner's state. A rejected command (the core raises) writes nothing. Stream keys and Redis consumer
+groups are created before the commit that makes them visible (idempotently), so a member never gets a
+shard whose stream does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from coordinator.protocol.commands import (
+    ChangeShardCount,
+    Command,
+    CreateGroup,
+    DeleteGroup,
+    MemberHeartbeat,
+    Outcome,
+    ReportDrained,
+    SetMaxConcurrency,
+    Tick,
+    TickReport,
+    apply,
+)
+from coordinator.protocol.describe import HeartbeatResponse, describe_group, topology_view
+from coordinator.protocol.errors import (
+    ConcurrentUpdate,
+    GroupNotFound,
+    InvalidRequest,
+    StoreUnavailable,
+    StreamPrefixNotFound,
+)
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import (
+    EndReason,
+    Group,
+    GroupConfig,
+    MemberState,
+    OrderingMode,
+    PrefixState,
+    Shard,
+    VersionState,
+    validate_identifier,
+)
+
+from . import codec
+
+log = logging.getLogger(__name__)
+_LUA = Path(__file__).with_name
+
+START_FROM = {"latest": "$", "earliest": "0"}
+
+
+@contextmanager
+def _translate_redis_errors() -> Iterator[None]:
+    """No ``redis.*`` exception leaves the store: they become a retriable ``StoreUnavailable``."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise StoreUnavailable(f"the metadata store is unreachable: {e}") from e
+    except redis.RedisError as e:
+        raise StoreUnavailable(f"the metadata store failed: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    now_ms: int
+    state: PrefixState | None
+    topology_rev: str
+    group_revs: dict[str, str]  # every group requested, "" when absent
+    group_names: list[str]  # the topology's list (all groups, loaded or not)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreTickReport:
+    stream_prefix: str
+    expired: tuple[tuple[str, str], ...]
+    collected: tuple[tuple[str, str], ...]
+    drained: tuple[tuple[str, str], ...]  # (group, shard) found drained by this tick
+    retired_versions: tuple[int, ...]
+
+
+class MetadataStore:
+    """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
+
+    max_attempts = 64
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._fast = client.register_script(_LUA("fast_heartbeat.lua").read_text())
+        self._load_script = client.register_script(_LUA("load.lua").read_text())
+        self._commit_script = client.register_script(_LUA("commit.lua").read_text())
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
+        options: dict[str, Any] = {
+            "socket_timeout": 5,
+            "socket_connect_timeout": 2,
+            "health_check_interval": 30,
+        }
+        options.update(kwargs)
+        return cls(redis.Redis.from_url(url, **options))
+
+    # ------------------------------------------------------------------------------------------ members
+
+    def heartbeat(self, stream_prefix: str, consumer_group: str, hb: Heartbeat) -> dict[str, Any]:
+        """A member heartbeat; returns the JSON-ready response (docs/protocol.md section 3)."""
+        validate_identifier(stream_prefix, "stream_prefix")
+        validate_identifier(consumer_group, "consumer_group")
+        hb = hb.validated()
+        if hb.member_epoch > 0:
+            owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
+            capacity = "" if hb.capacity is None else str(hb.capacity)
+            with _translate_redis_errors():
+                fast = self._fast(
+                    keys=[codec.meta_key(stream_prefix)],
+                    args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned],
+                )
+            if int(fast[0]) == 1:
+                return dict(codec.json.loads(fast[1]))
+        command = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)
+        outcome = self._execute(command, [consumer_group])
+        assert isinstance(outcome.result, HeartbeatResponse)
+        return codec.response_to_json(outcome.result, stream_prefix)
+
+    def routing(self, stream_prefix: str) -> dict[str, Any]:
+        state = self._read(stream_prefix, [])[1]
+        if state is None:
+            raise StreamPrefixNotFound(
+                f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
+            )
+        return topology_view(state.topology)
+
+    # ------------------------------------------------------------------------------------------ admin
+
+    def create_group(self, command: CreateGroup, start_from: str = "latest") -> dict[str, Any]:
+        if start_from not in START_FROM:
+            raise InvalidRequest("start_from must be 'latest' or 'earliest'", field="start_from")
+
+        def before_commit(state: PrefixState) -> None:
+            group = state.groups[command.consumer_group]
+            self._create_consumer_groups(state, [group], START_FROM[start_from])
+
+        self._execute(command, [command.consumer_group], before_commit=before_commit)
+        with _translate_redis_errors():
+            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
+        return self.describe_group(command.stream_prefix, command.consumer_group)
+
+    def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
+        """Forget the group's metadata. Its Redis consumer groups and streams are left as they are."""
+        self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+
+    def set_max_concurrency(self, stream_prefix: str, consumer_group: str, value: int) -> dict[str, Any]:
+        cmd = SetMaxConcurrency(
+            stream_prefix=stream_prefix, consumer_group=consumer_group, max_concurrency=value
+        )
+        self._execute(cmd, [consumer_group])
+        return self.describe_group(stream_prefix, consumer_group)
+
+    def change_shard_count(
+        self, stream_prefix: str, shard_count: int, ordering: OrderingMode
+    ) -> dict[str, Any]:
+        command = ChangeShardCount(stream_prefix=stream_prefix, shard_count=shard_count, ordering=ordering)
+
+        def before_commit(state: PrefixState) -> None:
+            # The new version's streams and consumer groups exist before any producer can route there.
+            new = state.topology.active_version
+            groups = list(state.groups.values())
+            self._create_consumer_groups(state, groups, "0", only_version=new.version)
+
+        self._execute(command, None, before_commit=before_commit)
+        return self.describe_prefix(stream_prefix)
+
+    def describe_group(self, stream_prefix: str, consumer_group: str) -> dict[str, Any]:
+        now_ms, state = self._read(stream_prefix, None)
+        if state is None or consumer_group not in state.groups:
+            raise GroupNotFound(
+                f"group {consumer_group!r} does not exist on stream prefix {stream_prefix!r}",
+                stream_prefix=stream_prefix,
+                consumer_group=consumer_group,
+            )
+        view = describe_group(state, consumer_group, now_ms)
+        view["now_ms"] = now_ms
+        return view
+
+    def describe_prefix(self, stream_prefix: str) -> dict[str, Any]:
+        now_ms, state = self._read(stream_prefix, None)
+        if state is None:
+            raise StreamPrefixNotFound(
+                f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
+            )
+        m = state.topology.migration
+        return {
+            "topology": topology_view(state.topology),
+            "migration": None
+            if m is None
+            else {
+                "from_version": m.from_version,
+                "to_version": m.to_version,
+                "ordering": m.ordering.value,
+                "started_at_ms": m.started_at_ms,
+                "completed_at_ms": m.completed_at_ms,
+                "active": m.active,
+                "drained": {
+                    name: sorted((str(s) for s in g.drained), key=Shard.parse)
+                    for name, g in state.groups.items()
+                },
+            },
+            "groups": sorted(state.groups),
+            "now_ms": now_ms,
+        }
+
+    def stream_prefixes(self) -> list[str]:
+        with _translate_redis_errors():
+            members = self.client.smembers(codec.PREFIXES_KEY)
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        rows = []
+        for prefix in self.stream_prefixes():
+            now_ms, state = self._read(prefix, None)
+            if state is None:
+                continue
+            for name in sorted(state.groups):
+                view = describe_group(state, name, now_ms)
+                rows.append(
+                    {
+                        "stream_prefix": prefix,
+                        "consumer_group": name,
+                        "state": view["state"],
+                        "group_epoch": view["group_epoch"],
+                        "assignment_epoch": view["assignment_epoch"],
+                        "members": sum(1 for m in state.groups[name].live_members()),
+                        "shard_count": state.topology.active_version.shard_count,
+                        "active_version": state.topology.active_version.version,
+                    }
+                )
+        return rows
+
+    # ------------------------------------------------------------------------------------------ tick
+
+    def tick(self, retention_ms: int = 600_000) -> list[StoreTickReport]:
+        """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement."""
+        reports = []
+        for prefix in self.stream_prefixes():
+            outcome = self._execute(Tick(stream_prefix=prefix, retention_ms=retention_ms), None)
+            if outcome.state is None:
+                continue
+            assert isinstance(outcome.result, TickReport)
+            report = outcome.result
+            drained = self._observe_drained(outcome.state)
+            retired = list(report.retired_versions)
+            for group, shards in drained.items():
+                before = {
+                    v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED
+                }
+                cmd = ReportDrained(stream_prefix=prefix, consumer_group=group, shards=frozenset(shards))
+                try:
+                    after = self._execute(cmd, None).state
+                except GroupNotFound:
+                    continue  # deleted meanwhile
+                assert after is not None
+                retired += [
+                    v.version
+                    for v in after.topology.versions
+                    if v.state is VersionState.RETIRED and v.version not in before
+                ]
+            reports.append(
+                StoreTickReport(
+                    stream_prefix=prefix,
+                    expired=report.expired,
+                    collected=report.collected,
+                    drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
+                    retired_versions=tuple(sorted(set(retired))),
+                )
+            )
+        return reports
+
+    def _observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
+        """Shards of draining versions that a group has read to the end and acked (sealed: final)."""
+        candidates = [
+            (name, shard)
+            for v in state.topology.draining_versions
+            for shard in v.shards()
+            for name, group in state.groups.items()
+            if shard not in group.drained
+        ]
+        if not candidates:
+            return {}
+        prefix = state.topology.stream_prefix
+        with _translate_redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for _name, shard in candidates:
+                pipe.xinfo_stream(codec.stream_key(prefix, shard))
+                pipe.xinfo_groups(codec.stream_key(prefix, shard))
+            replies = pipe.execute(raise_on_error=False)
+        found: dict[str, list[Shard]] = {}
+        for k, (name, shard) in enumerate(candidates):
+            stream_info, groups_info = replies[2 * k], replies[2 * k + 1]
+            if isinstance(stream_info, Exception) or isinstance(groups_info, Exception):
+                continue  # a missing stream is not evidence of anything
+            if _group_has_drained(name, stream_info, groups_info):
+                found.setdefault(name, []).append(shard)
+        return found
+
+    # ------------------------------------------------------------------------------------------ raw
+
+    def raw_metadata(self, stream_prefix: str) -> dict[bytes, bytes]:
+        """The metadata hash as stored (tests compare it byte for byte)."""
+        with _translate_redis_errors():
+            return dict(self.client.hgetall(codec.meta_key(stream_prefix)))
+
+    # ------------------------------------------------------------------------------------------ core
+
+    def _read(self, stream_prefix: str, groups: list[str] | None) -> tuple[int, PrefixState | None]:
+        validate_identifier(stream_prefix, "stream_prefix")
+        loaded = self._load(stream_prefix, groups)
+        return loaded.now_ms, loaded.state
+
+    def _load(self, stream_prefix: str, groups: list[str] | None) -> _Loaded:
+        args = ["*"] if groups is None else groups
+        with _translate_redis_errors():
+            now_ms, topo, trev, rows = self._load_script(keys=[codec.meta_key(stream_prefix)], args=args)
+        if not topo:
+            return _Loaded(int(now_ms), None, "", {}, [])
+        topology, names = codec.decode_topology(topo)
+        loaded: dict[str, Group] = {}
+        revs: dict[str, str] = {}
+        for name, doc, rev, ids, leases in rows:
+            name = name.decode() if isinstance(name, bytes) else name
+            revs[name] = rev.decode() if isinstance(rev, bytes) else str(rev)
+            if doc:
+                lease_map = {
+                    (i.decode() if isinstance(i, bytes) else i): int(lease)
+                    for i, lease in zip(ids, leases, strict=True)
+                }
+                loaded[name] = codec.decode_group(doc, lease_map)
+        trev_s = trev.decode() if isinstance(trev, bytes) else str(trev)
+        return _Loaded(int(now_ms), PrefixState(topology=topology, groups=loaded), trev_s, revs, names)
+
+    def _execute(
+        self,
+        command: Command,
+        groups: list[str] | None,
+        before_commit: Callable[[PrefixState], None] | None = None,
+    ) -> Outcome:
+        """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group."""
+        delay_s = 0.001
+        for _attempt in range(self.max_attempts):
+            loaded = self._load(command.stream_prefix, groups)
+            outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
+            if outcome.state is None or outcome.state == loaded.state:
+                return outcome
+            if before_commit is not None:
+                with _translate_redis_errors():
+                    before_commit(outcome.state)
+            if self._commit(command.stream_prefix, loaded, outcome.state):
+                return outcome
+            time.sleep(random.uniform(0, delay_s))
+            delay_s = min(delay_s * 2, 0.05)
+        raise ConcurrentUpdate(
+            f"gave up after {self.max_attempts} conflicting attempts on stream prefix "
+            f"{command.stream_prefix!r}"
+        )
+
+    def _commit(self, stream_prefix: str, loaded: _Loaded, new: PrefixState) -> bool:
+        old = loaded.state
+        old_groups: dict[str, Group] = dict(old.groups) if old else {}
+        checks: list[str] = ["t#", loaded.topology_rev]
+        sets: dict[str, str] = {}
+        deletes: list[str] = []
+        lease_sets: list[str] = []
+        expiry_checks: list[str] = []
+
+        names = set(loaded.group_names) - (set(loaded.group_revs) - set(new.groups)) | set(new.groups)
+        topo_doc = codec.encode_topology(new.topology, sorted(names))
+        old_topo_doc = codec.encode_topology(old.topology, loaded.group_names) if old else None
+        if topo_doc != old_topo_doc:
+            sets["t"] = topo_doc
+            sets["t#"] = str(int(loaded.topology_rev or 0) + 1)
+
+        for name in sorted(set(loaded.group_revs) | set(new.groups)):
+            rev = loaded.group_revs.get(name, "")
+            checks += [f"g#:{name}", rev]
+            before, after = old_groups.get(name), new.groups.get(name)
+            if after is None:
+                if before is not None:
+                    deletes += [f"g:{name}", f"g#:{name}", *(f"l:{name}:{m}" for m in before.members)]
+                continue
+            doc = codec.encode_group(after)
+            if before is None or doc != codec.encode_group(before):
+                sets[f"g:{name}"] = doc
+                sets[f"g#:{name}"] = str(int(rev or 0) + 1)
+            lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks, loaded.now_ms)
+
+        old_derived = codec.derived_fields(old) if old else {}
+        new_derived = codec.derived_fields(new)
+        sets.update({k: v for k, v in new_derived.items() if old_derived.get(k) != v})
+        deletes += [k for k in old_derived if k not in new_derived]
+
+        args: list[str] = [uuid.uuid4().hex, str(loaded.now_ms)]
+        for section in (checks, [x for kv in sets.items() for x in kv], deletes, lease_sets, expiry_checks):
+            args += [str(len(section)), *section]
+        with _translate_redis_errors():
+            result = int(self._commit_script(keys=[codec.meta_key(stream_prefix)], args=args))
+        return result in (1, 2)
+
+    @staticmethod
+    def _lease_changes(
+        name: str,
+        before: Group | None,
+        after: Group,
+        deletes: list[str],
+        expiry_checks: list[str],
+        now_ms: int,
+    ) -> list[str]:
+        lease_sets: list[str] = []
+        previous = before.members if before else {}
+        for mid, member in after.members.items():
+            was = previous.get(mid)
+            if was is None or member.lease_deadline_ms != was.lease_deadline_ms:
+                lease_sets += [f"l:{name}:{mid}", str(member.lease_deadline_ms)]
+            if (
+                was is not None
+                and was.state.is_live
+                and member.state is MemberState.EXPIRED
+                and member.end_reason is EndReason.LEASE_EXPIRED
+            ):
+                # Decided on a lease read at load time: still ended at commit time, or it was renewed.
+                expiry_checks.append(f"l:{name}:{mid}")
+        deletes += [f"l:{name}:{mid}" for mid in previous if mid not in after.members]
+        return lease_sets
+
+    def _create_consumer_groups(
+        self, state: PrefixState, groups: list[Group], start_id: str, only_version: int | None = None
+    ) -> None:
+        prefix = state.topology.stream_prefix
+        pipe = self.client.pipeline(transaction=False)
+        for v in state.topology.versions:
+            if v.state is VersionState.RETIRED or (only_version is not None and v.version != only_version):
+                continue
+            for shard in v.shards():
+                for group in groups:
+                    pipe.xgroup_create(
+                        codec.stream_key(prefix, shard), group.consumer_group, id=start_id, mkstream=True
+                    )
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+
+
+def _stream_id(value: Any) -> tuple[int, int]:
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _group_has_drained(name: str, stream_info: dict[Any, Any], groups_info: list[dict[Any, Any]]) -> bool:
+    last = _stream_id(stream_info.get("last-generated-id", "0-0"))
+    for info in groups_info:
+        group_name = info.get("name")
+        group_name = group_name.decode() if isinstance(group_name, bytes) else group_name
+        if group_name == name:
+            return (
+                int(info.get("pending", 0)) == 0 and _stream_id(info.get("last-delivered-id", "0-0")) >= last
+            )
+    return False
+
+
+def default_config_from_settings(settings: Any) -> GroupConfig:
+    """Group defaults from Django settings (``RSC_*``), for groups created without explicit values."""
+    return GroupConfig(
+        lease_ttl_ms=settings.RSC_MEMBER_LEASE_TTL_MS,
+        heartbeat_interval_ms=settings.RSC_HEARTBEAT_INTERVAL_MS,
+        revocation_timeout_ms=settings.RSC_REVOCATION_TIMEOUT_MS,
+    )
