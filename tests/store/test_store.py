@@ -1,0 +1,190 @@
+"""The Redis metadata store against a real Redis server started by the suite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from config.embedded_redis import RedisServer
+from coordinator.protocol.errors import (
+    FencedMemberEpoch,
+    GroupAlreadyExists,
+    GroupNotFound,
+    InvalidRequest,
+    MigrationInProgress,
+    StoreUnavailable,
+)
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import OrderingMode, Shard
+from coordinator.store import MetadataStore, codec
+
+from .conftest import GROUP, PREFIX, create
+
+
+def hb(
+    store: MetadataStore, member: str, epoch: int, owned: Any = None, capacity: int | None = None
+) -> dict[str, Any]:
+    owned_set = None if owned is None else frozenset(Shard.parse(s) for s in owned)
+    return store.heartbeat(
+        PREFIX, GROUP, Heartbeat(member_id=member, member_epoch=epoch, owned=owned_set, capacity=capacity)
+    )
+
+
+def shards_of(response: dict[str, Any]) -> list[str]:
+    return [s["shard"] for s in response["shards"]]
+
+
+def fields(store: MetadataStore) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in store.raw_metadata(PREFIX).items()}
+
+
+def assert_derived_fields_consistent(store: MetadataStore) -> None:
+    """What is stored equals what the documents imply: the commit's diff writing lost nothing."""
+    _, state = store._read(PREFIX, None)
+    assert state is not None
+    expected = codec.derived_fields(state)
+    stored = {
+        k: v for k, v in fields(store).items() if k.split(":", 1)[0] in {"route", "ml", "m", "o", "f", "r"}
+    }
+    assert stored == expected
+
+
+def test_hand_over_between_two_members(store: MetadataStore) -> None:
+    create(store, shard_count=4)
+    a = hb(store, "a", 0, [], capacity=2)
+    assert (a["member_epoch"], shards_of(a)) == (1, ["v1:0", "v1:1", "v1:2", "v1:3"])
+    assert a["shards"][0]["stream_key"] == "rsc:{orders}:v1:0"
+    b = hb(store, "b", 0, [], capacity=2)
+    assert (b["member_state"], b["member_epoch"], shards_of(b)) == ("UNRELEASED_SHARDS", 2, [])
+    a = hb(store, "a", 1)
+    assert (a["member_state"], a["revoking"]) == ("UNREVOKED_SHARDS", ["v1:2", "v1:3"])
+    assert fields(store)["o:billing:v1:2"] == "a 0 V"  # still a's (ack only) until released
+    a = hb(store, "a", 1, ["v1:0", "v1:1"])
+    assert (a["member_state"], a["member_epoch"]) == ("STABLE", 2)
+    b = hb(store, "b", 2)
+    assert (b["member_state"], shards_of(b)) == ("STABLE", ["v1:2", "v1:3"])
+    assert fields(store)["o:billing:v1:2"] == "b 2 R"
+    assert_derived_fields_consistent(store)
+    view = store.describe_group(PREFIX, GROUP)
+    assert (view["state"], view["group_epoch"], view["assignment_epoch"]) == ("STABLE", 2, 2)
+
+
+def test_steady_state_heartbeat_is_one_round_trip_renewing_only_the_lease(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(store, shard_count=2)
+    a = hb(store, "a", 0, [], capacity=1)
+    before = fields(store)
+    sent: list[object] = []
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self: Any, command: Any, check_health: bool = True) -> None:
+        sent.append(command)
+        original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    store.client.config_resetstat()
+    sent.clear()
+    again = hb(store, "a", 1, shards_of(a))
+    assert len(sent) == 1  # one round trip
+    monkeypatch.undo()
+    stats = store.client.info("commandstats")
+    # A single script, and exactly one write inside it.
+    assert stats["cmdstat_evalsha"]["calls"] == 1 and stats["cmdstat_hset"]["calls"] == 1
+    after = fields(store)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {"l:billing:a"}
+    assert again == a
+    # The lease is Redis's clock plus the TTL.
+    seconds, micros = store.client.time()
+    assert 0 <= int(after["l:billing:a"]) - (seconds * 1000 + micros // 1000) <= 10_000
+
+
+def test_create_group_creates_streams_and_consumer_groups_idempotently(store: MetadataStore) -> None:
+    create(store, shard_count=3)
+    for i in range(3):
+        groups = store.client.xinfo_groups(f"rsc:{{orders}}:v1:{i}")
+        assert [g["name"] for g in groups] == [b"billing"]
+    with pytest.raises(GroupAlreadyExists):
+        create(store, shard_count=3)
+    create(store, shard_count=3, group="audit")  # a second group shares the topology
+    assert {g["name"] for g in store.client.xinfo_groups("rsc:{orders}:v1:0")} == {b"billing", b"audit"}
+    assert store.stream_prefixes() == ["orders"]
+
+
+def test_rejected_commands_change_nothing(store: MetadataStore) -> None:
+    create(store, shard_count=2)
+    a = hb(store, "a", 0, [], capacity=1)
+    before = store.raw_metadata(PREFIX)
+    with pytest.raises(FencedMemberEpoch):
+        hb(store, "a", 7, shards_of(a))
+    with pytest.raises(InvalidRequest):
+        hb(store, "a", 0, [])  # join without capacity
+    with pytest.raises(GroupNotFound):
+        store.heartbeat(PREFIX, "nope", Heartbeat(member_id="a", member_epoch=1))
+    with pytest.raises(InvalidRequest):
+        store.set_max_concurrency(PREFIX, GROUP, 0)
+    assert store.raw_metadata(PREFIX) == before
+
+
+def test_resharding_creates_the_new_version_and_the_tick_retires_the_old(store: MetadataStore) -> None:
+    create(store, shard_count=2)
+    store.client.xadd("rsc:{orders}:v1:0", {"k": "v"})
+    a = hb(store, "a", 0, [], capacity=1)
+    store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
+    assert fields(store)["route"] == "2 4 1"
+    with pytest.raises(MigrationInProgress):
+        store.change_shard_count(PREFIX, 8, OrderingMode.STRICT)
+    for i in range(4):
+        assert [g["name"] for g in store.client.xinfo_groups(f"rsc:{{orders}}:v2:{i}")] == [b"billing"]
+    (report,) = store.tick()
+    assert report.drained == (("billing", "v1:1"),)  # v1:0 still has an undelivered entry
+    a = hb(store, "a", a["member_epoch"])
+    # Read and ack the entry (the data plane does this fenced); then v1:0 drains too.
+    entries = store.client.xreadgroup("billing", "a", {"rsc:{orders}:v1:0": ">"})
+    store.client.xack("rsc:{orders}:v1:0", "billing", entries[0][1][0][0])
+    (report,) = store.tick()
+    assert (report.drained, report.retired_versions) == ((("billing", "v1:0"),), (1,))
+    assert fields(store)["route"] == "2 4 -"
+    assert_derived_fields_consistent(store)
+
+
+def test_tick_expires_on_redis_time_and_a_renewal_racing_it_wins(store: MetadataStore) -> None:
+    create(store, shard_count=2, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
+    a = hb(store, "a", 0, [], capacity=1)
+    # Push a's lease into the past in Redis (as if Redis's clock had moved on).
+    store.client.hset(codec.meta_key(PREFIX), "l:billing:a", 1)
+    loaded = store._load(PREFIX, None)
+    # A renewal lands between the tick's load and its commit: the commit must refuse the expiry.
+    store.client.hset(codec.meta_key(PREFIX), "l:billing:a", 2**52)
+    from coordinator.protocol.commands import Tick, apply
+
+    outcome = apply(loaded.state, Tick(stream_prefix=PREFIX), loaded.now_ms)
+    assert outcome.state is not None and outcome.state.groups[GROUP].members["a"].state.value == "EXPIRED"
+    assert store._commit(PREFIX, loaded, outcome.state) is False
+    assert hb(store, "a", 1, shards_of(a))["member_state"] == "STABLE"
+
+
+def test_store_unavailable_then_recovers_by_itself(disposable_redis: RedisServer) -> None:
+    store = MetadataStore.from_url(disposable_redis.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    create(store, shard_count=2)
+    hb(store, "a", 0, [], capacity=1)
+    disposable_redis.pause()
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.describe_group(PREFIX, GROUP)
+    finally:
+        disposable_redis.resume()
+    assert store.describe_group(PREFIX, GROUP)["group_epoch"] == 1
+    disposable_redis.kill()
+    with pytest.raises(StoreUnavailable) as raised:
+        hb(store, "a", 1)
+    assert raised.value.retriable and not isinstance(raised.value.__cause__, StoreUnavailable)
+    assert isinstance(raised.value.__cause__, redis.RedisError)
+    disposable_redis.restart()  # an empty server: no persistence in tests
+    with pytest.raises(GroupNotFound):
+        hb(store, "a", 1)
+    create(store, shard_count=2)
+    assert hb(store, "a", 0, [], capacity=1)["member_epoch"] == 1
