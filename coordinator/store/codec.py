@@ -22,9 +22,11 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 
 from __future__ import annotations
 
-import json
+import functools
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from coordinator.protocol.describe import HeartbeatResponse, heartbeat_response
 from coordinator.protocol.group import readable
@@ -46,6 +48,10 @@ from coordinator.protocol.model import (
 
 FORMAT = 1
 
+# Decoding a group of a thousand members parses the same few shard names and states thousands of times.
+_shard = functools.lru_cache(maxsize=65_536)(Shard.parse)
+_MEMBER_STATES = {s.value: s for s in MemberState}
+
 
 def meta_key(stream_prefix: str) -> str:
     return f"rsc:{{{stream_prefix}}}:meta"
@@ -59,7 +65,11 @@ PREFIXES_KEY = "rsc:prefixes"
 
 
 def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
 
 
 # ---------------------------------------------------------------------------------------------- topology
@@ -97,7 +107,7 @@ def encode_topology(topology: Topology, group_names: list[str]) -> str:
 
 
 def decode_topology(text: str | bytes) -> tuple[Topology, list[str]]:
-    d = json.loads(text)
+    d = orjson.loads(text)
     m = d["migration"]
     topology = Topology(
         stream_prefix=d["stream_prefix"],
@@ -155,11 +165,11 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
     last_heartbeat_ms = max(d["last_heartbeat_ms"], lease_deadline_ms - lease_ttl_ms)
     return Member(
         member_id=member_id,
-        state=MemberState(d["state"]),
+        state=_MEMBER_STATES[d["state"]],
         member_epoch=d["member_epoch"],
         previous_epoch=d["previous_epoch"],
-        assigned={Shard.parse(s): e for s, e in d["assigned"].items()},
-        revoking=frozenset(Shard.parse(s) for s in d["revoking"]),
+        assigned={_shard(s): e for s, e in d["assigned"].items()},
+        revoking=frozenset(_shard(s) for s in d["revoking"]) if d["revoking"] else frozenset(),
         revocation_deadline_ms=d["revocation_deadline_ms"],
         lease_deadline_ms=lease_deadline_ms,
         capacity=d["capacity"],
@@ -171,7 +181,12 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
     )
 
 
-def encode_group(group: Group) -> str:
+# Encoded form of members decoded by ``decode_group``, keyed by the identity of the (immutable) Member:
+# a member the command did not touch is re-encoded for free. Entries live as long as their loader.
+MemberCache = dict[int, tuple[Member, dict[str, Any]]]
+
+
+def encode_group(group: Group, cache: MemberCache | None = None) -> str:
     c = group.config
     return _dumps(
         {
@@ -190,13 +205,27 @@ def encode_group(group: Group) -> str:
             "assignment_epoch": group.assignment_epoch,
             "target": {m: sorted(str(s) for s in t) for m, t in group.target.items()},
             "drained": sorted(str(s) for s in group.drained),
-            "members": {m.member_id: _encode_member(m) for m in group.members.values()},
+            "members": {m.member_id: _cached_encode(m, cache) for m in group.members.values()},
         }
     )
 
 
-def decode_group(text: str | bytes, leases: Mapping[str, int]) -> Group:
-    d = json.loads(text)
+def _cached_encode(member: Member, cache: MemberCache | None) -> dict[str, Any]:
+    hit = cache.get(id(member)) if cache is not None else None
+    if hit is not None and hit[0] is member:
+        return hit[1]
+    return _encode_member(member)
+
+
+def decode_group(text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None = None) -> Group:
+    d = orjson.loads(text)
+    ttl = d["config"]["lease_ttl_ms"]
+    members = {}
+    for mid, md in d["members"].items():
+        lease = leases.get(mid, 0)
+        member = members[mid] = _decode_member(mid, md, lease, ttl)
+        if cache is not None and max(md["last_heartbeat_ms"], lease - ttl) == md["last_heartbeat_ms"]:
+            cache[id(member)] = (member, md)
     return Group(
         stream_prefix=d["stream_prefix"],
         consumer_group=d["consumer_group"],
@@ -204,12 +233,9 @@ def decode_group(text: str | bytes, leases: Mapping[str, int]) -> Group:
         created_at_ms=d["created_at_ms"],
         group_epoch=d["group_epoch"],
         assignment_epoch=d["assignment_epoch"],
-        target={m: frozenset(Shard.parse(s) for s in t) for m, t in d["target"].items()},
-        drained=frozenset(Shard.parse(s) for s in d["drained"]),
-        members={
-            mid: _decode_member(mid, md, leases.get(mid, 0), d["config"]["lease_ttl_ms"])
-            for mid, md in d["members"].items()
-        },
+        target={m: frozenset(_shard(s) for s in t) for m, t in d["target"].items()},
+        drained=frozenset(_shard(s) for s in d["drained"]),
+        members=members,
     )
 
 
@@ -247,24 +273,40 @@ def route_field(topology: Topology) -> str:
 
 
 def derived_fields(state: PrefixState) -> dict[str, str]:
-    """The derived fields of the topology and of every group loaded in ``state``."""
-    topology = state.topology
-    fields = {"route": route_field(topology)}
-    for name, group in state.groups.items():
-        fields[f"ml:{name}"] = " ".join(sorted(group.members))
-        for member in group.live_members():
-            mid = member.member_id
-            fields[f"m:{name}:{mid}"] = str(member.member_epoch)
-            for shard, grant in member.assigned.items():
-                mode = "R" if readable(group, topology, shard) else "B"
-                fields[f"o:{name}:{shard}"] = f"{mid} {grant} {mode}"
-            for shard in member.revoking:
-                fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
-            if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
-                owned = ",".join(str(s) for s in sorted(member.assigned))
-                fields[f"f:{name}:{mid}"] = (
-                    f"{member.member_epoch}|{member.capacity}|{group.config.lease_ttl_ms}|{owned}"
-                )
-                response = heartbeat_response(group, topology, mid)
-                fields[f"r:{name}:{mid}"] = _dumps(response_to_json(response, topology.stream_prefix))
+    """Every derived field of the topology and of every group loaded in ``state``."""
+    fields = {"route": route_field(state.topology)}
+    for group in state.groups.values():
+        fields.update(group_fields(group))
+        for member in group.members.values():
+            fields.update(member_fields(group, state.topology, member, with_response=True))
+    return fields
+
+
+def group_fields(group: Group) -> dict[str, str]:
+    return {f"ml:{group.consumer_group}": " ".join(sorted(group.members))}
+
+
+def member_fields(group: Group, topology: Topology, member: Member, *, with_response: bool) -> dict[str, str]:
+    """The derived fields of one member. Without ``with_response`` the ``r:`` value is left empty
+    (its key is present): callers that only need to know which fields exist skip the JSON."""
+    if not member.state.is_live:
+        return {}
+    name, mid = group.consumer_group, member.member_id
+    fields = {f"m:{name}:{mid}": str(member.member_epoch)}
+    for shard, grant in member.assigned.items():
+        mode = "R" if readable(group, topology, shard) else "B"
+        fields[f"o:{name}:{shard}"] = f"{mid} {grant} {mode}"
+    for shard in member.revoking:
+        fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
+    if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
+        owned = ",".join(str(s) for s in sorted(member.assigned))
+        fields[f"f:{name}:{mid}"] = (
+            f"{member.member_epoch}|{member.capacity}|{group.config.lease_ttl_ms}|{owned}"
+        )
+        response = ""
+        if with_response:
+            response = _dumps(
+                response_to_json(heartbeat_response(group, topology, mid), topology.stream_prefix)
+            )
+        fields[f"r:{name}:{mid}"] = response
     return fields

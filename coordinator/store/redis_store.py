@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,9 @@ class _Loaded:
     topology_rev: str
     group_revs: dict[str, str]  # every group requested, "" when absent
     group_names: list[str]  # the topology's list (all groups, loaded or not)
+    raw_topology: bytes = b""
+    raw_groups: dict[str, bytes] = field(default_factory=dict)
+    member_cache: codec.MemberCache = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +142,7 @@ class MetadataStore:
                     args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned],
                 )
             if int(fast[0]) == 1:
-                return dict(codec.json.loads(fast[1]))
+                return dict(codec.loads(fast[1]))
         command = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)
         outcome = self._execute(command, [consumer_group])
         assert isinstance(outcome.result, HeartbeatResponse)
@@ -348,6 +351,8 @@ class MetadataStore:
         topology, names = codec.decode_topology(topo)
         loaded: dict[str, Group] = {}
         revs: dict[str, str] = {}
+        raw_groups: dict[str, bytes] = {}
+        cache: codec.MemberCache = {}
         for name, doc, rev, ids, leases in rows:
             name = name.decode() if isinstance(name, bytes) else name
             revs[name] = rev.decode() if isinstance(rev, bytes) else str(rev)
@@ -356,9 +361,19 @@ class MetadataStore:
                     (i.decode() if isinstance(i, bytes) else i): int(lease)
                     for i, lease in zip(ids, leases, strict=True)
                 }
-                loaded[name] = codec.decode_group(doc, lease_map)
+                loaded[name] = codec.decode_group(doc, lease_map, cache)
+                raw_groups[name] = doc
         trev_s = trev.decode() if isinstance(trev, bytes) else str(trev)
-        return _Loaded(int(now_ms), PrefixState(topology=topology, groups=loaded), trev_s, revs, names)
+        return _Loaded(
+            int(now_ms),
+            PrefixState(topology=topology, groups=loaded),
+            trev_s,
+            revs,
+            names,
+            topo,
+            raw_groups,
+            cache,
+        )
 
     def _execute(
         self,
@@ -396,29 +411,29 @@ class MetadataStore:
 
         names = set(loaded.group_names) - (set(loaded.group_revs) - set(new.groups)) | set(new.groups)
         topo_doc = codec.encode_topology(new.topology, sorted(names))
-        old_topo_doc = codec.encode_topology(old.topology, loaded.group_names) if old else None
-        if topo_doc != old_topo_doc:
+        topology_changed = topo_doc.encode() != loaded.raw_topology
+        if topology_changed:
             sets["t"] = topo_doc
             sets["t#"] = str(int(loaded.topology_rev or 0) + 1)
+            route = codec.route_field(new.topology)
+            if old is None or codec.route_field(old.topology) != route:
+                sets["route"] = route
 
         for name in sorted(set(loaded.group_revs) | set(new.groups)):
             rev = loaded.group_revs.get(name, "")
             checks += [f"g#:{name}", rev]
             before, after = old_groups.get(name), new.groups.get(name)
-            if after is None:
-                if before is not None:
-                    deletes += [f"g:{name}", f"g#:{name}", *(f"l:{name}:{m}" for m in before.members)]
+            if before is after and not topology_changed:
                 continue
-            doc = codec.encode_group(after)
-            if before is None or doc != codec.encode_group(before):
-                sets[f"g:{name}"] = doc
-                sets[f"g#:{name}"] = str(int(rev or 0) + 1)
-            lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks, loaded.now_ms)
-
-        old_derived = codec.derived_fields(old) if old else {}
-        new_derived = codec.derived_fields(new)
-        sets.update({k: v for k, v in new_derived.items() if old_derived.get(k) != v})
-        deletes += [k for k in old_derived if k not in new_derived]
+            if after is not None:
+                doc = codec.encode_group(after, loaded.member_cache)
+                if doc.encode() != loaded.raw_groups.get(name):
+                    sets[f"g:{name}"] = doc
+                    sets[f"g#:{name}"] = str(int(rev or 0) + 1)
+                lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks)
+            elif before is not None:
+                deletes += [f"g:{name}", f"g#:{name}", *(f"l:{name}:{m}" for m in before.members)]
+            self._diff_derived(old, before, new, after, topology_changed, sets, deletes)
 
         args: list[str] = [uuid.uuid4().hex, str(loaded.now_ms)]
         for section in (checks, [x for kv in sets.items() for x in kv], deletes, lease_sets, expiry_checks):
@@ -428,13 +443,49 @@ class MetadataStore:
         return result in (1, 2)
 
     @staticmethod
+    def _diff_derived(
+        old: PrefixState | None,
+        before: Group | None,
+        new: PrefixState,
+        after: Group | None,
+        topology_changed: bool,
+        sets: dict[str, str],
+        deletes: list[str],
+    ) -> None:
+        """Write the derived fields of one group that changed; only members that changed are recomputed
+        unless something group-wide (epochs, config, drained shards, topology) changed."""
+        group_wide = (
+            topology_changed
+            or before is None
+            or after is None
+            or (before.group_epoch, before.assignment_epoch, before.config, before.drained)
+            != (after.group_epoch, after.assignment_epoch, after.config, after.drained)
+        )
+        ids = set(before.members if before else ()) | set(after.members if after else ())
+        if not group_wide:
+            assert before is not None and after is not None
+            ids = {m for m in ids if before.members.get(m) is not after.members.get(m)}
+        old_fields: dict[str, str] = codec.group_fields(before) if before else {}
+        new_fields: dict[str, str] = codec.group_fields(after) if after else {}
+        for mid in ids:
+            if before is not None and old is not None and mid in before.members:
+                old_fields.update(
+                    codec.member_fields(before, old.topology, before.members[mid], with_response=False)
+                )
+            if after is not None and mid in after.members:
+                new_fields.update(
+                    codec.member_fields(after, new.topology, after.members[mid], with_response=True)
+                )
+        sets.update({k: v for k, v in new_fields.items() if k.startswith("r:") or old_fields.get(k) != v})
+        deletes += [k for k in old_fields if k not in new_fields]
+
+    @staticmethod
     def _lease_changes(
         name: str,
         before: Group | None,
         after: Group,
         deletes: list[str],
         expiry_checks: list[str],
-        now_ms: int,
     ) -> list[str]:
         lease_sets: list[str] = []
         previous = before.members if before else {}
