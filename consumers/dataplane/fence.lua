@@ -1,0 +1,76 @@
+-- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
+--
+-- Not a script on its own: consumers/dataplane/scripts.py prepends this text to read_new.lua,
+-- read_pending.lua, claim.lua, ack.lua and delete_ghosts.lua before registering them, so every one of
+-- them decides, inside Redis and before it touches the stream, whether the caller may act.
+--
+-- fence(meta, stream, group, member, epoch, shard, op)
+--   meta    KEYS[1] of the caller: rsc:{P}:meta
+--   stream  KEYS[2] of the caller: rsc:{P}:<shard>, checked to be exactly that shard's stream key
+--   group   the consumer group (also the Redis consumer group's name)
+--   member  the member id (also the Redis consumer's name)
+--   epoch   the member epoch the caller presents (decimal)
+--   shard   the shard in wire form, v<version>:<index>
+--   op      'read' (reads, claims, ghost deletion: shard must be R) or 'ack' (R, B or V)
+-- Returns 'OK', 'MEMBER_FENCED', 'NOT_OWNER', 'STALE_EPOCH' or 'NOT_READABLE', checked in this order:
+--   1. m:<group>:<member> absent (member not live)                              -> MEMBER_FENCED
+--   2. l:<group>:<member> <= Redis TIME in ms (lease ended, even before a tick) -> MEMBER_FENCED
+--   3. o:<group>:<shard> absent, or its owner is someone else                   -> NOT_OWNER
+--   4. epoch outside [shard assignment epoch, member epoch]                      -> STALE_EPOCH
+--   5. op 'read' and mode B (held back by strict ordering)                       -> NOT_READABLE
+--      op 'read' and mode V (being revoked: ack only)                            -> NOT_OWNER
+-- Raises a script error if the stream key is not the shard's, or a metadata field is malformed.
+-- Touches (read only): HGET m:<group>:<member>, l:<group>:<member>, o:<group>:<shard>; TIME.
+local function fence(meta, stream, group, member, epoch, shard, op)
+  if stream ~= string.sub(meta, 1, -5) .. shard then
+    error({err = 'ERR stream key ' .. stream .. ' is not the key of shard ' .. shard .. ' under ' .. meta})
+  end
+  local tag = group .. ':' .. member
+  local member_epoch = redis.call('HGET', meta, 'm:' .. tag)
+  if not member_epoch then
+    return 'MEMBER_FENCED'
+  end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
+  if lease <= now then
+    return 'MEMBER_FENCED'
+  end
+  local owner = redis.call('HGET', meta, 'o:' .. group .. ':' .. shard)
+  if not owner then
+    return 'NOT_OWNER'
+  end
+  local who, grant, mode = string.match(owner, '^(%S+) (%d+) ([RBV])$')
+  if not who then
+    error({err = 'ERR malformed owner field o:' .. group .. ':' .. shard .. ' = ' .. owner})
+  end
+  if who ~= member then
+    return 'NOT_OWNER'
+  end
+  local presented = tonumber(epoch)
+  if presented < tonumber(grant) or presented > tonumber(member_epoch) then
+    return 'STALE_EPOCH'
+  end
+  if op == 'ack' or mode == 'R' then
+    return 'OK'
+  end
+  if mode == 'B' then
+    return 'NOT_READABLE'
+  end
+  return 'NOT_OWNER'
+end
+
+-- Run `head..., items[i]...` in chunks, so that no call unpacks more values than Lua's C stack holds.
+-- Returns the replies of every chunk, in order.
+local function call_chunked(head, items)
+  local replies = {}
+  for i = 1, #items, 500 do
+    local args = {unpack(head)}
+    for j = i, math.min(i + 499, #items) do
+      args[#args + 1] = items[j]
+    end
+    replies[#replies + 1] = redis.call(unpack(args))
+  end
+  return replies
+end
+

@@ -1,0 +1,89 @@
+"""The typed errors of the ``consumers`` package (producers, the data plane, the member runtime).
+
+One base, :class:`ConsumersError`, with a stable ``code`` and a ``retriable`` flag, like
+:mod:`coordinator.protocol.errors` on the coordinator side. Infrastructure errors are translated where
+they happen: no ``redis.*`` exception leaves :mod:`consumers.dataplane` or :mod:`consumers.producer`.
+
+Fencing is *not* an error: a fenced data-plane operation returns a
+:class:`consumers.dataplane.FenceStatus`, because refusing is the protocol working as designed and the
+caller must branch on which refusal it got.
+
+This module imports nothing from Django or redis, so anything may import it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class ErrorCode(StrEnum):
+    INVALID_REQUEST = "INVALID_REQUEST"
+    STREAM_PREFIX_NOT_FOUND = "STREAM_PREFIX_NOT_FOUND"
+    ROUTING_UNSTABLE = "ROUTING_UNSTABLE"
+    DATA_PLANE_UNAVAILABLE = "DATA_PLANE_UNAVAILABLE"
+    DATA_PLANE_ERROR = "DATA_PLANE_ERROR"
+
+
+class ConsumersError(Exception):
+    """Base of every error this package raises. ``details`` holds structured, JSON-safe fields."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INVALID_REQUEST
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code.value})"
+
+
+class InvalidRequest(ConsumersError):
+    """A bad argument (identifier, count, payload, headers). Fix the call; retrying cannot help."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class StreamPrefixNotFound(ConsumersError):
+    """The stream prefix has no routing metadata: only the coordinator's Admin API creates prefixes.
+
+    Retriable in the same sense as the coordinator's ``STREAM_PREFIX_NOT_FOUND``: an operator may
+    create it; a producer should not loop on it without bound.
+    """
+
+    code = ErrorCode.STREAM_PREFIX_NOT_FOUND
+    retriable = True
+
+
+class RoutingUnstable(ConsumersError):
+    """The producer was refused for a stale route more than ``max_retries`` times in a row.
+
+    Only a storm of shard-count changes can cause it (each one is refused while a migration is active,
+    so it should not happen in practice). Nothing of the refused entries was written; entries already
+    acknowledged by the producer (``details["sent"]``) were written once.
+    """
+
+    code = ErrorCode.ROUTING_UNSTABLE
+    retriable = True
+
+
+class DataPlaneUnavailable(ConsumersError):
+    """Redis is unreachable, timed out, loading, busy or read-only (a failover). Back off and retry.
+
+    The outcome of the interrupted call is unknown: a read may have delivered entries into the member's
+    pending list (recover them with ``DataPlane.read_own_pending``), an ack may have been applied, and a
+    producer's append may have been written (at-least-once: a retry may duplicate it).
+    """
+
+    code = ErrorCode.DATA_PLANE_UNAVAILABLE
+    retriable = True
+
+
+class DataPlaneError(ConsumersError):
+    """Redis refused a data-plane command for a reason retrying will not fix (a missing stream or
+    consumer group, a key of the wrong type, a script error). The store and the streams disagree:
+    an operator must look."""
+
+    code = ErrorCode.DATA_PLANE_ERROR
