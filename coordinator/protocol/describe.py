@@ -189,6 +189,8 @@ def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict
         "pending_revocations": pending,
         "unreleased_shards": unreleased,
         # In a member's target, owned by nobody: it is granted on that member's next heartbeat.
-        "awaiting_pickup": sorted(str(s) for t in group.target.values() for s in t if s not in owners),
+        "awaiting_pickup": [
+            str(s) for s in sorted(s for t in group.target.values() for s in t if s not in owners)
+        ],
         "migration": _migration_view(state.topology.migration, state),
     }
