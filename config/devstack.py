@@ -3,14 +3,18 @@
     python -m config.devstack [--addr 127.0.0.1:8000]      (make run RUN_ARGS="--addr 127.0.0.1:8001")
 
 1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts a private embedded Redis
-   (config.embedded_redis) on a free port and exports its URL to every child process.
-2. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
-   DEV ONLY superuser admin/admin.
-3. Starts the processes listed by `services()` (today: the Django dev server), each in its own
-   process group, and supervises them. Ctrl-C, SIGTERM or any child exiting stops all of them, then
-   the embedded Redis.
+   (config.embedded_redis) on a free port and exports its URL to every child process; the Celery broker
+   then uses database 1 of the same server (CELERY_BROKER_URL, unless set).
+2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
+3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
+   DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
+   it exists.
+4. Starts the processes listed by `services()` (the Django dev server, a Celery worker and Celery
+   beat, later the demo members), each in its own process group, and supervises them. Ctrl-C, SIGTERM
+   or any child exiting stops all of them, then the embedded Redis. Beat's schedule file lives in a
+   temporary directory that is removed on exit.
 
-To add a process (Celery worker and beat, demo members), append a `Service` in `services()`.
+To add a process, append a `Service` in `services()` (demo members: `demo_member_services()`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +35,13 @@ import environ
 from django.core.management.base import CommandError
 
 from config.embedded_redis import RedisServer
+from coordinator.protocol.errors import CoordinatorError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DEV_SUPERUSER = ("admin", "admin")
+# Read by the API's authentication (RSC_MEMBER_TOKENS, RSC_ADMIN_TOKENS); set only when unset.
+DEV_TOKENS = {"RSC_MEMBER_TOKENS": "dev-member-token", "RSC_ADMIN_TOKENS": "dev-admin-token"}
+DEMO_STREAM_PREFIX, DEMO_CONSUMER_GROUP, DEMO_SHARD_COUNT = "demo", "demo-workers", 4
 STOP_TIMEOUT_S = 10.0
 
 
@@ -47,9 +56,17 @@ class Service:
     ready_message: str = ""
 
 
-def services(host: str, port: int) -> list[Service]:
-    """The processes `make run` runs, in start order (they are stopped in reverse)."""
+def services(host: str, port: int, run_dir: Path) -> list[Service]:
+    """The processes `make run` runs, in start order (they are stopped in reverse).
+
+    ``run_dir`` is a private temporary directory for state files (beat's schedule), removed on exit.
+    """
     manage = (sys.executable, str(BASE_DIR / "manage.py"))
+    celery = (sys.executable, "-m", "celery", "-A", "config")
+    # solo pool: the worker only runs the tick, one at a time. No gossip / mingle / heartbeat: they only
+    # matter with several workers and slow the start-up down.
+    worker_options = ("--pool=solo", "-n", "devstack@%h", "--without-gossip", "--without-mingle",
+                      "--without-heartbeat")  # fmt: skip
     return [
         Service(
             name="web",
@@ -57,7 +74,26 @@ def services(host: str, port: int) -> list[Service]:
             ready_port=port,
             ready_message=f"open http://{host}:{port}/admin/",
         ),
+        Service(name="celery-worker", argv=(*celery, "worker", "-l", "info", *worker_options)),
+        Service(
+            name="celery-beat",
+            argv=(*celery, "beat", "-l", "info", "--schedule", str(run_dir / "celerybeat-schedule")),
+        ),
+        *demo_member_services(manage),
     ]
+
+
+def demo_member_services(manage: tuple[str, ...]) -> list[Service]:
+    """DEMO MEMBERS GO HERE: `manage.py run_member` processes consuming the demo group.
+
+    `run_member` (the consumers package) does not exist yet. When it does, return e.g.
+
+        Service(name=f"member-{i}", argv=(*manage, "run_member", ...demo listener...))
+
+    for a couple of members of DEMO_STREAM_PREFIX / DEMO_CONSUMER_GROUP, so that `make run` shows a
+    rebalance when one of them is stopped.
+    """
+    return []
 
 
 def log(message: str) -> None:
@@ -156,14 +192,71 @@ def _prepare_database() -> None:
     log(banner)
 
 
+def _export_dev_environment(redis_server: RedisServer | None) -> None:
+    """Environment for this process (the demo group) and every child: broker URL and DEV ONLY tokens."""
+    if redis_server is not None and not os.environ.get("CELERY_BROKER_URL"):
+        # Same server, its own database: `redis-cli -n 0` then shows only the coordinator's keys.
+        os.environ["CELERY_BROKER_URL"] = redis_server.url.rsplit("/", 1)[0] + "/1"
+    log(f"Celery broker: {os.environ.get('CELERY_BROKER_URL') or os.environ['REDIS_URL']}")
+    defaulted = {name: value for name, value in DEV_TOKENS.items() if not os.environ.get(name)}
+    os.environ.update(defaulted)
+    if not defaulted:
+        log("API tokens: RSC_MEMBER_TOKENS and RSC_ADMIN_TOKENS taken from the environment")
+        return
+    banner = "!" * 72
+    log(banner)
+    log("DEV ONLY API tokens (set these variables yourself to replace them):")
+    for name, value in defaulted.items():
+        log(f"    {name}={value}    (HTTP header: Authorization: Bearer {value})")
+    log("They are public knowledge: never use them outside local development.")
+    log(banner)
+
+
+def _create_demo_group() -> None:
+    """The group demo members consume: `demo` / `demo-workers`, 4 shards, the settings' group defaults.
+
+    Idempotent: an existing group is left as it is (even with other settings).
+    """
+    from django.conf import settings
+
+    from coordinator.protocol.commands import CreateGroup
+    from coordinator.protocol.errors import GroupAlreadyExists, ShardCountConflict
+    from coordinator.store import get_store, reset_store
+    from coordinator.store.codec import meta_key
+    from coordinator.store.redis_store import default_config_from_settings
+
+    name = f"{DEMO_STREAM_PREFIX}/{DEMO_CONSUMER_GROUP}"
+    command = CreateGroup(
+        stream_prefix=DEMO_STREAM_PREFIX,
+        consumer_group=DEMO_CONSUMER_GROUP,
+        shard_count=DEMO_SHARD_COUNT,
+        config=default_config_from_settings(settings),
+    )
+    try:
+        get_store().create_group(command)
+        log(f"created the demo group {name} ({DEMO_SHARD_COUNT} shards)")
+    except GroupAlreadyExists:
+        log(f"the demo group {name} already exists")
+    except ShardCountConflict as exc:  # a `demo` prefix of someone else's, in a shared REDIS_URL
+        log(f"not creating the demo group {name}: {exc}")
+    finally:
+        reset_store()  # the children open their own connections
+    log(f"inspect it: redis-cli -u {settings.REDIS_URL} hgetall '{meta_key(DEMO_STREAM_PREFIX)}'")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n")[0])
     parser.add_argument("--addr", default="127.0.0.1:8000", help="runserver address (default %(default)s)")
     args = parser.parse_args(argv)
     host, _, port_text = args.addr.rpartition(":")
     host, port = host or "127.0.0.1", int(port_text)
+    with tempfile.TemporaryDirectory(prefix="rsc-devstack-") as run_dir:
+        return _run(host, port, Path(run_dir))
 
-    busy = [s for s in services(host, port) if s.ready_port is not None and _accepts(host, s.ready_port)]
+
+def _run(host: str, port: int, run_dir: Path) -> int:
+    stack = services(host, port, run_dir)
+    busy = [s for s in stack if s.ready_port is not None and _accepts(host, s.ready_port)]
     if busy:  # else the readiness probe would mistake the other server for ours
         for service in busy:
             log(f"{host}:{service.ready_port} is already in use; {service.name} cannot start (try --addr)")
@@ -187,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
             redis_server = RedisServer().start()
             os.environ["REDIS_URL"] = redis_server.url
             log(f"embedded Redis ({redis_server.binary}) at {redis_server.url}: private, no persistence")
+        _export_dev_environment(redis_server)
         _prepare_database()
+        _create_demo_group()
         supervisor = Supervisor(host, env=dict(os.environ))
-        for service in services(host, port):
+        for service in stack:
             supervisor.start(service)
         while True:
             exited = supervisor.first_exited()
@@ -203,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted; stopping everything")
     except CommandError as exc:  # includes SystemCheckError from migrate (rsc.E00x, ...)
         log(f"setup failed:\n{exc}")
+        exit_code = 1
+    except CoordinatorError as exc:  # the demo group: Redis unreachable, say
+        log(f"setup failed: {exc!r}")
         exit_code = 1
     finally:
         # A second Ctrl-C must not cut the shutdown short; it is bounded by STOP_TIMEOUT_S anyway.

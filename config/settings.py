@@ -113,12 +113,34 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Every DRF error as RFC 9457 problem details (coordinator/api/errors.py), never a traceback.
+    "EXCEPTION_HANDLER": "coordinator.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "redis-stream-coordinator API",
-    "DESCRIPTION": "Consumer-group coordinator for sharded Redis Streams (KIP-848 style).",
+    "DESCRIPTION": "Consumer-group coordinator for sharded Redis Streams (KIP-848 style). "
+    "The protocol is docs/protocol.md; errors are RFC 9457 problem details (section 12).",
     "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "MemberStateEnum": "coordinator.protocol.model.MemberState",
+        "VersionStateEnum": "coordinator.protocol.model.VersionState",
+        "GroupStateEnum": "coordinator.protocol.describe.GroupState",
+        "EndReasonEnum": "coordinator.protocol.model.EndReason",
+        "OrderingEnum": "coordinator.protocol.model.OrderingMode",
+        "ProblemCodeEnum": "coordinator.api.schemas.ALL_CODES",
+    },
 }
+
+# --- coordinator API (coordinator/api/auth.py) -----------------------------------------------------
+
+# Bearer tokens, comma-separated. Members may heartbeat and read routing; admins may do everything.
+# More credentials (stored hashed): `manage.py create_api_credential NAME --role member|admin`.
+RSC_MEMBER_TOKENS = env.list("RSC_MEMBER_TOKENS", default=[])
+RSC_ADMIN_TOKENS = env.list("RSC_ADMIN_TOKENS", default=[])
+# Larger request bodies are refused with 413 before they are read.
+RSC_API_MAX_BODY_BYTES = env.int("RSC_API_MAX_BODY_BYTES", default=64 * 1024)
 
 # --- coordinator (checked at start-up by coordinator/checks.py) -----------------------------------
 
@@ -130,3 +152,32 @@ RSC_MEMBER_LEASE_TTL_MS = env.int("RSC_MEMBER_LEASE_TTL_MS", default=10000)
 RSC_HEARTBEAT_INTERVAL_MS = env.int("RSC_HEARTBEAT_INTERVAL_MS", default=3000)
 # A member that has not released its revoked shards within this time is expired, so they can move on.
 RSC_REVOCATION_TIMEOUT_MS = env.int("RSC_REVOCATION_TIMEOUT_MS", default=30000)
+# How long EXPIRED / LEFT members stay visible to operators before the tick forgets them.
+RSC_MEMBER_RETENTION_MS = env.int("RSC_MEMBER_RETENTION_MS", default=600000)
+
+# The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS. A beat not run within one interval
+# expires instead of piling up while the worker is busy or down: the next beat does the same work.
+# The expiry is an absolute time from beat's clock, checked against the worker's: keep their hosts
+# NTP-synced to well within one interval, or the worker discards every beat (then use run_tick).
+CELERY_BEAT_SCHEDULE = {
+    "coordinator-tick": {
+        "task": "coordinator.tasks.tick",
+        "schedule": RSC_TICK_INTERVAL_MS / 1000,
+        "options": {"expires": RSC_TICK_INTERVAL_MS / 1000},
+    },
+}
+
+# --- consumers: members run by `manage.py run_member` (consumers/management/commands/run_member.py) ---
+
+# The coordinator's HTTP API, or "inprocess" to call the metadata store (REDIS_URL) directly.
+RSC_COORDINATOR_URL = env.str("RSC_COORDINATOR_URL", default="http://127.0.0.1:8000")
+# The bearer token members present (one of the coordinator's RSC_MEMBER_TOKENS, or a credential).
+RSC_MEMBER_TOKEN = env.str("RSC_MEMBER_TOKEN", default="")
+# The per-process runtime (consumers.Runtime): a dict of its fields, or the dotted path of a factory
+# returning one. max_concurrency = worker threads inside ONE member, reported as its capacity.
+RSC_RUNTIME = {"max_concurrency": env.int("RSC_RUNTIME_MAX_CONCURRENCY", default=1)}
+# Member fan-out per listener name, overriding @listener(concurrency=...): "billing=5,shipping=2"
+# (values are validated by run_member: integers or numeric strings in 1..1024).
+RSC_LISTENER_CONCURRENCY = env.dict("RSC_LISTENER_CONCURRENCY", default={})
+# How long a stopping member may take to finish in-flight work before it leaves anyway (seconds).
+RSC_SHUTDOWN_TIMEOUT_S = env.float("RSC_SHUTDOWN_TIMEOUT_S", default=30.0)

@@ -3,9 +3,12 @@
     rsc.E001  an RSC_*_MS setting is not a positive integer
     rsc.E002  RSC_TICK_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
     rsc.E003  RSC_HEARTBEAT_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
+    rsc.E004  RSC_MEMBER_RETENTION_MS < RSC_MEMBER_LEASE_TTL_MS
+    rsc.E005  a setting outside the range its consumer accepts (RANGES_MS)
 
-Projects that install the app without defining a setting get the default below (the same as
-config/settings.py).
+They run before every manage.py command (runserver, migrate, run_tick, ...) and, through
+config/celery.py, when a Celery worker or beat starts. Projects that install the app without defining a
+setting get the default below (the same as config/settings.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ DEFAULTS_MS = {
     "RSC_MEMBER_LEASE_TTL_MS": 10000,
     "RSC_HEARTBEAT_INTERVAL_MS": 3000,
     "RSC_REVOCATION_TIMEOUT_MS": 30000,
+    "RSC_MEMBER_RETENTION_MS": 600000,
+}
+
+# The lease, heartbeat and revocation settings are the defaults of every group created without its own
+# values, so they must lie in the ranges GroupConfig.validated() accepts (coordinator/protocol/model.py);
+# else every such create_group would fail with INVALID_REQUEST long after start-up.
+# tests/test_checks.py pins these bounds to GroupConfig. The retention is Tick.retention_ms's range.
+RANGES_MS: dict[str, tuple[int, int, str]] = {
+    "RSC_MEMBER_LEASE_TTL_MS": (1_000, 3_600_000, "a group's lease_ttl_ms"),
+    "RSC_HEARTBEAT_INTERVAL_MS": (100, 600_000, "a group's heartbeat_interval_ms"),
+    "RSC_REVOCATION_TIMEOUT_MS": (1_000, 3_600_000, "a group's revocation_timeout_ms"),
+    "RSC_MEMBER_RETENTION_MS": (1, 7 * 24 * 3_600_000, "the tick's retention_ms"),
 }
 
 
@@ -35,11 +50,28 @@ def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         if not _is_positive_int(value)
     ]
     if errors:
-        return errors  # the comparisons below would only repeat the same mistake
+        return errors  # the checks below would only repeat the same mistake
+    return _out_of_range(values) + _inconsistent(values)
 
+
+def _out_of_range(values: dict[str, int]) -> list[CheckMessage]:
+    return [
+        Error(
+            f"{name} ({values[name]}) must be between {low} and {high}, the range of {what}.",
+            hint=f"Set {name} within [{low}, {high}] (default {DEFAULTS_MS[name]}).",
+            id="rsc.E005",
+        )
+        for name, (low, high, what) in RANGES_MS.items()
+        if not low <= values[name] <= high
+    ]
+
+
+def _inconsistent(values: dict[str, int]) -> list[CheckMessage]:
     tick_ms = values["RSC_TICK_INTERVAL_MS"]
     lease_ms = values["RSC_MEMBER_LEASE_TTL_MS"]
     heartbeat_ms = values["RSC_HEARTBEAT_INTERVAL_MS"]
+    retention_ms = values["RSC_MEMBER_RETENTION_MS"]
+    errors: list[CheckMessage] = []
     if tick_ms >= lease_ms:
         errors.append(
             Error(
@@ -57,6 +89,17 @@ def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
                 hint="Otherwise every member expires between two of its own heartbeats. Keep the "
                 "heartbeat interval at a third of the lease TTL or less.",
                 id="rsc.E003",
+            )
+        )
+    if retention_ms < lease_ms:
+        errors.append(
+            Error(
+                f"RSC_MEMBER_RETENTION_MS ({retention_ms}) must be at least RSC_MEMBER_LEASE_TTL_MS "
+                f"({lease_ms}).",
+                hint="An ended member is kept this long so that operators can see why it ended and its "
+                "late heartbeats are answered FENCED_MEMBER_EPOCH rather than UNKNOWN_MEMBER_ID. "
+                "Keep it well above the lease TTL (default 10 minutes).",
+                id="rsc.E004",
             )
         )
     return errors

@@ -1,14 +1,26 @@
 """coordinator/checks.py: impossible timing settings stop `manage.py check`, runserver and migrate."""
 
+from dataclasses import replace
+
 import pytest
 from django.apps import apps
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from coordinator.checks import DEFAULTS_MS, check_rsc_settings
+from coordinator.checks import DEFAULTS_MS, RANGES_MS, check_rsc_settings
+from coordinator.protocol.errors import InvalidRequest
+from coordinator.protocol.model import GroupConfig
+from coordinator.store.redis_store import default_config_from_settings
 
 SETTING_NAMES = sorted(DEFAULTS_MS)
+# The settings that are group defaults, and the GroupConfig field each one becomes.
+GROUP_DEFAULT_FIELDS = {
+    "RSC_MEMBER_LEASE_TTL_MS": "lease_ttl_ms",
+    "RSC_HEARTBEAT_INTERVAL_MS": "heartbeat_interval_ms",
+    "RSC_REVOCATION_TIMEOUT_MS": "revocation_timeout_ms",
+}
+WEEK_MS = 7 * 24 * 3_600_000
 
 
 def error_ids(messages: list[checks.CheckMessage]) -> list[str]:
@@ -42,8 +54,56 @@ def test_heartbeat_interval_not_below_lease_ttl_is_rejected(settings, heartbeat_
 
 
 def test_both_intervals_too_long_reports_both(settings) -> None:
-    settings.RSC_MEMBER_LEASE_TTL_MS = 500
+    settings.RSC_MEMBER_LEASE_TTL_MS = 1000
     assert error_ids(check_rsc_settings()) == ["rsc.E002", "rsc.E003"]
+
+
+@pytest.mark.parametrize(("retention_ms", "ids"), [(9999, ["rsc.E004"]), (10000, []), (WEEK_MS, [])])
+def test_retention_below_lease_ttl_is_rejected(settings, retention_ms: int, ids: list[str]) -> None:
+    settings.RSC_MEMBER_LEASE_TTL_MS = 10000
+    settings.RSC_MEMBER_RETENTION_MS = retention_ms
+    assert error_ids(check_rsc_settings()) == ids
+
+
+def test_retention_beyond_what_the_tick_accepts_is_rejected(settings) -> None:
+    settings.RSC_MEMBER_RETENTION_MS = WEEK_MS + 1
+    messages = check_rsc_settings()
+    assert error_ids(messages) == ["rsc.E005"]
+    assert "RSC_MEMBER_RETENTION_MS" in messages[0].msg
+
+
+def permissive(settings) -> None:
+    """Settings where every cross-check passes, so only a range can be violated."""
+    settings.RSC_TICK_INTERVAL_MS = 50
+    settings.RSC_MEMBER_LEASE_TTL_MS = 3_600_000
+    settings.RSC_HEARTBEAT_INTERVAL_MS = 100
+    settings.RSC_REVOCATION_TIMEOUT_MS = 1_000
+    settings.RSC_MEMBER_RETENTION_MS = WEEK_MS
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_DEFAULT_FIELDS))
+def test_group_default_ranges_agree_with_group_config(settings, name: str) -> None:
+    """The check accepts a group default exactly when GroupConfig.validated() does (its bounds live in
+    coordinator/protocol/model.py; RANGES_MS copies them and this test keeps the copy honest)."""
+    low, high, _ = RANGES_MS[name]
+    field = GROUP_DEFAULT_FIELDS[name]
+    for value, accepted in [(low - 1, False), (low, True), (high, True), (high + 1, False)]:
+        permissive(settings)
+        setattr(settings, name, value)
+        ids = error_ids(check_rsc_settings())
+        assert ids == ([] if accepted else ["rsc.E005"]), (name, value, ids)
+        config = default_config_from_settings(settings)
+        if accepted:
+            config.validated()
+        else:
+            with pytest.raises(InvalidRequest) as error:
+                config.validated()
+            assert error.value.details["field"] == field
+
+
+def test_the_default_settings_make_a_valid_group_config(settings) -> None:
+    config = default_config_from_settings(settings).validated()
+    assert config == replace(GroupConfig(), max_concurrency=config.max_concurrency)
 
 
 @pytest.mark.parametrize("name", SETTING_NAMES)

@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     ILLEGAL_TRANSITION = "ILLEGAL_TRANSITION"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     CONCURRENT_UPDATE = "CONCURRENT_UPDATE"
+    METADATA_CORRUPT = "METADATA_CORRUPT"
 
 
 class CoordinatorError(Exception):
@@ -128,3 +129,10 @@ class ConcurrentUpdate(CoordinatorError):
 
     code = ErrorCode.CONCURRENT_UPDATE
     retriable = True
+
+
+class MetadataCorrupt(CoordinatorError):
+    """Redis answered, but the metadata could not be read or a script failed: a bug or a hand edit.
+    Not retriable: retrying the same command against the same data fails the same way."""
+
+    code = ErrorCode.METADATA_CORRUPT

@@ -29,7 +29,7 @@ def validate_identifier(value: object, what: str) -> str:
     Braces, colons and whitespace are excluded because they would break the key layout
     (``rsc:{prefix}:v2:7``) and its hash tag.
     """
-    if not isinstance(value, str) or not IDENTIFIER_RE.match(value):
+    if not isinstance(value, str) or not IDENTIFIER_RE.fullmatch(value):
         raise InvalidIdentifier(
             f"{what} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter "
             f"or digit; got {value!r}",
@@ -39,7 +39,7 @@ def validate_identifier(value: object, what: str) -> str:
 
 
 def validate_member_id(value: object) -> str:
-    if not isinstance(value, str) or not MEMBER_ID_RE.match(value):
+    if not isinstance(value, str) or not MEMBER_ID_RE.fullmatch(value):
         raise InvalidIdentifier(
             "member_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
             f"letter or digit; got {value!r}",

@@ -16,13 +16,15 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
 * ``f:<group>:<member>``: present only while the member is STABLE at the assignment epoch:
-  ``"<epoch>|<capacity>|<lease ttl ms>|<owned shards, comma separated>"``, the fast path's signature;
+  ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owned shards, comma separated>"``, the fast
+  path's signature;
 * ``r:<group>:<member>``: the JSON heartbeat response for that steady state.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -266,6 +268,12 @@ def response_to_json(r: HeartbeatResponse, stream_prefix: str) -> dict[str, Any]
     }
 
 
+def client_signature(client: ClientInfo) -> str:
+    """A short digest of the client info, so the fast path can tell whether it changed."""
+    text = f"{client.host}\x1f{client.pid}\x1f{client.listener}\x1f{client.version}"
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
 def route_field(topology: Topology) -> str:
     active = topology.active_version
     draining = ",".join(str(v.version) for v in topology.draining_versions) or "-"
@@ -300,9 +308,8 @@ def member_fields(group: Group, topology: Topology, member: Member, *, with_resp
         fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
     if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
         owned = ",".join(str(s) for s in sorted(member.assigned))
-        fields[f"f:{name}:{mid}"] = (
-            f"{member.member_epoch}|{member.capacity}|{group.config.lease_ttl_ms}|{owned}"
-        )
+        ttl, client = group.config.lease_ttl_ms, client_signature(member.client)
+        fields[f"f:{name}:{mid}"] = f"{member.member_epoch}|{member.capacity}|{ttl}|{client}|{owned}"
         response = ""
         if with_response:
             response = _dumps(

@@ -6,6 +6,7 @@
 -- ARGV[3]  member epoch the member sent (decimal)
 -- ARGV[4]  reported capacity (decimal), or "" when not reported
 -- ARGV[5]  reported owned shards, comma separated in shard order, or "*" when not reported
+-- ARGV[6]  digest of the reported client info, or "" when not reported
 --
 -- Returns {1, <response json>} when the heartbeat changed nothing but the lease (renewed here, by
 -- Redis's clock), else {0}: the caller then takes the full path, which decides everything else
@@ -16,7 +17,7 @@ local sig = redis.call('HGET', meta, 'f:' .. tag)
 if not sig then
   return {0}
 end
-local epoch, capacity, ttl, owned = string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+local epoch, capacity, ttl, client, owned = string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 if ARGV[3] ~= epoch then
   return {0}
 end
@@ -24,6 +25,9 @@ if ARGV[4] ~= '' and ARGV[4] ~= capacity then
   return {0}
 end
 if ARGV[5] ~= '*' and ARGV[5] ~= owned then
+  return {0}
+end
+if ARGV[6] ~= '' and ARGV[6] ~= client then
   return {0}
 end
 local t = redis.call('TIME')

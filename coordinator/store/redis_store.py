@@ -47,8 +47,10 @@ from coordinator.protocol.commands import (
 from coordinator.protocol.describe import HeartbeatResponse, describe_group, topology_view
 from coordinator.protocol.errors import (
     ConcurrentUpdate,
+    CoordinatorError,
     GroupNotFound,
     InvalidRequest,
+    MetadataCorrupt,
     StoreUnavailable,
     StreamPrefixNotFound,
 )
@@ -73,13 +75,32 @@ _LUA = Path(__file__).with_name
 START_FROM = {"latest": "$", "earliest": "0"}
 
 
+# Error replies that mean "Redis cannot serve this right now", as opposed to "this cannot work".
+_TRANSIENT_REPLIES = (
+    "BUSY",
+    "LOADING",
+    "READONLY",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "OOM",
+    "NOREPLICAS",
+)
+
+
 @contextmanager
 def _translate_redis_errors() -> Iterator[None]:
-    """No ``redis.*`` exception leaves the store: they become a retriable ``StoreUnavailable``."""
+    """No ``redis.*`` exception leaves the store. Unreachable or temporarily unable: the retriable
+    ``StoreUnavailable``. Any other error reply (a script that failed on unreadable data): the
+    non-retriable ``MetadataCorrupt``."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as e:
         raise StoreUnavailable(f"the metadata store is unreachable: {e}") from e
+    except redis.ResponseError as e:
+        if str(e).split(" ", 1)[0].upper() in _TRANSIENT_REPLIES:
+            raise StoreUnavailable(f"the metadata store is temporarily unable to serve: {e}") from e
+        raise MetadataCorrupt(f"the metadata store refused the operation: {e}") from e
     except redis.RedisError as e:
         raise StoreUnavailable(f"the metadata store failed: {e}") from e
 
@@ -101,8 +122,9 @@ class StoreTickReport:
     stream_prefix: str
     expired: tuple[tuple[str, str], ...]
     collected: tuple[tuple[str, str], ...]
-    drained: tuple[tuple[str, str], ...]  # (group, shard) found drained by this tick
-    retired_versions: tuple[int, ...]
+    drained: tuple[tuple[str, str], ...] = ()  # (group, shard) found drained by this tick
+    retired_versions: tuple[int, ...] = ()
+    error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
 class MetadataStore:
@@ -136,10 +158,11 @@ class MetadataStore:
         if hb.member_epoch > 0:
             owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
             capacity = "" if hb.capacity is None else str(hb.capacity)
+            client = "" if hb.client is None else codec.client_signature(hb.client)
             with _translate_redis_errors():
                 fast = self._fast(
                     keys=[codec.meta_key(stream_prefix)],
-                    args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned],
+                    args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned, client],
                 )
             if int(fast[0]) == 1:
                 return dict(codec.loads(fast[1]))
@@ -165,10 +188,11 @@ class MetadataStore:
         def before_commit(state: PrefixState) -> None:
             group = state.groups[command.consumer_group]
             self._create_consumer_groups(state, [group], START_FROM[start_from])
+            # Indexed before the commit: a group the tick cannot see would never expire its members. An
+            # index entry without metadata (the commit failed) is skipped by the tick and listings.
+            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
 
         self._execute(command, [command.consumer_group], before_commit=before_commit)
-        with _translate_redis_errors():
-            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
         return self.describe_group(command.stream_prefix, command.consumer_group)
 
     def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
@@ -265,41 +289,50 @@ class MetadataStore:
     # ------------------------------------------------------------------------------------------ tick
 
     def tick(self, retention_ms: int = 600_000) -> list[StoreTickReport]:
-        """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement."""
+        """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement.
+
+        Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
+        reported in its ``StoreTickReport.error`` and does not hold back the others. Only failing to
+        list the prefixes at all raises."""
         reports = []
         for prefix in self.stream_prefixes():
-            outcome = self._execute(Tick(stream_prefix=prefix, retention_ms=retention_ms), None)
-            if outcome.state is None:
-                continue
-            assert isinstance(outcome.result, TickReport)
-            report = outcome.result
-            drained = self._observe_drained(outcome.state)
-            retired = list(report.retired_versions)
-            for group, shards in drained.items():
-                before = {
-                    v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED
-                }
-                cmd = ReportDrained(stream_prefix=prefix, consumer_group=group, shards=frozenset(shards))
-                try:
-                    after = self._execute(cmd, None).state
-                except GroupNotFound:
-                    continue  # deleted meanwhile
-                assert after is not None
-                retired += [
-                    v.version
-                    for v in after.topology.versions
-                    if v.state is VersionState.RETIRED and v.version not in before
-                ]
-            reports.append(
-                StoreTickReport(
-                    stream_prefix=prefix,
-                    expired=report.expired,
-                    collected=report.collected,
-                    drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
-                    retired_versions=tuple(sorted(set(retired))),
-                )
-            )
+            try:
+                report = self._tick_prefix(prefix, retention_ms)
+            except CoordinatorError as e:
+                log.warning("tick of stream prefix %r failed: %s", prefix, e)
+                report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)
+            if report is not None:
+                reports.append(report)
         return reports
+
+    def _tick_prefix(self, prefix: str, retention_ms: int) -> StoreTickReport | None:
+        outcome = self._execute(Tick(stream_prefix=prefix, retention_ms=retention_ms), None)
+        if outcome.state is None:
+            return None
+        assert isinstance(outcome.result, TickReport)
+        report = outcome.result
+        drained = self._observe_drained(outcome.state)
+        retired = list(report.retired_versions)
+        for group, shards in drained.items():
+            before = {v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED}
+            cmd = ReportDrained(stream_prefix=prefix, consumer_group=group, shards=frozenset(shards))
+            try:
+                after = self._execute(cmd, None).state
+            except GroupNotFound:
+                continue  # deleted meanwhile
+            assert after is not None
+            retired += [
+                v.version
+                for v in after.topology.versions
+                if v.state is VersionState.RETIRED and v.version not in before
+            ]
+        return StoreTickReport(
+            stream_prefix=prefix,
+            expired=report.expired,
+            collected=report.collected,
+            drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
+            retired_versions=tuple(sorted(set(retired))),
+        )
 
     def _observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
         """Shards of draining versions that a group has read to the end and acked (sealed: final)."""
@@ -348,6 +381,15 @@ class MetadataStore:
             now_ms, topo, trev, rows = self._load_script(keys=[codec.meta_key(stream_prefix)], args=args)
         if not topo:
             return _Loaded(int(now_ms), None, "", {}, [])
+        try:
+            return self._decode_loaded(int(now_ms), topo, trev, rows)
+        except (ValueError, KeyError, TypeError) as e:
+            raise MetadataCorrupt(
+                f"the metadata of stream prefix {stream_prefix!r} is unreadable: {e!r}"
+            ) from e
+
+    @staticmethod
+    def _decode_loaded(now_ms: int, topo: bytes, trev: Any, rows: list[Any]) -> _Loaded:
         topology, names = codec.decode_topology(topo)
         loaded: dict[str, Group] = {}
         revs: dict[str, str] = {}

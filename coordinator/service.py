@@ -1,0 +1,129 @@
+"""The coordinator's periodic work, shared by its two entry points.
+
+    coordinator.tasks.tick        Celery beat, every RSC_TICK_INTERVAL_MS (config/settings.py)
+    manage.py run_tick            the same loop without Celery (TickLoop below)
+
+Both call :func:`run_tick`: one tick of ``MetadataStore.tick`` over every stream prefix
+(docs/protocol.md section 5). The tick is idempotent, because every change it makes is a
+compare-and-set commit decided on freshly loaded state: two ticks at once (two beats, a beat and a
+``run_tick``, a late replay of an old beat) commit each expiry once, and the loser re-decides on the
+winner's state and finds nothing left to do. So neither entry point needs a lock or leader election.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+
+from coordinator.protocol.errors import CoordinatorError
+from coordinator.store import StoreTickReport, get_store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RETENTION_MS = 600_000
+# run_tick's longest wait between attempts while the store is unreachable: long enough not to spin,
+# short enough that expiry resumes within a few seconds of Redis coming back.
+BACKOFF_MAX_MS = 5_000
+
+
+def run_tick() -> list[StoreTickReport]:
+    """One tick over every stream prefix; logs what it changed. Raises StoreUnavailable and the like."""
+    retention_ms = getattr(settings, "RSC_MEMBER_RETENTION_MS", DEFAULT_RETENTION_MS)
+    reports = get_store().tick(retention_ms=retention_ms)
+    for report in reports:
+        log_report(report)
+    return reports
+
+
+def log_report(report: StoreTickReport) -> None:
+    """One INFO line per change, as key=value pairs (grep-friendly). A tick that changed nothing is silent."""
+    prefix = report.stream_prefix
+    for group, member_id in report.expired:
+        log.info(
+            "member expired, its shards are free: stream_prefix=%s consumer_group=%s member_id=%s",
+            prefix,
+            group,
+            member_id,
+        )
+    for group, member_id in report.collected:
+        log.info(
+            "ended member forgotten after retention: stream_prefix=%s consumer_group=%s member_id=%s",
+            prefix,
+            group,
+            member_id,
+        )
+    for group, shard in report.drained:
+        log.info("shard drained: stream_prefix=%s consumer_group=%s shard=%s", prefix, group, shard)
+    for version in report.retired_versions:
+        log.info("routing version retired, migration complete: stream_prefix=%s version=%d", prefix, version)
+
+
+def is_retriable(error: BaseException) -> bool:
+    """StoreUnavailable, ConcurrentUpdate: the next tick may well succeed."""
+    return isinstance(error, CoordinatorError) and error.retriable
+
+
+def backoff_ms(interval_ms: int, failures: int, maximum_ms: int = BACKOFF_MAX_MS) -> int:
+    """Wait after the ``failures``-th failed tick in a row: the interval, doubled each time, capped."""
+    return min(interval_ms * 2 ** min(failures - 1, 30), max(interval_ms, maximum_ms))
+
+
+class TickLoop:
+    """``manage.py run_tick``: :func:`run_tick` every ``interval_ms`` until :meth:`stop`.
+
+    Fixed rate, not fixed delay: the next tick is due one interval after the previous one was *due*, so
+    the rate does not drift by the tick's own duration; a tick that overran skips the beats it missed
+    rather than running them in a burst (they would find nothing more to do). A retriable error (the
+    store is down) is logged and retried with exponential backoff; anything else is a bug and propagates:
+    retrying it forever would hide that expiry has stopped. stop() is safe from a signal handler or another
+    thread and takes effect between ticks (a tick in progress is bounded by the store's socket timeout).
+    """
+
+    def __init__(
+        self,
+        interval_ms: int,
+        *,
+        backoff_max_ms: int = BACKOFF_MAX_MS,
+        tick: Callable[[], object] | None = None,
+    ) -> None:
+        self.interval_ms = interval_ms
+        self.backoff_max_ms = backoff_max_ms
+        self._tick = tick if tick is not None else run_tick
+        self._stopping = threading.Event()
+        self.ticks = 0  # successful ticks, for tests and the exit message
+        self.failures = 0  # consecutive failed ticks
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        interval_s = self.interval_ms / 1000
+        due = time.monotonic()
+        while not self._stopping.is_set():
+            if self.tick_once():
+                due = max(due + interval_s, time.monotonic())
+                self._stopping.wait(due - time.monotonic())
+            else:
+                self._stopping.wait(backoff_ms(self.interval_ms, self.failures, self.backoff_max_ms) / 1000)
+                due = time.monotonic()
+
+    def tick_once(self) -> bool:
+        """One tick; False (logged) if it failed with a retriable error."""
+        try:
+            self._tick()
+        except Exception as error:
+            if not is_retriable(error):
+                raise
+            self.failures += 1
+            delay_ms = backoff_ms(self.interval_ms, self.failures, self.backoff_max_ms)
+            log.warning("tick failed (%s); retrying in %d ms", error, delay_ms)
+            return False
+        if self.failures:
+            log.info("tick succeeded again after %d failed attempts", self.failures)
+        self.failures = 0
+        self.ticks += 1
+        return True

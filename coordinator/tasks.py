@@ -1,0 +1,28 @@
+"""Celery tasks. Beat runs ``coordinator.tasks.tick`` every RSC_TICK_INTERVAL_MS (CELERY_BEAT_SCHEDULE in
+config/settings.py); each beat expires at the next one, so a backlog is dropped rather than replayed."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from coordinator import service
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="coordinator.tasks.tick", ignore_result=True)
+def tick() -> None:
+    """One coordinator tick (docs/protocol.md section 5). Idempotent: concurrent or late runs are harmless.
+
+    A retriable failure (Redis unreachable, too much contention) is a warning, not a task failure: the
+    next beat is the retry, and raising would only add a traceback per beat while Redis is down. Any
+    other exception is a bug and fails the task (Celery logs it); the worker keeps running either way.
+    """
+    try:
+        service.run_tick()
+    except Exception as error:
+        if not service.is_retriable(error):
+            raise
+        log.warning("tick skipped, the next beat retries: %s", error)
