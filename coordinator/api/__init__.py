@@ -1,0 +1,9 @@
+"""The coordinator's HTTP API v1 (docs/protocol.md section 13), mounted at ``/api/v1/``.
+
+    views.py        thin DRF views: authenticate, validate, one store call, the store's JSON back
+    serializers.py  strict request bodies -> the core's commands
+    auth.py         bearer tokens (environment, database) and staff sessions; member / admin roles
+    parsers.py      JSON bodies: size-bounded, UTF-8, strict
+    errors.py       RFC 9457 problem details; the one table of error code -> HTTP status
+    schemas.py      OpenAPI documentation of the responses and the security schemes (drf-spectacular)
+"""

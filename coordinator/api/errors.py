@@ -1,0 +1,330 @@
+"""Every error the HTTP API returns, as RFC 9457 problem details; the ONE place codes map to statuses.
+
+Theory of operation
+-------------------
+Errors reach a client through exactly three doors, and all three build their body with
+:func:`problem`:
+
+1. :func:`exception_handler`, DRF's exception handler (``REST_FRAMEWORK["EXCEPTION_HANDLER"]``):
+   everything raised inside an API view, from the core's :class:`CoordinatorError` to an unexpected
+   ``KeyError``. It never returns ``None``, so DRF never re-raises and no traceback or HTML page can
+   follow, whatever ``DEBUG`` says.
+2. :func:`api_not_found`, the catch-all route under ``/api/``: unknown paths (also with DEBUG on, where
+   Django would otherwise answer with its technical 404 page).
+3. The Django handlers :func:`handler400` / ``403`` / ``404`` / ``500`` (wired in ``config/urls.py``):
+   failures outside any view (middleware), for ``/api/`` paths only; other paths keep Django's pages.
+
+The status of a code is :data:`HTTP_STATUS` and nothing else: docs/protocol.md section 12 for the core's
+codes, plus the codes that only the HTTP layer produces (:class:`ApiErrorCode`). Every 503 carries
+``Retry-After`` (the store or its optimistic concurrency will likely be back within a second).
+
+The body is ``{type, title, status, detail, code, retriable, instance, details}``; validation failures
+add ``errors: [{field, message, code}]`` and unexpected failures ``incident_id`` (the id under which
+the traceback was logged). An unexpected failure's own message is never sent: it may hold anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions as drf
+from rest_framework.views import set_rollback
+
+from coordinator.protocol.errors import CoordinatorError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_PREFIX = "urn:redis-stream-coordinator:problem:"
+RETRY_AFTER_S = 1
+
+
+class ApiErrorCode(StrEnum):
+    """Codes that only the HTTP layer produces (the core's are :class:`ErrorCode`)."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
+    LENGTH_REQUIRED = "LENGTH_REQUIRED"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+# code -> (HTTP status, title). docs/protocol.md section 12; keep the two in step.
+HTTP_STATUS: dict[str, tuple[int, str]] = {
+    ErrorCode.INVALID_REQUEST: (400, "Invalid request"),
+    ErrorCode.INVALID_IDENTIFIER: (400, "Invalid identifier"),
+    ErrorCode.INVALID_CONFIG: (400, "Invalid group configuration"),
+    ErrorCode.UNKNOWN_SHARD: (400, "Unknown shard"),
+    ApiErrorCode.UNAUTHENTICATED: (401, "Authentication required"),
+    ApiErrorCode.PERMISSION_DENIED: (403, "Permission denied"),
+    ErrorCode.GROUP_NOT_FOUND: (404, "Group not found"),
+    ErrorCode.STREAM_PREFIX_NOT_FOUND: (404, "Stream prefix not found"),
+    ApiErrorCode.NOT_FOUND: (404, "Not found"),
+    ApiErrorCode.METHOD_NOT_ALLOWED: (405, "Method not allowed"),
+    ApiErrorCode.NOT_ACCEPTABLE: (406, "Not acceptable"),
+    ErrorCode.GROUP_ALREADY_EXISTS: (409, "Group already exists"),
+    ErrorCode.SHARD_COUNT_CONFLICT: (409, "Shard count conflict"),
+    ErrorCode.SHARD_COUNT_UNCHANGED: (409, "Shard count unchanged"),
+    ErrorCode.MIGRATION_IN_PROGRESS: (409, "Migration in progress"),
+    ErrorCode.UNKNOWN_MEMBER_ID: (409, "Unknown member id"),
+    ErrorCode.FENCED_MEMBER_EPOCH: (409, "Fenced member epoch"),
+    ErrorCode.GROUP_MAX_SIZE_REACHED: (409, "Group is full"),
+    ApiErrorCode.LENGTH_REQUIRED: (411, "Length required"),
+    ApiErrorCode.PAYLOAD_TOO_LARGE: (413, "Payload too large"),
+    ApiErrorCode.UNSUPPORTED_MEDIA_TYPE: (415, "Unsupported media type"),
+    ApiErrorCode.TOO_MANY_REQUESTS: (429, "Too many requests"),
+    ErrorCode.ILLEGAL_TRANSITION: (500, "Internal protocol violation"),
+    ApiErrorCode.INTERNAL_ERROR: (500, "Internal error"),
+    ErrorCode.STORE_UNAVAILABLE: (503, "Metadata store unavailable"),
+    ErrorCode.CONCURRENT_UPDATE: (503, "Concurrent update"),
+    ErrorCode.METADATA_CORRUPT: (500, "Metadata unreadable"),
+}
+
+
+class LengthRequired(drf.APIException):
+    status_code = 411
+    default_detail = "send the body with a Content-Length (chunked request bodies are not read)"
+    default_code = "length_required"
+
+
+class PayloadTooLarge(drf.APIException):
+    status_code = 413
+    default_detail = "the request body is too large"
+    default_code = "payload_too_large"
+
+
+# DRF's exceptions (and ours) -> code; the first matching class wins.
+_DRF_CODES: tuple[tuple[type[drf.APIException], str], ...] = (
+    (drf.NotAuthenticated, ApiErrorCode.UNAUTHENTICATED),
+    (drf.AuthenticationFailed, ApiErrorCode.UNAUTHENTICATED),
+    (drf.PermissionDenied, ApiErrorCode.PERMISSION_DENIED),
+    (drf.NotFound, ApiErrorCode.NOT_FOUND),
+    (drf.MethodNotAllowed, ApiErrorCode.METHOD_NOT_ALLOWED),
+    (drf.NotAcceptable, ApiErrorCode.NOT_ACCEPTABLE),
+    (drf.UnsupportedMediaType, ApiErrorCode.UNSUPPORTED_MEDIA_TYPE),
+    (drf.Throttled, ApiErrorCode.TOO_MANY_REQUESTS),
+    (PayloadTooLarge, ApiErrorCode.PAYLOAD_TOO_LARGE),
+    (LengthRequired, ApiErrorCode.LENGTH_REQUIRED),
+    (drf.ParseError, ErrorCode.INVALID_REQUEST),
+    (drf.ValidationError, ErrorCode.INVALID_REQUEST),
+)
+# An identifier field that fails the core's validate_identifier reports this DRF error code.
+IDENTIFIER_ERROR_CODE = "invalid_identifier"
+
+
+def status_of(code: str) -> int:
+    return HTTP_STATUS[code][0]
+
+
+def problem(
+    code: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    retriable: bool = False,
+    details: Mapping[str, Any] | None = None,
+    **extensions: Any,
+) -> dict[str, Any]:
+    """The RFC 9457 body for ``code`` (its status and title come from :data:`HTTP_STATUS`)."""
+    status, title = HTTP_STATUS[code]
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_PREFIX + str(code).lower().replace("_", "-"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": str(code),
+        "retriable": retriable,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    body["details"] = _json_safe(dict(details or {}))
+    body.update(extensions)
+    return body
+
+
+def problem_headers(code: str, **extra: str) -> dict[str, str]:
+    headers = dict(extra)
+    if status_of(code) == 503:
+        headers.setdefault("Retry-After", str(RETRY_AFTER_S))
+    return headers
+
+
+def _json_safe(value: dict[str, Any]) -> dict[str, Any]:
+    # CoordinatorError.details is documented JSON-safe; a stray value must not turn a 4xx into a 500.
+    return dict(json.loads(json.dumps(value, default=str)))
+
+
+# ------------------------------------------------------------------------------------------ DRF
+
+
+def exception_handler(exc: Exception, context: Mapping[str, Any]) -> HttpResponse:
+    """DRF's exception handler for the API: a problem response for every exception, never ``None``.
+
+    It returns a plain Django response, not a DRF ``Response``: DRF would render that with whatever
+    renderer the view negotiated (drf-spectacular's schema view would answer a problem in YAML).
+    """
+    request = context.get("request")
+    instance = request.path if request is not None else None
+    set_rollback()
+    code, detail, retriable, details, extensions, headers = _describe(exc, instance)
+    body = problem(code, detail, instance=instance, retriable=retriable, details=details, **extensions)
+    return _problem_response(body, problem_headers(code, **headers))
+
+
+# What a client is told instead of a translated Redis error's own message.
+_DRIVER_DETAIL = {
+    ErrorCode.STORE_UNAVAILABLE: "the coordinator's metadata store is unavailable; retry after Retry-After",
+    ErrorCode.METADATA_CORRUPT: "the coordinator could not read its metadata; the details are in its log",
+}
+_Described = tuple[str, str, bool, dict[str, Any], dict[str, Any], dict[str, str]]
+
+
+def _describe(exc: Exception, instance: str | None) -> _Described:
+    """code, detail, retriable, details, extension members, headers of one exception."""
+    if isinstance(exc, CoordinatorError):
+        if exc.code in (ErrorCode.ILLEGAL_TRANSITION, ErrorCode.METADATA_CORRUPT):  # bugs, hand edits
+            log.error("%s on %s: %s", exc.code.value, instance, exc.message, exc_info=exc)
+        elif exc.code is ErrorCode.STORE_UNAVAILABLE:
+            log.warning("%s: %s", instance, exc.message)
+        detail = exc.message
+        if exc.__cause__ is not None and exc.code in _DRIVER_DETAIL:
+            detail = _DRIVER_DETAIL[
+                exc.code
+            ]  # a translated driver error: its words (hosts, ports) are logged
+        return exc.code, detail, exc.retriable, exc.details, {}, {}
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = drf.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
+    elif isinstance(exc, SuspiciousOperation):
+        exc = drf.ParseError("the request was rejected as malformed")
+    if isinstance(exc, drf.ValidationError):
+        return _describe_validation(exc)
+    if isinstance(exc, drf.APIException):
+        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), None)
+        if code is None or status_of(code) != exc.status_code:
+            code = _code_for_status(exc.status_code)
+        headers: dict[str, str] = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = str(exc.auth_header)
+        wait = getattr(exc, "wait", None)
+        if wait:
+            headers["Retry-After"] = str(int(wait))
+        retriable = code == ApiErrorCode.TOO_MANY_REQUESTS
+        return code, _text(exc.detail), retriable, {}, {}, headers
+    incident = uuid.uuid4().hex
+    log.error("unexpected error on %s (incident %s)", instance, incident, exc_info=exc)
+    detail = f"an unexpected error occurred; it was logged as incident {incident}"
+    return ApiErrorCode.INTERNAL_ERROR, detail, False, {}, {"incident_id": incident}, {}
+
+
+def _describe_validation(exc: drf.ValidationError) -> _Described:
+    errors = list(_flatten(exc.detail, ""))
+    identifier_only = bool(errors) and all(e["code"] == IDENTIFIER_ERROR_CODE for e in errors)
+    code = ErrorCode.INVALID_IDENTIFIER if identifier_only else ErrorCode.INVALID_REQUEST
+    first = errors[0] if errors else {"field": None, "message": "invalid request"}
+    where = f"{first['field']}: " if first["field"] else ""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    detail = f"the request body is invalid: {where}{first['message']}{more}"
+    return code, detail, False, {}, {"errors": errors}, {}
+
+
+def _flatten(detail: Any, path: str) -> Any:
+    """DRF's nested error detail as ``[{field, message, code}]``; ``field`` is e.g. ``client.pid`` or
+    ``owned_shards[3]`` (``None`` for the body as a whole)."""
+    if isinstance(detail, Mapping):
+        for key, value in detail.items():
+            if key == "non_field_errors":
+                yield from _flatten(value, path)
+            elif isinstance(key, int):
+                yield from _flatten(value, f"{path}[{key}]")
+            else:
+                yield from _flatten(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(detail, list):
+        for item in detail:
+            yield from _flatten(item, path)
+    else:
+        yield {"field": path or None, "message": str(detail), "code": getattr(detail, "code", "invalid")}
+
+
+def _text(detail: Any) -> str:
+    if isinstance(detail, list | dict):
+        return "; ".join(e["message"] for e in _flatten(detail, ""))
+    return str(detail)
+
+
+def _code_for_status(status: int) -> str:
+    """An APIException this module does not know by class: the first code with its status."""
+    for code, (code_status, _title) in HTTP_STATUS.items():
+        if code_status == status and code in ApiErrorCode.__members__.values():
+            return code
+    return ErrorCode.INVALID_REQUEST if 400 <= status < 500 else ApiErrorCode.INTERNAL_ERROR
+
+
+# ------------------------------------------------------------------------------------------ Django
+
+
+def is_api_path(request: HttpRequest) -> bool:
+    return request.path == "/api" or request.path.startswith("/api/")
+
+
+def problem_response(request: HttpRequest, code: str, detail: str) -> HttpResponse:
+    return _problem_response(problem(code, detail, instance=request.path), problem_headers(code))
+
+
+def _problem_response(body: dict[str, Any], headers: dict[str, str]) -> HttpResponse:
+    return JsonResponse(
+        body,
+        status=body["status"],
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=headers,
+        json_dumps_params={"separators": (",", ":")},
+    )
+
+
+@csrf_exempt
+def api_not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """The catch-all route under ``/api/``: any method, any unknown path."""
+    return problem_response(request, ApiErrorCode.NOT_FOUND, f"no API endpoint at {request.path}")
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if not is_api_path(request):
+        return defaults.bad_request(request, exception)
+    return problem_response(request, ErrorCode.INVALID_REQUEST, "the request was rejected as malformed")
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if not is_api_path(request):
+        return defaults.permission_denied(request, exception)
+    return problem_response(request, ApiErrorCode.PERMISSION_DENIED, "permission denied")
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if not is_api_path(request):
+        return defaults.page_not_found(request, exception)
+    return problem_response(request, ApiErrorCode.NOT_FOUND, f"no API endpoint at {request.path}")
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if not is_api_path(request):
+        return defaults.server_error(request)
+    # Django has already logged the exception with its traceback (logger django.request).
+    return problem_response(request, ApiErrorCode.INTERNAL_ERROR, "an unexpected error occurred")

@@ -1,0 +1,319 @@
+"""OpenAPI documentation of the responses (drf-spectacular), and the security schemes.
+
+The views return the store's JSON-ready dicts as they are (one source of truth for their shape: the core's
+``describe`` module and the store's ``codec``); the serializers below only *document* those shapes.
+tests/api/test_schema.py validates real responses against the generated schema, so a change on either
+side that is not made on the other fails the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+from coordinator.protocol.describe import GroupState
+from coordinator.protocol.errors import ErrorCode
+from coordinator.protocol.model import IDENTIFIER_RE, EndReason, MemberState, OrderingMode, VersionState
+
+from .errors import HTTP_STATUS, PROBLEM_CONTENT_TYPE, ApiErrorCode
+
+# ---------------------------------------------------------------------------------------------- security
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "coordinator.api.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A member or admin token: RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS, or one issued by "
+            "`manage.py create_api_credential NAME --role member|admin`.",
+        }
+
+
+class StaffSessionScheme(OpenApiAuthenticationExtension):
+    target_class = "coordinator.api.auth.StaffSessionAuthentication"
+    name = "staffSession"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        from django.conf import settings
+
+        return {
+            "type": "apiKey",
+            "in": "cookie",
+            "name": settings.SESSION_COOKIE_NAME,
+            "description": "A Django staff session with the permission coordinator.manage_groups (admin "
+            "role); unsafe methods need the X-CSRFToken header.",
+        }
+
+
+# ---------------------------------------------------------------------------------------------- fields
+
+
+def _choice(enum: Any, **kwargs: Any) -> serializers.ChoiceField:
+    return serializers.ChoiceField(choices=[m.value for m in enum], **kwargs)
+
+
+def _shard(**kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(help_text="A shard, 'v<version>:<index>'.", **kwargs)
+
+
+def _shards(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(child=_shard(), **kwargs)
+
+
+def _nullable_int(**kwargs: Any) -> serializers.IntegerField:
+    return serializers.IntegerField(allow_null=True, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- members
+
+
+class AssignedShardSerializer(serializers.Serializer):
+    shard = _shard()
+    stream_key = serializers.CharField(help_text="The Redis stream key, e.g. 'rsc:{orders}:v1:0'.")
+    assignment_epoch = serializers.IntegerField(help_text="The member epoch at which it was granted.")
+    readable = serializers.BooleanField(help_text="False while strict ordering holds the shard back.")
+
+
+class HeartbeatRoutingSerializer(serializers.Serializer):
+    active_version = serializers.IntegerField()
+    shard_count = serializers.IntegerField()
+
+
+class HeartbeatResponseSerializer(serializers.Serializer):
+    member_id = serializers.CharField()
+    member_epoch = serializers.IntegerField(help_text="-1 after a leave.")
+    member_state = _choice(MemberState)
+    group_epoch = serializers.IntegerField()
+    assignment_epoch = serializers.IntegerField()
+    heartbeat_interval_ms = serializers.IntegerField()
+    lease_ttl_ms = serializers.IntegerField()
+    shards = AssignedShardSerializer(many=True, help_text="The shards the member may read.")
+    revoking = _shards(help_text="Shards to stop reading; acknowledge by leaving them out of owned_shards.")
+    max_concurrency = serializers.IntegerField(
+        help_text="Worker threads to use: min(reported capacity, the group's max_concurrency)."
+    )
+    routing = HeartbeatRoutingSerializer()
+
+
+# ---------------------------------------------------------------------------------------------- topology
+
+
+class RoutingVersionSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    shard_count = serializers.IntegerField()
+    state = _choice(VersionState)
+    created_at_ms = serializers.IntegerField()
+    sealed_at_ms = _nullable_int()
+    retired_at_ms = _nullable_int()
+
+
+class TopologySerializer(serializers.Serializer):
+    stream_prefix = serializers.CharField()
+    active_version = serializers.IntegerField(help_text="Producers write to this version.")
+    shard_count = serializers.IntegerField(help_text="The active version's shard count.")
+    versions = RoutingVersionSerializer(many=True)
+    sealed_versions = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Draining versions: producers must not append to them."
+    )
+
+
+class PrefixMigrationSerializer(serializers.Serializer):
+    from_version = serializers.IntegerField()
+    to_version = serializers.IntegerField()
+    ordering = _choice(OrderingMode)
+    started_at_ms = serializers.IntegerField()
+    completed_at_ms = _nullable_int()
+    active = serializers.BooleanField()
+    drained = serializers.DictField(
+        child=_shards(), help_text="Consumer group -> the old version's shards it has drained."
+    )
+
+
+class GroupMigrationSerializer(PrefixMigrationSerializer):
+    shards_to_drain = serializers.IntegerField(help_text="The old version's shard count.")
+
+
+class PrefixDescriptionSerializer(serializers.Serializer):
+    topology = TopologySerializer()
+    migration = PrefixMigrationSerializer(allow_null=True)
+    groups = serializers.ListField(child=serializers.CharField(), help_text="The prefix's consumer groups.")
+    now_ms = serializers.IntegerField(help_text="Redis's clock when this was read.")
+
+
+# ---------------------------------------------------------------------------------------------- groups
+
+
+class GroupConfigSerializer(serializers.Serializer):
+    max_concurrency = serializers.IntegerField()
+    lease_ttl_ms = serializers.IntegerField()
+    heartbeat_interval_ms = serializers.IntegerField()
+    revocation_timeout_ms = serializers.IntegerField()
+    max_members = serializers.IntegerField()
+
+
+class CurrentShardSerializer(serializers.Serializer):
+    shard = _shard()
+    assignment_epoch = serializers.IntegerField()
+
+
+class ClientInfoViewSerializer(serializers.Serializer):
+    host = serializers.CharField(allow_blank=True)
+    pid = serializers.IntegerField()
+    listener = serializers.CharField(allow_blank=True)
+    version = serializers.CharField(allow_blank=True)
+
+
+class MemberViewSerializer(serializers.Serializer):
+    member_id = serializers.CharField()
+    state = _choice(MemberState)
+    member_epoch = serializers.IntegerField()
+    previous_epoch = serializers.IntegerField()
+    lease_remaining_ms = serializers.IntegerField()
+    capacity = serializers.IntegerField()
+    effective_concurrency = serializers.IntegerField()
+    current_assignment = CurrentShardSerializer(many=True)
+    target_assignment = _shards()
+    revoking = _shards()
+    revocation_deadline_ms = _nullable_int()
+    client = ClientInfoViewSerializer()
+    joined_at_ms = serializers.IntegerField()
+    last_heartbeat_ms = serializers.IntegerField()
+    ended_at_ms = _nullable_int()
+    end_reason = _choice(EndReason, allow_null=True)
+
+
+class PendingRevocationSerializer(serializers.Serializer):
+    shard = _shard()
+    revoked_by = serializers.CharField()
+    deadline_ms = _nullable_int()
+
+
+class UnreleasedShardSerializer(serializers.Serializer):
+    shard = _shard()
+    wanted_by = serializers.CharField()
+    owned_by = serializers.CharField()
+
+
+class GroupDescriptionSerializer(serializers.Serializer):
+    stream_prefix = serializers.CharField()
+    consumer_group = serializers.CharField()
+    state = _choice(GroupState)
+    group_epoch = serializers.IntegerField()
+    assignment_epoch = serializers.IntegerField()
+    config = GroupConfigSerializer()
+    topology = TopologySerializer()
+    members = MemberViewSerializer(many=True, help_text="Live members and ended ones still retained.")
+    target_assignment = serializers.DictField(child=_shards(), help_text="Member id -> its target.")
+    pending_revocations = PendingRevocationSerializer(many=True)
+    unreleased_shards = UnreleasedShardSerializer(many=True)
+    awaiting_pickup = _shards(help_text="In a member's target, owned by nobody yet.")
+    migration = GroupMigrationSerializer(allow_null=True)
+    now_ms = serializers.IntegerField(help_text="Redis's clock when this was read.")
+
+
+class GroupSummarySerializer(serializers.Serializer):
+    stream_prefix = serializers.CharField()
+    consumer_group = serializers.CharField()
+    state = _choice(GroupState)
+    group_epoch = serializers.IntegerField()
+    assignment_epoch = serializers.IntegerField()
+    members = serializers.IntegerField(help_text="Live members.")
+    shard_count = serializers.IntegerField()
+    active_version = serializers.IntegerField()
+
+
+# ---------------------------------------------------------------------------------------------- problems
+
+ALL_CODES = [c.value for c in ErrorCode] + [c.value for c in ApiErrorCode]
+assert set(ALL_CODES) == set(HTTP_STATUS), "every code needs a status in errors.HTTP_STATUS"
+
+
+class FieldErrorSerializer(serializers.Serializer):
+    field = serializers.CharField(
+        allow_null=True, help_text="e.g. 'capacity', 'client.pid', 'owned_shards[2]'; null: the whole body."
+    )
+    message = serializers.CharField()
+    code = serializers.CharField(help_text="e.g. 'required', 'unknown_field', 'max_value'.")
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 9457 problem details."""
+
+    type = serializers.CharField(help_text="A URN naming the problem type.")
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField(help_text="What went wrong and what to do about it.")
+    code = serializers.ChoiceField(choices=ALL_CODES, help_text="Stable; see docs/protocol.md section 12.")
+    retriable = serializers.BooleanField(help_text="Retrying the same request later may succeed.")
+    instance = serializers.CharField(required=False, help_text="The request path.")
+    details = serializers.DictField(help_text="Structured fields of the error (member_epoch, field, ...).")
+    errors = FieldErrorSerializer(many=True, required=False, help_text="Validation errors, one per field.")
+    incident_id = serializers.CharField(required=False, help_text="INTERNAL_ERROR: where the log has it.")
+
+
+def _problem(description: str) -> OpenApiResponse:
+    return OpenApiResponse(response=ProblemSerializer, description=description)
+
+
+def problems(*codes: str) -> dict[tuple[int, str], OpenApiResponse]:
+    """The documented error responses of an operation (``application/problem+json``), by status."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*COMMON_CODES, *codes):
+        by_status.setdefault(HTTP_STATUS[code][0], []).append(str(code))
+    return {
+        (status, PROBLEM_CONTENT_TYPE): _problem("Codes: " + ", ".join(dict.fromkeys(names)) + ".")
+        for status, names in sorted(by_status.items())
+    }
+
+
+# Any operation: no or a bad credential, the wrong role, a method the route lacks, a bug, Redis down.
+COMMON_CODES = (
+    ApiErrorCode.UNAUTHENTICATED,
+    ApiErrorCode.PERMISSION_DENIED,
+    ApiErrorCode.METHOD_NOT_ALLOWED,
+    ErrorCode.ILLEGAL_TRANSITION,
+    ErrorCode.METADATA_CORRUPT,
+    ApiErrorCode.INTERNAL_ERROR,
+    ErrorCode.STORE_UNAVAILABLE,
+    ErrorCode.CONCURRENT_UPDATE,
+)
+# Operations with a JSON body.
+BODY_CODES = (
+    ErrorCode.INVALID_REQUEST,
+    ApiErrorCode.LENGTH_REQUIRED,
+    ApiErrorCode.PAYLOAD_TOO_LARGE,
+    ApiErrorCode.UNSUPPORTED_MEDIA_TYPE,
+)
+
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    response=[503],
+    description="Seconds to wait before retrying.",
+)
+WWW_AUTHENTICATE = OpenApiParameter(
+    "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="Bearer."
+)
+RESPONSE_HEADERS = [RETRY_AFTER, WWW_AUTHENTICATE]
+
+
+def identifier_parameter(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        {"type": "string", "pattern": IDENTIFIER_RE.pattern, "maxLength": 64},
+        OpenApiParameter.PATH,
+        description=description + " 1-64 of [A-Za-z0-9._-], starting with a letter or digit.",
+    )
+
+
+STREAM_PREFIX = identifier_parameter("stream_prefix", "The stream prefix (the 'topic').")
+CONSUMER_GROUP = identifier_parameter("consumer_group", "The consumer group.")

@@ -1,0 +1,289 @@
+"""The HTTP API v1 (docs/protocol.md section 13): thin views over the metadata store.
+
+Each view authenticates (``auth``), validates the path and the body (``serializers``), makes one store
+call (``coordinator.store.get_store()``) and returns its JSON as it is. Errors are raised, never returned:
+``errors.exception_handler`` turns every one of them into problem details. Nothing here decides anything
+about the protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.urls import reverse
+from django.utils.http import parse_header_parameters
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from coordinator.protocol.errors import ErrorCode
+from coordinator.protocol.model import validate_identifier
+from coordinator.store import MetadataStore, get_store
+
+from . import schemas as doc
+from .auth import BearerTokenAuthentication, IsAdmin, IsMember, StaffSessionAuthentication
+from .errors import exception_handler
+from .parsers import StrictJSONParser, require_json_body
+from .serializers import (
+    CreateGroupSerializer,
+    HeartbeatSerializer,
+    MaxConcurrencySerializer,
+    ShardCountSerializer,
+    StrictSerializer,
+)
+
+log = logging.getLogger(__name__)
+
+
+class JSONOnlyNegotiation(BaseContentNegotiation):
+    """The API speaks JSON only, whatever ``Accept`` says: a client that asks for HTML gets JSON (and
+    an error as problem+json) rather than a 406 that it would not understand either."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        media_type, _params = parse_header_parameters(request.content_type or "")
+        return next((p for p in parsers if p.media_type == media_type), None)
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class ApiView(APIView):
+    """Base of every API view: bearer / staff-session auth (member role by default), JSON in and out,
+    problem details for every error, ``Cache-Control: no-store``."""
+
+    authentication_classes = (BearerTokenAuthentication, StaffSessionAuthentication)
+    permission_classes = (IsMember,)
+    parser_classes = (StrictJSONParser,)
+    renderer_classes = (JSONRenderer,)
+    content_negotiation_class = JSONOnlyNegotiation
+    metadata_class = None  # OPTIONS is a 405 like any other method a route does not define
+    throttle_classes = ()
+
+    @property
+    def allowed_methods(self) -> list[str]:
+        return [m for m in super().allowed_methods if m != "OPTIONS"]
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["Cache-Control"] = "no-store"  # coordination state is stale the moment it is read
+        return response
+
+    @property
+    def store(self) -> MetadataStore:
+        return get_store()
+
+    def path_identifiers(self) -> tuple[str, ...]:
+        """The path's stream prefix and consumer group, checked (INVALID_IDENTIFIER) in path order."""
+        names = [n for n in ("stream_prefix", "consumer_group") if n in self.kwargs]
+        return tuple(validate_identifier(self.kwargs[n], n) for n in names)
+
+    def body(self, serializer_class: type[StrictSerializer]) -> Any:
+        require_json_body(self.request)
+        serializer = serializer_class(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        return serializer
+
+    def audit(self, action: str, **fields: Any) -> None:
+        """One INFO line per admin change, naming the credential (never its token)."""
+        pairs = " ".join(f"{k}={v}" for k, v in fields.items())
+        log.info("admin %s by %s: %s", action, self.request.user, pairs)
+
+
+class AdminView(ApiView):
+    """Admin role only."""
+
+    permission_classes = (IsAdmin,)
+
+
+# ---------------------------------------------------------------------------------------------- members
+
+
+class HeartbeatView(ApiView):
+    @extend_schema(
+        operation_id="heartbeat",
+        tags=["member"],
+        summary="Member heartbeat: join (epoch 0), renew / reconcile, leave (epoch -1)",
+        description="docs/protocol.md section 3. On FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID the member "
+        "must stop reading every shard at once and rejoin with member_epoch 0; on GROUP_NOT_FOUND it "
+        "retries with backoff.",
+        parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
+        request=HeartbeatSerializer,
+        responses={
+            200: doc.HeartbeatResponseSerializer,
+            **doc.problems(
+                *doc.BODY_CODES,
+                ErrorCode.INVALID_IDENTIFIER,
+                ErrorCode.GROUP_NOT_FOUND,
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+            ),
+        },
+    )
+    def post(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
+        prefix, group = self.path_identifiers()
+        heartbeat = self.body(HeartbeatSerializer).to_heartbeat()
+        return Response(self.store.heartbeat(prefix, group, heartbeat))
+
+
+class RoutingView(ApiView):
+    @extend_schema(
+        operation_id="routing",
+        tags=["member"],
+        summary="The stream prefix's routing: active version and shard count, sealed versions",
+        parameters=[doc.STREAM_PREFIX, *doc.RESPONSE_HEADERS],
+        responses={
+            200: doc.TopologySerializer,
+            **doc.problems(ErrorCode.INVALID_IDENTIFIER, ErrorCode.STREAM_PREFIX_NOT_FOUND),
+        },
+    )
+    def get(self, request: Request, stream_prefix: str) -> Response:
+        (prefix,) = self.path_identifiers()
+        return Response(self.store.routing(prefix))
+
+
+# ---------------------------------------------------------------------------------------------- admin
+
+
+_GROUP_PATH_CODES = (ErrorCode.INVALID_IDENTIFIER, ErrorCode.GROUP_NOT_FOUND)
+
+
+def _group_url(prefix: str, group: str) -> str:
+    return reverse("api-v1:admin-group", kwargs={"stream_prefix": prefix, "consumer_group": group})
+
+
+class AdminGroupsView(AdminView):
+    @extend_schema(
+        operation_id="list_groups",
+        tags=["admin"],
+        summary="Every consumer group of every stream prefix",
+        parameters=doc.RESPONSE_HEADERS,
+        responses={200: doc.GroupSummarySerializer(many=True), **doc.problems()},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(self.store.list_groups())
+
+    @extend_schema(
+        operation_id="create_group",
+        tags=["admin"],
+        summary="Create a consumer group (and its stream prefix, given shard_count, if new)",
+        description="Configuration fields left out take the server's defaults (RSC_MEMBER_LEASE_TTL_MS, "
+        "RSC_HEARTBEAT_INTERVAL_MS, RSC_REVOCATION_TIMEOUT_MS; max_concurrency 1, max_members 1000).",
+        parameters=doc.RESPONSE_HEADERS,
+        request=CreateGroupSerializer,
+        responses={
+            201: doc.GroupDescriptionSerializer,
+            **doc.problems(
+                *doc.BODY_CODES,
+                ErrorCode.INVALID_IDENTIFIER,
+                ErrorCode.INVALID_CONFIG,
+                ErrorCode.GROUP_ALREADY_EXISTS,
+                ErrorCode.SHARD_COUNT_CONFLICT,
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        command, start_from = self.body(CreateGroupSerializer).to_command()
+        view = self.store.create_group(command, start_from=start_from)
+        self.audit("create_group", stream_prefix=command.stream_prefix, consumer_group=command.consumer_group)
+        location = _group_url(command.stream_prefix, command.consumer_group)
+        return Response(view, status=status.HTTP_201_CREATED, headers={"Location": location})
+
+
+class AdminGroupView(AdminView):
+    @extend_schema(
+        operation_id="describe_group",
+        tags=["admin"],
+        summary="Everything about one group: epochs, members, both assignments, revocations, migration",
+        parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
+        responses={200: doc.GroupDescriptionSerializer, **doc.problems(*_GROUP_PATH_CODES)},
+    )
+    def get(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
+        prefix, group = self.path_identifiers()
+        return Response(self.store.describe_group(prefix, group))
+
+    @extend_schema(
+        operation_id="delete_group",
+        tags=["admin"],
+        summary="Delete a group's metadata (its streams and Redis consumer groups are kept)",
+        parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
+        responses={204: None, **doc.problems(*_GROUP_PATH_CODES)},
+    )
+    def delete(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
+        prefix, group = self.path_identifiers()
+        self.store.delete_group(prefix, group)
+        self.audit("delete_group", stream_prefix=prefix, consumer_group=group)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MaxConcurrencyView(AdminView):
+    @extend_schema(
+        operation_id="set_max_concurrency",
+        tags=["admin"],
+        summary="Set the group's server-side cap on worker threads per member",
+        parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
+        request=MaxConcurrencySerializer,
+        responses={200: doc.GroupDescriptionSerializer, **doc.problems(*doc.BODY_CODES, *_GROUP_PATH_CODES)},
+    )
+    def put(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
+        prefix, group = self.path_identifiers()
+        value = self.body(MaxConcurrencySerializer).validated_data["max_concurrency"]
+        view = self.store.set_max_concurrency(prefix, group, value)
+        self.audit("set_max_concurrency", stream_prefix=prefix, consumer_group=group, max_concurrency=value)
+        return Response(view)
+
+
+class ShardCountView(AdminView):
+    @extend_schema(
+        operation_id="change_shard_count",
+        tags=["admin"],
+        summary="Start a shard-count change: a new routing version; the current one drains",
+        description="docs/protocol.md section 8. 202: the migration has started; it completes once every "
+        "group has drained the old version (see GET admin/stream-prefixes/{stream_prefix}).",
+        parameters=[doc.STREAM_PREFIX, *doc.RESPONSE_HEADERS],
+        request=ShardCountSerializer,
+        responses={
+            202: doc.PrefixDescriptionSerializer,
+            **doc.problems(
+                *doc.BODY_CODES,
+                ErrorCode.INVALID_IDENTIFIER,
+                ErrorCode.STREAM_PREFIX_NOT_FOUND,
+                ErrorCode.SHARD_COUNT_UNCHANGED,
+                ErrorCode.MIGRATION_IN_PROGRESS,
+            ),
+        },
+    )
+    def post(self, request: Request, stream_prefix: str) -> Response:
+        (prefix,) = self.path_identifiers()
+        body = self.body(ShardCountSerializer)
+        shard_count = body.validated_data["shard_count"]
+        view = self.store.change_shard_count(prefix, shard_count, body.ordering_mode())
+        self.audit("change_shard_count", stream_prefix=prefix, shard_count=shard_count)
+        location = reverse("api-v1:admin-stream-prefix", kwargs={"stream_prefix": prefix})
+        return Response(view, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+
+class StreamPrefixView(AdminView):
+    @extend_schema(
+        operation_id="describe_stream_prefix",
+        tags=["admin"],
+        summary="The stream prefix's topology and migration progress",
+        parameters=[doc.STREAM_PREFIX, *doc.RESPONSE_HEADERS],
+        responses={
+            200: doc.PrefixDescriptionSerializer,
+            **doc.problems(ErrorCode.INVALID_IDENTIFIER, ErrorCode.STREAM_PREFIX_NOT_FOUND),
+        },
+    )
+    def get(self, request: Request, stream_prefix: str) -> Response:
+        (prefix,) = self.path_identifiers()
+        return Response(self.store.describe_prefix(prefix))

@@ -1,0 +1,89 @@
+"""Helpers of the HTTP API tests: a thin JSON client and the problem-details assertion."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.test import Client
+
+MEMBER_TOKEN = "test-member-token-7f3a9c2e1b4d"
+ADMIN_TOKEN = "test-admin-token-5e8d1c0a9f2b"
+PREFIX = "orders"
+GROUP = "billing"
+NO_BODY = object()
+
+
+class Api:
+    """``api.post("admin/groups", {...})``: paths are relative to /api/v1/; the admin token by default."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = NO_BODY,
+        *,
+        token: str | None = ADMIN_TOKEN,
+        content_type: str | None = "application/json",
+        raw: bytes | None = None,
+        **headers: str,
+    ) -> Any:
+        extra: dict[str, Any] = dict(headers)
+        if token is not None:
+            extra["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+        data = raw if raw is not None else (b"" if body is NO_BODY else json.dumps(body).encode())
+        kwargs: dict[str, Any] = {"data": data, **extra}
+        if content_type is not None:
+            kwargs["content_type"] = content_type
+            kwargs["CONTENT_TYPE"] = content_type  # the test client drops it when the body is empty
+        url = path if path.startswith("/") else f"/api/v1/{path}"
+        return self.client.generic(method, url, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, body: Any = NO_BODY, **kwargs: Any) -> Any:
+        return self.request("POST", path, body, **kwargs)
+
+    def put(self, path: str, body: Any = NO_BODY, **kwargs: Any) -> Any:
+        return self.request("PUT", path, body, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("DELETE", path, **kwargs)
+
+    # -- shortcuts that assert success
+
+    def create_group(self, prefix: str = PREFIX, group: str = GROUP, **fields: Any) -> dict[str, Any]:
+        fields.setdefault("shard_count", 4)
+        response = self.post("admin/groups", {"stream_prefix": prefix, "consumer_group": group, **fields})
+        assert response.status_code == 201, response.content
+        return dict(response.json())
+
+    def heartbeat(self, prefix: str = PREFIX, group: str = GROUP, **body: Any) -> Any:
+        return self.post(f"groups/{prefix}/{group}/heartbeat", body, token=MEMBER_TOKEN)
+
+    def join(self, member_id: str, capacity: int = 2, **body: Any) -> dict[str, Any]:
+        response = self.heartbeat(member_id=member_id, member_epoch=0, capacity=capacity, **body)
+        assert response.status_code == 200, response.content
+        return dict(response.json())
+
+
+def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
+    """The response is RFC 9457 problem details with this status and code; returns the body."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json", response["Content-Type"]
+    body = json.loads(response.content)
+    assert body["status"] == status
+    assert body["code"] == code, body
+    assert body["type"].startswith("urn:redis-stream-coordinator:problem:")
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["details"], dict)
+    if status == 503:
+        assert response["Retry-After"] == "1"
+    if status == 401:
+        assert response["WWW-Authenticate"].startswith("Bearer")
+    return dict(body)
