@@ -7,12 +7,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos clean
+.PHONY: help venv test lint run chaos bench clean
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)"
 	@echo "make test   ruff, mypy --strict coordinator/protocol, pytest (without chaos tests)"
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
+	@echo "make bench  heartbeat and end-to-end benchmarks; rewrites docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
 
@@ -38,6 +39,12 @@ chaos: $(STAMP)
 
 # e.g. make run RUN_ARGS="--addr 127.0.0.1:8001"
 RUN_ARGS ?=
+bench: $(STAMP)
+	mkdir -p bench/results
+	$(BIN)/python bench/heartbeat_bench.py --out bench/results/heartbeat.json
+	@if [ -f bench/e2e_bench.py ]; then $(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json; fi
+	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
+
 run: $(STAMP)
 	$(BIN)/python -m config.devstack $(RUN_ARGS)
 

@@ -13,3 +13,5 @@ class CoordinatorConfig(AppConfig):
         from .checks import check_rsc_settings
 
         checks.register(check_rsc_settings, "rsc")
+        # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
+        from .api import auth  # noqa: F401

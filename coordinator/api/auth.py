@@ -10,7 +10,9 @@ included). A request gets its role from exactly one credential, in this order:
    different identity). The token's SHA-256 is compared with every candidate's, each with
    ``hmac.compare_digest`` and without stopping at the first match, so the time taken depends on the
    number of credentials, never on how much of a token was right. Candidates: ``RSC_MEMBER_TOKENS`` and
-   ``RSC_ADMIN_TOKENS`` (settings, from the environment) and every active :class:`ApiCredential`.
+   ``RSC_ADMIN_TOKENS`` (settings, from the environment) and every active :class:`ApiCredential`
+   (read from the database at most every ``DB_CREDENTIALS_TTL_S`` per process, so a heartbeat costs
+   no query; a change made in the same process applies at once).
    A token in both lists (or in both sources) gets the higher role.
 2. A logged-in Django session (the operator pages): admin if the user is active staff with the
    permission ``coordinator.manage_groups``, otherwise no role (403). DRF enforces CSRF for unsafe
@@ -27,12 +29,16 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
@@ -80,9 +86,34 @@ def _candidates_from_settings() -> list[tuple[bytes, str, Role]]:
     return found
 
 
+# Database credentials are read at most once per DB_CREDENTIALS_TTL_S per process: a heartbeat must
+# not cost a database query. A credential created or deactivated takes effect within that time.
+DB_CREDENTIALS_TTL_S = 5.0
+_db_cache: tuple[float, list[tuple[bytes, str, Role]]] | None = None
+_db_cache_lock = threading.Lock()
+
+
 def _candidates_from_database() -> list[tuple[bytes, str, Role]]:
+    global _db_cache
+    now = time.monotonic()
+    cached = _db_cache
+    if cached is not None and now - cached[0] < DB_CREDENTIALS_TTL_S:
+        return cached[1]
     rows = ApiCredential.objects.filter(active=True).values_list("token_sha256", "name", "role")
-    return [(bytes.fromhex(digest), name, Role(role)) for digest, name, role in rows]
+    found = [(bytes.fromhex(digest), name, Role(role)) for digest, name, role in rows]
+    with _db_cache_lock:
+        _db_cache = (now, found)
+    return found
+
+
+@receiver(post_save, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-save")
+@receiver(post_delete, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-delete")
+def forget_cached_credentials(**_: Any) -> None:
+    """Drop the cached database credentials: a change made in this process applies at once (other
+    processes see it within DB_CREDENTIALS_TTL_S)."""
+    global _db_cache
+    with _db_cache_lock:
+        _db_cache = None
 
 
 def match_token(token: str) -> TokenPrincipal | None:

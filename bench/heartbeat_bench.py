@@ -1,0 +1,293 @@
+"""Coordinator heartbeat benchmark: `make bench` runs it (see docs/benchmarks.md for the last figures).
+
+One run, one machine, one private Redis:
+1. raw Redis round trips (redis-py PING) from the same number of client processes, as the ceiling;
+2. steady-state heartbeats through gunicorn (HTTP + DRF + the fast-path Lua script) with 1, 100 and
+   1,000 members in the group: requests per second and p50 / p99 latency;
+3. convergence: 100 members join at once (threads, heartbeating at the group's interval) and the time
+   until the group is STABLE and balanced.
+
+Everything is measured here, nothing is typed in: rerun it and compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from config.embedded_redis import RedisServer  # noqa: E402
+
+MEMBER_TOKEN = "bench-member-token"
+ADMIN_TOKEN = "bench-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Api:
+    """A keep-alive HTTP client for the coordinator API."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        self.conn.request(method, path, body=data, headers=self.headers)
+        response = self.conn.getresponse()
+        raw = response.read()
+        return response.status, (json.loads(raw) if raw else None)
+
+    def heartbeat(self, prefix: str, group: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, payload = self.call("POST", f"/api/v1/groups/{prefix}/{group}/heartbeat", body)
+        if status != 200:
+            raise RuntimeError(f"heartbeat {status}: {payload}")
+        return payload  # type: ignore[no-any-return]
+
+
+def owned(response: dict[str, Any]) -> list[str]:
+    return [s["shard"] for s in response["shards"]]
+
+
+def converge(api: Api, prefix: str, group: str, views: dict[str, dict[str, Any]]) -> None:
+    for _ in range(10):
+        for member, view in views.items():
+            body = {"member_id": member, "member_epoch": view["member_epoch"], "owned_shards": owned(view)}
+            views[member] = api.heartbeat(prefix, group, body)
+        if all(v["member_state"] == "STABLE" for v in views.values()):
+            epochs = {v["member_epoch"] for v in views.values()}
+            if len(epochs) == 1:
+                return
+    raise RuntimeError("the group did not converge")
+
+
+# ------------------------------------------------------------------------------------------ load
+
+
+def _heartbeat_worker(
+    port: int, prefix: str, group: str, members: list[tuple[str, int, list[str]]], seconds: float, out: Any
+) -> None:
+    api = Api(port, MEMBER_TOKEN)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < deadline:
+        member, epoch, shards = members[i % len(members)]
+        i += 1
+        t0 = time.perf_counter()
+        api.heartbeat(prefix, group, {"member_id": member, "member_epoch": epoch, "owned_shards": shards})
+        latencies.append(time.perf_counter() - t0)
+    out.put(latencies)
+
+
+def _ping_worker(url: str, seconds: float, out: Any) -> None:
+    client = redis.Redis.from_url(url)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        client.ping()
+        latencies.append(time.perf_counter() - t0)
+    out.put(latencies)
+
+
+def run_load(target: Any, args: tuple[Any, ...], clients: int) -> dict[str, float]:
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, queue)) for _ in range(clients)]
+    seconds = args[-1]
+    for p in procs:
+        p.start()
+    latencies = [x for _ in procs for x in queue.get(timeout=seconds + 60)]
+    for p in procs:
+        p.join()
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "per_second": len(latencies) / seconds,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
+    }
+
+
+# ------------------------------------------------------------------------------------------ scenarios
+
+
+def setup_group(
+    port: int, prefix: str, group: str, members: int, shards: int
+) -> list[tuple[str, int, list[str]]]:
+    admin = Api(port, ADMIN_TOKEN)
+    body = {
+        "stream_prefix": prefix,
+        "consumer_group": group,
+        "shard_count": shards,
+        "lease_ttl_ms": 3_600_000,
+        "heartbeat_interval_ms": 1_000,
+        "revocation_timeout_ms": 3_600_000,
+        "max_members": max(members, 1),
+    }
+    status, payload = admin.call("POST", "/api/v1/admin/groups", body)
+    if status != 201:
+        raise RuntimeError(f"create group {status}: {payload}")
+    api = Api(port, MEMBER_TOKEN)
+    views = {
+        f"bench-{i}": api.heartbeat(
+            prefix, group, {"member_id": f"bench-{i}", "member_epoch": 0, "capacity": 1}
+        )
+        for i in range(members)
+    }
+    converge(api, prefix, group, views)
+    return [(m, v["member_epoch"], owned(v)) for m, v in views.items()]
+
+
+def convergence(port: int, members: int, shards: int, interval_ms: int) -> dict[str, float]:
+    prefix, group = "conv", f"conv-{members}"
+    admin = Api(port, ADMIN_TOKEN)
+    body = {
+        "stream_prefix": prefix,
+        "consumer_group": group,
+        "shard_count": shards,
+        "lease_ttl_ms": 30_000,
+        "heartbeat_interval_ms": interval_ms,
+    }
+    status, payload = admin.call("POST", "/api/v1/admin/groups", body)
+    if status != 201:
+        raise RuntimeError(f"create group {status}: {payload}")
+    start = threading.Barrier(members + 1)
+    stop = threading.Event()
+    heartbeats = [0]
+
+    def member(i: int) -> None:
+        api = Api(port, MEMBER_TOKEN)
+        name = f"conv-{i}"
+        start.wait()
+        view = api.heartbeat(prefix, group, {"member_id": name, "member_epoch": 0, "capacity": 1})
+        while not stop.is_set():
+            time.sleep(view["heartbeat_interval_ms"] / 1000)
+            body = {"member_id": name, "member_epoch": view["member_epoch"], "owned_shards": owned(view)}
+            view = api.heartbeat(prefix, group, body)
+            heartbeats[0] += 1
+
+    threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(members)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    while True:
+        status, view = admin.call("GET", f"/api/v1/admin/groups/{prefix}/{group}")
+        live = [
+            m for m in view["members"] if m["state"] in ("STABLE", "UNREVOKED_SHARDS", "UNRELEASED_SHARDS")
+        ]
+        counts = [len(m["current_assignment"]) for m in live]
+        if (
+            view["state"] == "STABLE"
+            and len(live) == members
+            and sum(counts) == shards
+            and max(counts) - min(counts) <= 1
+        ):
+            elapsed = time.perf_counter() - t0
+            break
+        if time.perf_counter() - t0 > 300:
+            raise RuntimeError("no convergence within 300 s")
+        time.sleep(0.02)
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    return {"seconds": elapsed, "group_epoch": view["group_epoch"], "heartbeats": heartbeats[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--sizes", default="1,100,1000")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    results: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds, "workers": args.workers}
+    with RedisServer() as server:
+        results["raw_redis_ping"] = run_load(_ping_worker, (server.url, args.seconds), args.clients)
+        port = free_port()
+        env = {
+            **os.environ,
+            "REDIS_URL": server.url,
+            "RSC_MEMBER_TOKENS": MEMBER_TOKEN,
+            "RSC_ADMIN_TOKENS": ADMIN_TOKEN,
+            "DEBUG": "false",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            "DATABASE_URL": f"sqlite:///{tempfile.mkdtemp(prefix='rsc-bench-')}/bench.sqlite3",
+        }
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        gunicorn = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(args.workers),
+                "-k",
+                "gthread",
+                "--threads",
+                "4",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
+        try:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.1)
+            for size in sizes:
+                t0 = time.perf_counter()
+                members = setup_group(port, "bench", f"g{size}", size, shards=64)
+                setup_s = time.perf_counter() - t0
+                load = run_load(
+                    _heartbeat_worker, (port, "bench", f"g{size}", members, args.seconds), args.clients
+                )
+                results[f"heartbeat_{size}"] = {**load, "setup_seconds": setup_s}
+                print(f"{size} members: {load}", flush=True)
+            results["convergence_100"] = convergence(port, 100, 64, interval_ms=100)
+        finally:
+            gunicorn.terminate()
+            gunicorn.wait(timeout=30)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
