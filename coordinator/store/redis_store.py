@@ -196,8 +196,17 @@ class MetadataStore:
         return self.describe_group(command.stream_prefix, command.consumer_group)
 
     def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
-        """Forget the group's metadata. Its Redis consumer groups and streams are left as they are."""
-        self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+        """Forget the group: its metadata, then its Redis consumer groups (offsets and pending lists), so
+        a group created again with the same name starts where its ``start_from`` says. Streams stay."""
+        outcome = self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+        if outcome.state is None:
+            return
+        with _translate_redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for version in outcome.state.topology.versions:
+                for shard in version.shards():
+                    pipe.xgroup_destroy(codec.stream_key(stream_prefix, shard), consumer_group)
+            pipe.execute(raise_on_error=False)
 
     def set_max_concurrency(self, stream_prefix: str, consumer_group: str, value: int) -> dict[str, Any]:
         cmd = SetMaxConcurrency(
@@ -221,6 +230,7 @@ class MetadataStore:
         return self.describe_prefix(stream_prefix)
 
     def describe_group(self, stream_prefix: str, consumer_group: str) -> dict[str, Any]:
+        validate_identifier(consumer_group, "consumer_group")
         now_ms, state = self._read(stream_prefix, None)
         if state is None or consumer_group not in state.groups:
             raise GroupNotFound(

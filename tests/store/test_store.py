@@ -188,3 +188,22 @@ def test_store_unavailable_then_recovers_by_itself(disposable_redis: RedisServer
         hb(store, "a", 1)
     create(store, shard_count=2)
     assert hb(store, "a", 0, [], capacity=1)["member_epoch"] == 1
+
+
+def test_deleting_a_group_forgets_its_offsets(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    store.client.xadd("rsc:{orders}:v1:0", {"k": "old"})
+    store.client.xreadgroup("billing", "a", {"rsc:{orders}:v1:0": ">"})  # consumed (pending) by the group
+    store.delete_group(PREFIX, GROUP)
+    assert store.client.xinfo_groups("rsc:{orders}:v1:0") == []
+    with pytest.raises(GroupNotFound):
+        store.describe_group(PREFIX, GROUP)
+    # Re-created from the start: the old entry is delivered again, nothing is pending from before.
+    from coordinator.protocol.commands import CreateGroup
+    from coordinator.protocol.model import GroupConfig
+
+    store.create_group(
+        CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, config=GroupConfig()), start_from="earliest"
+    )
+    (group,) = store.client.xinfo_groups("rsc:{orders}:v1:0")
+    assert (group["pending"], group["last-delivered-id"]) == (0, b"0-0")
