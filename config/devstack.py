@@ -84,16 +84,13 @@ def services(host: str, port: int, run_dir: Path) -> list[Service]:
 
 
 def demo_member_services(manage: tuple[str, ...]) -> list[Service]:
-    """DEMO MEMBERS GO HERE: `manage.py run_member` processes consuming the demo group.
-
-    `run_member` (the consumers package) does not exist yet. When it does, return e.g.
-
-        Service(name=f"member-{i}", argv=(*manage, "run_member", ...demo listener...))
-
-    for a couple of members of DEMO_STREAM_PREFIX / DEMO_CONSUMER_GROUP, so that `make run` shows a
-    rebalance when one of them is stopped.
-    """
-    return []
+    """The demo: `run_member demo` (the listener in consumers/demo/listeners.py, two members of
+    DEMO_STREAM_PREFIX / DEMO_CONSUMER_GROUP) and `produce_demo` feeding it. Stop one member process
+    (or start another `run_member demo`) to watch a rebalance in the admin pages."""
+    return [
+        Service(name="demo-members", argv=(*manage, "run_member", "demo", "--shutdown-timeout", "5")),
+        Service(name="demo-producer", argv=(*manage, "produce_demo", "--interval-ms", "500")),
+    ]
 
 
 def log(message: str) -> None:
@@ -200,6 +197,9 @@ def _export_dev_environment(redis_server: RedisServer | None) -> None:
     log(f"Celery broker: {os.environ.get('CELERY_BROKER_URL') or os.environ['REDIS_URL']}")
     defaulted = {name: value for name, value in DEV_TOKENS.items() if not os.environ.get(name)}
     os.environ.update(defaulted)
+    # The demo (consumers/demo) runs in the children: its members present the first member token.
+    os.environ.setdefault("RSC_DEMO", "true")
+    os.environ.setdefault("RSC_MEMBER_TOKEN", os.environ["RSC_MEMBER_TOKENS"].split(",")[0])
     if not defaulted:
         log("API tokens: RSC_MEMBER_TOKENS and RSC_ADMIN_TOKENS taken from the environment")
         return
@@ -281,6 +281,7 @@ def _run(host: str, port: int, run_dir: Path) -> int:
             os.environ["REDIS_URL"] = redis_server.url
             log(f"embedded Redis ({redis_server.binary}) at {redis_server.url}: private, no persistence")
         _export_dev_environment(redis_server)
+        os.environ.setdefault("RSC_COORDINATOR_URL", f"http://{host}:{port}")
         _prepare_database()
         _create_demo_group()
         supervisor = Supervisor(host, env=dict(os.environ))

@@ -36,6 +36,10 @@ INSTALLED_APPS = [
     "consumers",
     "admin_ui",
 ]
+# The demo listener and producer that `make run` shows (config/devstack.py sets RSC_DEMO=true).
+RSC_DEMO = env.bool("RSC_DEMO", default=False)
+if RSC_DEMO:
+    INSTALLED_APPS.append("consumers.demo")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

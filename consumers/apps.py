@@ -5,3 +5,12 @@ class ConsumersConfig(AppConfig):
     name = "consumers"
     verbose_name = "Stream consumers"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # No I/O, and no listener discovery (run_member does that). The check registry is a set, so
+        # running ready() twice (as tests may) is harmless.
+        from django.core import checks
+
+        from .checks import check_consumer_settings
+
+        checks.register(check_consumer_settings, "consumers")

@@ -1,0 +1,223 @@
+"""How a member talks to the coordinator: one call, ``heartbeat``, behind a small interface.
+
+* :class:`HttpCoordinatorClient` speaks the HTTP API (docs/protocol.md section 13) with the standard
+  library's ``http.client``: one keep-alive connection, timeouts, problem+json errors parsed into
+  :class:`CoordinatorRequestError` (with the problem's ``code``).
+* :class:`StoreCoordinatorClient` calls :meth:`coordinator.store.MetadataStore.heartbeat` in-process (tests,
+  and deployments that run members next to the store); the core's ``CoordinatorError`` becomes the same
+  :class:`CoordinatorRequestError`, so the member cannot tell the two apart.
+
+Transport failures (refused, reset, timed out, a non-JSON answer from a proxy) raise
+:class:`CoordinatorUnreachable`, a retriable :class:`CoordinatorRequestError` whose code is
+``COORDINATOR_UNREACHABLE``: the member keeps consuming and retries with backoff.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from consumers.errors import ConsumersError
+from consumers.member.state import COORDINATOR_UNREACHABLE, INVALID_RESPONSE, HeartbeatRequest
+
+# Codes a client may retry (docs/protocol.md section 12), for problems that do not say so themselves.
+RETRIABLE_CODES = frozenset(
+    {"GROUP_NOT_FOUND", "STREAM_PREFIX_NOT_FOUND", "GROUP_MAX_SIZE_REACHED", "STORE_UNAVAILABLE",
+     "CONCURRENT_UPDATE", "TOO_MANY_REQUESTS", COORDINATOR_UNREACHABLE}
+)  # fmt: skip
+
+
+class CoordinatorRequestError(ConsumersError):
+    """The coordinator refused a request (or could not be asked). ``code`` is the coordinator's code
+    (``FENCED_MEMBER_EPOCH``, ``GROUP_NOT_FOUND``, ...) or ``COORDINATOR_UNREACHABLE``."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retriable: bool | None = None,
+        retry_after_ms: int | None = None,
+        problem: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, status=status, problem=dict(problem or {}))
+        self.code = code  # type: ignore[misc]  # per instance: the coordinator's code, not ours
+        self.retriable = code in RETRIABLE_CODES if retriable is None else retriable  # type: ignore[misc]
+        self.status = status
+        self.retry_after_ms = retry_after_ms
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code})"
+
+
+class CoordinatorUnreachable(CoordinatorRequestError):
+    def __init__(self, message: str) -> None:
+        super().__init__(COORDINATOR_UNREACHABLE, message, retriable=True)
+
+
+class CoordinatorClient(Protocol):
+    def heartbeat(
+        self, stream_prefix: str, consumer_group: str, request: HeartbeatRequest
+    ) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------- HTTP
+
+
+class HttpCoordinatorClient:
+    """``POST {base_url}/api/v1/groups/{P}/{G}/heartbeat`` with ``Authorization: Bearer <token>``.
+
+    One persistent connection, used under a lock (a member heartbeats one request at a time, so the
+    lock is uncontended; give each member its own client). A request on a reused connection that the
+    server had already closed is retried once on a fresh one: a heartbeat may be repeated safely (a
+    repeated join replaces the first incarnation; renewals and leaves are idempotent)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 5.0,
+        user_agent: str = "redis-stream-coordinator-member",
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"coordinator URL must be http(s)://host[:port][/prefix]; got {base_url!r}")
+        self.base_url = base_url
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path_prefix = parts.path.rstrip("/")
+        self._headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, application/problem+json",
+            "User-Agent": user_agent,
+        }
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+
+    def heartbeat(self, stream_prefix: str, consumer_group: str, request: HeartbeatRequest) -> dict[str, Any]:
+        p, g = (urllib.parse.quote(x, safe="") for x in (stream_prefix, consumer_group))
+        return self.post(f"/api/v1/groups/{p}/{g}/heartbeat", request.to_json())
+
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        with self._lock:
+            for attempt in (1, 2):
+                reused = self._conn is not None
+                conn = self._connection()
+                try:
+                    conn.request("POST", self._path_prefix + path, body=data, headers=self._headers)
+                    response = conn.getresponse()
+                    payload = response.read()
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+                    self._close()
+                    if reused and attempt == 1:
+                        continue  # the server closed an idle keep-alive connection: try a fresh one
+                    raise CoordinatorUnreachable(f"{self.base_url}: {type(e).__name__}: {e}") from e
+                except (OSError, http.client.HTTPException) as e:
+                    self._close()
+                    raise CoordinatorUnreachable(f"{self.base_url}: {type(e).__name__}: {e}") from e
+                if response.will_close:
+                    self._close()
+                return _parse(response.status, response.getheader("Content-Type", ""), payload, response)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=self.timeout_s)
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _parse(
+    status: int, content_type: str, payload: bytes, response: http.client.HTTPResponse
+) -> dict[str, Any]:
+    try:
+        body = json.loads(payload) if payload else None
+    except ValueError:
+        body = None
+    if 200 <= status < 300:
+        if not isinstance(body, dict):
+            raise CoordinatorRequestError(
+                INVALID_RESPONSE, f"HTTP {status} without a JSON object body", status=status, retriable=True
+            )
+        return body
+    retry_after_ms = _retry_after_ms(response.getheader("Retry-After"))
+    if isinstance(body, dict) and isinstance(body.get("code"), str):
+        retriable = body.get("retriable")
+        raise CoordinatorRequestError(
+            body["code"],
+            str(body.get("detail") or body.get("title") or body["code"]),
+            status=status,
+            retriable=retriable if isinstance(retriable, bool) else None,
+            retry_after_ms=retry_after_ms,
+            problem=body,
+        )
+    # Not a problem document: a proxy or load balancer answered. 5xx / 429 are transient.
+    if status >= 500 or status == 429:
+        raise CoordinatorUnreachable(
+            f"HTTP {status} ({content_type or 'no content type'}) from the coordinator"
+        )
+    raise CoordinatorRequestError(
+        f"HTTP_{status}", f"HTTP {status} without a problem document", status=status
+    )
+
+
+def _retry_after_ms(value: str | None) -> int | None:
+    try:
+        return max(0, int(float(value) * 1000)) if value else None
+    except ValueError:
+        return None  # an HTTP date: ignore, our own backoff applies
+
+
+# ---------------------------------------------------------------------------------------------- in-process
+
+
+class StoreCoordinatorClient:
+    """Heartbeats straight into a :class:`coordinator.store.MetadataStore` (no HTTP, no Django)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def heartbeat(self, stream_prefix: str, consumer_group: str, request: HeartbeatRequest) -> dict[str, Any]:
+        from coordinator.protocol.errors import CoordinatorError
+        from coordinator.protocol.group import Heartbeat
+        from coordinator.protocol.model import ClientInfo
+
+        client = request.client
+        hb = Heartbeat(
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            owned=None if request.owned_shards is None else frozenset(request.owned_shards),
+            capacity=request.capacity,
+            client=None if client is None else ClientInfo(**dict(client)),
+        )
+        try:
+            return self.store.heartbeat(stream_prefix, consumer_group, hb)  # type: ignore[no-any-return]
+        except CoordinatorError as e:
+            raise CoordinatorRequestError(
+                e.code.value, e.message, retriable=e.retriable, problem={"code": e.code.value, **e.details}
+            ) from e
+
+    def close(self) -> None:
+        pass

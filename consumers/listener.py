@@ -1,0 +1,240 @@
+"""``@listener``: declare a function as the handler of a consumer group (like dramatiq's ``@actor``).
+
+::
+
+    from consumers import listener
+
+    @listener(stream_prefix="orders", consumer_group="billing", concurrency="3")
+    def bill(entry):            # entry: consumers.dataplane.Entry
+        ...
+
+* ``stream_prefix`` and ``consumer_group`` are required: together they are the group's identity at the
+  coordinator, and no default can guess them. The bare form ``@listener`` is therefore refused with a
+  message that says so (decided here rather than inventing a group from a function name, which would
+  silently point a renamed function at a different group).
+* ``concurrency`` (an int or a numeric string, default 1) is the *member fan-out*: the listener runs
+  that many independent members, each with its own member id, heartbeat and assignment. It is not the
+  number of worker threads (that is the process's :class:`consumers.Runtime`). Django's
+  ``RSC_LISTENER_CONCURRENCY = {"<listener name>": N}`` overrides it per listener at start-up.
+* ``name`` defaults to the function's name; ``manage.py run_member <name> ...`` selects by it.
+
+Everything is validated when the decorator runs (at import time), with a message naming the listener.
+The result is a :class:`Listener`, still callable like the function.
+
+The handler gets one :class:`consumers.dataplane.Entry` per call, in stream order within a shard. An
+entry is acked once the handler returns; if it raises, the error is logged and counted and the entry
+stays pending (no retry, no dead-letter queue: docs/protocol.md, non-goals). Delivery is at-least-once,
+so a handler must tolerate seeing an event twice.
+
+Discovery: ``run_member`` imports each installed app's ``listeners`` module (like the admin's
+autodiscover); nothing is imported in ``AppConfig.ready()``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, overload
+
+from consumers.errors import InvalidRequest
+
+MAX_LISTENER_CONCURRENCY = 1024
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+
+Handler = Callable[[Any], Any]
+
+
+class ListenerConfigError(InvalidRequest):
+    """A listener declaration (or a setting about listeners) is invalid."""
+
+
+def parse_concurrency(value: object, where: str) -> int:
+    """``3`` or ``"3"`` -> 3; anything else (bools, floats, "3.5", "", 0, > 1024) is an error."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        number: object = int(value)
+    else:
+        number = value
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_LISTENER_CONCURRENCY:
+        raise ListenerConfigError(
+            f"{where}: concurrency must be an integer (or a string of one) in [1, "
+            f"{MAX_LISTENER_CONCURRENCY}]; got {value!r}"
+        )
+    return number
+
+
+class Listener:
+    """A declared handler: its group identity, its member fan-out, and the function itself."""
+
+    def __init__(
+        self,
+        fn: Handler,
+        *,
+        stream_prefix: str,
+        consumer_group: str,
+        concurrency: int | str = 1,
+        name: str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise ListenerConfigError(f"a listener wraps a function; got {fn!r}")
+        name = name if name is not None else getattr(fn, "__name__", "")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ListenerConfigError(
+                f"listener name must be 1-64 characters of [A-Za-z0-9._-]; got {name!r} "
+                "(pass name=... for lambdas and callables without a usable __name__)"
+            )
+        where = f"listener {name!r}"
+        for what, value in (("stream_prefix", stream_prefix), ("consumer_group", consumer_group)):
+            if not isinstance(value, str) or not _IDENTIFIER_RE.match(value):
+                raise ListenerConfigError(
+                    f"{where}: {what} must be 1-64 characters of [A-Za-z0-9._-] starting with a letter or "
+                    f"digit; got {value!r}"
+                )
+        self.fn = fn
+        self.name = name
+        self.stream_prefix = stream_prefix
+        self.consumer_group = consumer_group
+        self.concurrency = parse_concurrency(concurrency, where)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"Listener({self.name!r}, stream_prefix={self.stream_prefix!r}, "
+            f"consumer_group={self.consumer_group!r}, concurrency={self.concurrency})"
+        )
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.name)}"
+
+    def with_concurrency(self, concurrency: int | str) -> Listener:
+        """A copy with another member fan-out (a settings override)."""
+        return Listener(
+            self.fn,
+            stream_prefix=self.stream_prefix,
+            consumer_group=self.consumer_group,
+            concurrency=concurrency,
+            name=self.name,
+        )
+
+
+class ListenerRegistry:
+    """Listeners by name. Declaring a name twice is an error, unless it is the same function declared
+    again (a module imported twice, or reloaded): then the newer declaration wins."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listeners: dict[str, Listener] = {}
+
+    def register(self, item: Listener) -> Listener:
+        with self._lock:
+            existing = self._listeners.get(item.name)
+            if existing is not None and existing.qualified_name != item.qualified_name:
+                raise ListenerConfigError(
+                    f"listener name {item.name!r} is declared twice ({existing.qualified_name} and "
+                    f"{item.qualified_name}); pass name=... to one of them"
+                )
+            self._listeners[item.name] = item
+        return item
+
+    def all(self) -> list[Listener]:
+        with self._lock:
+            return [self._listeners[n] for n in sorted(self._listeners)]
+
+    def get(self, name: str) -> Listener:
+        with self._lock:
+            try:
+                return self._listeners[name]
+            except KeyError:
+                known = ", ".join(sorted(self._listeners)) or "none"
+                raise ListenerConfigError(f"no listener named {name!r} (declared: {known})") from None
+
+    def select(self, names: Iterable[str] = ()) -> list[Listener]:
+        """The named listeners, or all of them when no name is given."""
+        names = list(names)
+        return [self.get(n) for n in names] if names else self.all()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._listeners.clear()
+
+
+default_registry = ListenerRegistry()
+
+
+@overload
+def listener(fn: Handler, /) -> Listener: ...
+
+
+@overload
+def listener(
+    fn: None = None,
+    /,
+    *,
+    stream_prefix: str,
+    consumer_group: str,
+    concurrency: int | str = 1,
+    name: str | None = None,
+    registry: ListenerRegistry | None = None,
+) -> Callable[[Handler], Listener]: ...
+
+
+def listener(
+    fn: Handler | None = None,
+    /,
+    *,
+    stream_prefix: str | None = None,
+    consumer_group: str | None = None,
+    concurrency: int | str = 1,
+    name: str | None = None,
+    registry: ListenerRegistry | None = None,
+) -> Listener | Callable[[Handler], Listener]:
+    """Declare a listener; see the module docstring. ``registry`` defaults to the process registry."""
+    target = registry if registry is not None else default_registry
+    if fn is not None:
+        raise ListenerConfigError(
+            f"@listener on {getattr(fn, '__qualname__', fn)!r} needs arguments: "
+            "@listener(stream_prefix=..., consumer_group=...) - the group's identity has no sensible default"
+        )
+    if stream_prefix is None or consumer_group is None:
+        raise ListenerConfigError("@listener(...) needs both stream_prefix= and consumer_group=")
+
+    def decorate(function: Handler) -> Listener:
+        declared = Listener(
+            function,
+            stream_prefix=stream_prefix,
+            consumer_group=consumer_group,
+            concurrency=concurrency,
+            name=name,
+        )
+        return target.register(declared)
+
+    return decorate
+
+
+def apply_concurrency_overrides(
+    listeners: Iterable[Listener], overrides: Mapping[str, int | str] | None
+) -> list[Listener]:
+    """Apply ``RSC_LISTENER_CONCURRENCY`` (listener name -> fan-out). A name that matches no listener
+    here is ignored (run_member may run a subset); a bad value is an error."""
+    overrides = dict(overrides or {})
+    result = []
+    for item in listeners:
+        if item.name in overrides:
+            value = parse_concurrency(overrides[item.name], f"RSC_LISTENER_CONCURRENCY[{item.name!r}]")
+            item = item.with_concurrency(value)
+        result.append(item)
+    return result
+
+
+def autodiscover_listeners() -> ListenerRegistry:
+    """Import the ``listeners`` module of every installed Django app; returns the process registry."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("listeners")
+    return default_registry

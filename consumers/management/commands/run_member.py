@@ -1,0 +1,124 @@
+"""``manage.py run_member [LISTENER ...]``: run the discovered listeners as one long-lived process.
+
+Discovery imports the ``listeners`` module of every installed app (like the admin's autodiscover); with
+no names, every declared listener runs. Each listener runs ``concurrency`` members (overridden per
+listener by ``RSC_LISTENER_CONCURRENCY``), each with ``RSC_RUNTIME``'s max concurrency as capacity.
+
+Settings: ``RSC_COORDINATOR_URL`` (the coordinator's HTTP API, or ``inprocess`` to call the metadata store
+directly, for deployments next to it), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
+``RSC_RUNTIME``, ``RSC_LISTENER_CONCURRENCY``, ``RSC_SHUTDOWN_TIMEOUT_S``.
+
+SIGTERM / SIGINT: every member stops reading, finishes its in-flight entries, acks them and leaves its
+group, bounded by ``--shutdown-timeout``; a second signal exits at once. Between batches each worker
+closes stale database connections (``django.db.close_old_connections``), as Django does per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import close_old_connections
+
+from consumers.checks import IN_PROCESS
+from consumers.client import CoordinatorClient, HttpCoordinatorClient, StoreCoordinatorClient
+from consumers.errors import ConsumersError
+from consumers.listener import Listener, apply_concurrency_overrides, autodiscover_listeners
+from consumers.process import ConsumerProcess, dataplane_factory_for, redis_client_for
+from consumers.runtime import Runtime, load_runtime
+
+log = logging.getLogger("consumers.process")
+
+
+class Command(BaseCommand):
+    help = "Run the discovered @listener functions as coordinator members until SIGTERM."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("listeners", nargs="*", metavar="LISTENER", help="listener names (default: all)")
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            default=None,
+            help="seconds to finish in-flight work on SIGTERM (default: RSC_SHUTDOWN_TIMEOUT_S, 30)",
+        )
+        parser.add_argument("--list", action="store_true", help="print the discovered listeners and exit")
+
+    def handle(
+        self, *args: Any, listeners: list[str], shutdown_timeout: float | None, **options: Any
+    ) -> None:
+        try:
+            selected = autodiscover_listeners().select(listeners)
+            runtime = load_runtime(getattr(settings, "RSC_RUNTIME", None))
+            overrides = dict(getattr(settings, "RSC_LISTENER_CONCURRENCY", None) or {})
+            selected = apply_concurrency_overrides(selected, overrides)
+        except ConsumersError as e:
+            raise CommandError(str(e)) from e
+        if options["list"]:
+            for item in selected:
+                self.stdout.write(
+                    f"{item.name}: {item.stream_prefix}/{item.consumer_group} x{item.concurrency}"
+                )
+            return
+        if not selected:
+            raise CommandError("no listeners: declare them with @listener in an installed app's listeners.py")
+        unknown = sorted(set(overrides) - {item.name for item in selected})
+        if unknown and not listeners:
+            self.stderr.write(f"RSC_LISTENER_CONCURRENCY names no declared listener: {', '.join(unknown)}")
+        timeout_s = shutdown_timeout if shutdown_timeout is not None else _shutdown_timeout_setting()
+        if timeout_s < 0:
+            raise CommandError("--shutdown-timeout must not be negative")
+        process = ConsumerProcess(
+            selected,
+            coordinator=_coordinator_factory(runtime),
+            dataplane_factory=dataplane_factory_for(redis_client_for(_redis_url())),
+            runtime=runtime,
+            batch_hooks=(close_old_connections,),
+        )
+        _describe(selected, runtime)
+        close_old_connections()
+        if not process.serve(timeout_s):
+            sys.exit(1)
+
+
+def _shutdown_timeout_setting() -> float:
+    return float(getattr(settings, "RSC_SHUTDOWN_TIMEOUT_S", 30.0))
+
+
+def _redis_url() -> str:
+    url = getattr(settings, "REDIS_URL", None)
+    if not url:
+        raise CommandError("REDIS_URL is not set: the members need the stream data plane's Redis")
+    return str(url)
+
+
+def _coordinator_factory(runtime: Runtime) -> Callable[[], CoordinatorClient]:
+    url = str(getattr(settings, "RSC_COORDINATOR_URL", "") or "http://127.0.0.1:8000")
+    if url == IN_PROCESS:
+        from coordinator.store import get_store
+
+        store = get_store()
+        return lambda: StoreCoordinatorClient(store)
+    token = str(getattr(settings, "RSC_MEMBER_TOKEN", "") or "")
+    if not token:
+        log.warning("RSC_MEMBER_TOKEN is not set: the coordinator will refuse the heartbeats (401)")
+    try:
+        HttpCoordinatorClient(url, token)
+    except ValueError as e:
+        raise CommandError(f"RSC_COORDINATOR_URL: {e}") from e
+    return lambda: HttpCoordinatorClient(url, token, timeout_s=runtime.heartbeat_timeout_s)
+
+
+def _describe(selected: list[Listener], runtime: Runtime) -> None:
+    for item in selected:
+        log.info(
+            "listener %s: %s/%s, %d member(s), runtime max concurrency %d",
+            item.name,
+            item.stream_prefix,
+            item.consumer_group,
+            item.concurrency,
+            runtime.max_concurrency,
+        )

@@ -1,0 +1,2 @@
+"""One coordinator member: the pure state machine (:mod:`.state`), its member id (:mod:`.ids`) and the
+thin threaded loop that drives it (:mod:`.member`, :mod:`.shard`, :mod:`.pool`)."""

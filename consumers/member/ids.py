@@ -1,0 +1,61 @@
+"""Member ids: made by each member at start from its pod-IP context (docs/protocol.md section 1).
+
+``<host>-<pid>-<listener>-<index>-<random>``, where host is ``$POD_IP`` or this host's address. The
+coordinator accepts 1-128 characters of ``[A-Za-z0-9._-]`` starting with a letter or digit (no colons:
+they would break the key layout), so anything else becomes ``-`` (an IPv6 ``fe80::1`` becomes
+``fe80--1``) and the listener name is shortened when the whole would be too long. The random suffix
+makes a restarted process (same pod IP, maybe the same pid) a new member rather than a rejoin.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import secrets
+import socket
+
+MAX_MEMBER_ID_LENGTH = 128
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+MEMBER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def sanitize(text: str) -> str:
+    return _UNSAFE.sub("-", text)
+
+
+def host_address() -> str:
+    """``$POD_IP`` if set, else the address this host's name resolves to, else the host name."""
+    pod_ip = os.environ.get("POD_IP", "").strip()
+    return pod_ip or _resolved_host()
+
+
+@functools.cache
+def _resolved_host() -> str:
+    """Resolved once per process: a slow resolver must not delay every member's start."""
+    name = socket.gethostname()
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return name or "localhost"
+
+
+def make_member_id(
+    listener: str,
+    index: int,
+    *,
+    host: str | None = None,
+    pid: int | None = None,
+    suffix: str | None = None,
+) -> str:
+    host = sanitize(host if host is not None else host_address())[:64] or "host"
+    if not (host[0].isascii() and host[0].isalnum()):
+        host = "h" + host  # an IPv6 "::1" would start the id with "-"
+    pid = os.getpid() if pid is None else pid
+    suffix = sanitize(suffix if suffix is not None else secrets.token_hex(4))[:16]
+    fixed = f"{host}-{pid}-"
+    tail = f"-{index}-{suffix}"
+    room = MAX_MEMBER_ID_LENGTH - len(fixed) - len(tail)
+    member_id = fixed + sanitize(listener)[: max(room, 0)] + tail
+    assert MEMBER_ID_RE.match(member_id), member_id
+    return member_id

@@ -1,0 +1,308 @@
+"""One coordinator member: the thin loop around :class:`consumers.member.state.MemberStateMachine`.
+
+Theory of operation
+-------------------
+Three kinds of threads, one lock:
+
+* the *heartbeat thread* asks the state machine what is due, sends it (outside the lock), and feeds the
+  answer back; it sleeps on the member's condition until the next deadline or until any input arrives;
+* one *unit* thread per shard (:class:`consumers.member.shard.ShardUnit`) reads, acks and reports
+  fence statuses and its own end;
+* the *worker pool* (:class:`consumers.member.pool.WorkerPool`) runs handler batches, sized by the
+  state machine's worker count (``min(runtime max concurrency, the response's max_concurrency)``).
+
+Every input goes through the state machine under the member's lock; the resulting
+:class:`~consumers.member.state.Decisions` are carried out at once (start / stop units, resize the pool,
+log) - all non-blocking, so the lock is never held across I/O. The state machine is the only place that
+decides; this module only wires it to threads, a clock and the network.
+
+Failures: a heartbeat that fails keeps the member consuming (the state machine schedules the retry);
+the data plane's ``DataPlaneUnavailable`` is retried inside the units. Nothing here ends the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from consumers.client import CoordinatorClient, CoordinatorRequestError
+from consumers.member.ids import host_address, make_member_id
+from consumers.member.pool import WorkerPool
+from consumers.member.shard import ShardUnit
+from consumers.member.state import (
+    CLIENT_ERROR,
+    Decisions,
+    Grant,
+    HeartbeatRequest,
+    MemberConfig,
+    MemberStateMachine,
+    Phase,
+)
+from consumers.runtime import Runtime
+from coordinator.protocol.model import Shard
+
+log = logging.getLogger("consumers.member")
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("redis-stream-coordinator")[:64]
+    except Exception:
+        return ""
+
+
+@dataclass(slots=True)
+class MemberStats:
+    handled: int = 0  # handler calls that returned
+    failed: int = 0  # handler calls that raised (the entries stay pending)
+    acked: int = 0
+    heartbeats: int = 0
+    heartbeat_failures: int = 0
+    fenced: int = 0  # times the member was fenced (by the coordinator or the data plane) and rejoined
+
+
+class Member:
+    """One member of ``listener``'s group: its own id, heartbeat, epoch, assignment and workers."""
+
+    def __init__(
+        self,
+        *,
+        listener: Any,  # consumers.listener.Listener (name, stream_prefix, consumer_group, fn)
+        index: int,
+        coordinator: CoordinatorClient,
+        dataplane: Any,
+        runtime: Runtime,
+        member_id: str | None = None,
+        batch_hooks: Sequence[Callable[[], None]] = (),
+        clock_ms: Callable[[], int] = _monotonic_ms,
+    ) -> None:
+        self.listener = listener
+        self.index = index
+        self.member_id = member_id or make_member_id(listener.name, index)
+        self.stream_prefix = listener.stream_prefix
+        self.consumer_group = listener.consumer_group
+        self.label = f"{listener.name}[{index}]"
+        self.coordinator = coordinator
+        self.dataplane = dataplane
+        self.runtime = runtime
+        self.batch_hooks = tuple(batch_hooks)
+        self._clock_ms = clock_ms
+        self._cond = threading.Condition()
+        self._units: dict[Shard, ShardUnit] = {}
+        self.stats = MemberStats()
+        self.pool = WorkerPool(self.label)
+        client_info = {
+            "host": host_address()[:255],
+            "pid": os.getpid(),
+            "listener": listener.name[:255],
+            "version": _version(),
+        }
+        config = MemberConfig(
+            member_id=self.member_id,
+            capacity=runtime.max_concurrency,
+            client=client_info,
+            retry_backoff_max_ms=runtime.retry_backoff_max_ms,
+        )
+        self._sm = MemberStateMachine(config, clock_ms())
+        self._incarnation = self._sm.incarnation
+        self._thread = threading.Thread(
+            target=self._heartbeat_loop, name=f"{self.label}-heartbeat", daemon=True
+        )
+        self._done = threading.Event()
+
+    # ---------------------------------------------------------------------------------------- control
+
+    def start(self) -> None:
+        log.info(
+            "%s: starting member %s of %s/%s (runtime max concurrency %d)",
+            self.label,
+            self.member_id,
+            self.stream_prefix,
+            self.consumer_group,
+            self.runtime.max_concurrency,
+        )
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> None:
+        """Graceful stop, without waiting: finish in-flight work (at most ``timeout_s``), then leave."""
+        if self._thread.ident is None:  # never started: nothing to finish
+            self._done.set()
+            return
+        with self._cond:
+            self._apply(self._sm.request_stop(self._clock_ms(), int(timeout_s * 1000)))
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """True once the member has finished (left the group, or gave up leaving)."""
+        return self._done.wait(timeout_s)
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    # ---------------------------------------------------------------------------------------- views
+
+    @property
+    def phase(self) -> Phase:
+        with self._cond:
+            return self._sm.phase
+
+    @property
+    def member_epoch(self) -> int:
+        with self._cond:
+            return self._sm.member_epoch
+
+    @property
+    def assignment(self) -> frozenset[Shard]:
+        """The shards the coordinator's last response assigned to this member."""
+        with self._cond:
+            return frozenset(self._sm.assigned)
+
+    @property
+    def grants(self) -> dict[Shard, Grant]:
+        """The last response's assignment: shard -> its assignment epoch and readability."""
+        with self._cond:
+            return dict(self._sm.assigned)
+
+    @property
+    def running_shards(self) -> frozenset[Shard]:
+        with self._cond:
+            return frozenset(self._units)
+
+    @property
+    def concurrency(self) -> int:
+        with self._cond:
+            return self._sm.concurrency
+
+    # ---------------------------------------------------------------------------------------- for units
+
+    def epoch_for(self, incarnation: int) -> int | None:
+        with self._cond:
+            return self._sm.epoch_for(incarnation)
+
+    def lease_valid(self, incarnation: int) -> bool:
+        with self._cond:
+            return self._sm.lease_valid(incarnation, self._clock_ms())
+
+    def report_member_fenced(self, incarnation: int) -> None:
+        with self._cond:
+            self._apply(self._sm.on_member_fenced(incarnation, self._clock_ms()))
+
+    def report_not_owner(self, shard: Shard, incarnation: int) -> None:
+        with self._cond:
+            self._apply(self._sm.on_not_owner(shard, incarnation, self._clock_ms()))
+
+    def report_stale_epoch(self, incarnation: int) -> None:
+        with self._cond:
+            self._apply(self._sm.on_stale_epoch(incarnation, self._clock_ms()))
+
+    def record(self, handled: int = 0, failed: int = 0, acked: int = 0) -> None:
+        with self._cond:
+            self.stats.handled += handled
+            self.stats.failed += failed
+            self.stats.acked += acked
+
+    def unit_stopped(self, unit: ShardUnit, failed: bool) -> None:
+        with self._cond:
+            if self._units.get(unit.shard) is unit:
+                del self._units[unit.shard]
+            self._apply(self._sm.on_unit_stopped(unit.shard, self._clock_ms(), failed=failed))
+
+    # ---------------------------------------------------------------------------------------- the loop
+
+    def _heartbeat_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    now = self._clock_ms()
+                    self._apply(self._sm.on_timer(now))
+                    if self._sm.finished:
+                        return
+                    request = self._sm.poll_heartbeat(now)
+                    if request is None:
+                        wake = self._sm.next_wakeup_ms()
+                        self._cond.wait(None if wake is None else max(0, wake - now) / 1000)
+                        continue
+                self._send(request)
+        except Exception:
+            log.exception("%s: the member loop failed; abandoning every shard", self.label)
+        finally:
+            with self._cond:
+                for unit in self._units.values():
+                    unit.stop(abandon=True)
+            self.pool.shutdown()
+            try:
+                self.coordinator.close()
+            except Exception:
+                log.debug("%s: closing the coordinator client failed", self.label, exc_info=True)
+            self._done.set()
+            log.info("%s: member %s finished (%s)", self.label, self.member_id, self.stats)
+
+    def _send(self, request: HeartbeatRequest) -> None:
+        try:
+            body = self.coordinator.heartbeat(self.stream_prefix, self.consumer_group, request)
+        except CoordinatorRequestError as e:
+            with self._cond:
+                self.stats.heartbeat_failures += 1
+                decisions = self._sm.on_heartbeat_error(
+                    request,
+                    str(e.code),
+                    self._clock_ms(),
+                    message=e.message,
+                    retriable=bool(e.retriable),
+                    retry_after_ms=e.retry_after_ms,
+                    jitter=random.random(),
+                )
+                self._apply(decisions)
+        except Exception as e:
+            log.exception("%s: the coordinator client raised unexpectedly", self.label)
+            with self._cond:
+                self.stats.heartbeat_failures += 1
+                self._apply(
+                    self._sm.on_heartbeat_error(
+                        request, CLIENT_ERROR, self._clock_ms(), message=repr(e), jitter=random.random()
+                    )
+                )
+        else:
+            with self._cond:
+                self.stats.heartbeats += 1
+                self._apply(self._sm.on_heartbeat_response(request, body, self._clock_ms()))
+
+    def _apply(self, decisions: Decisions) -> None:
+        """Carry out decisions (caller holds the lock). Everything here returns at once."""
+        for notice in decisions.notices:
+            log.log(notice.level, "%s (%s): %s", self.label, self.member_id, notice.message)
+        if self._sm.incarnation != self._incarnation:  # every fence starts a new incarnation
+            self.stats.fenced += self._sm.incarnation - self._incarnation
+            self._incarnation = self._sm.incarnation
+        if decisions.concurrency is not None:
+            log.info("%s (%s): %d workers", self.label, self.member_id, decisions.concurrency)
+            self.pool.resize(decisions.concurrency)
+        for stop in decisions.stop:
+            unit = self._units.get(stop.shard)
+            if unit is not None:
+                unit.stop(abandon=stop.abandon)
+        for start in decisions.start:
+            unit = ShardUnit(
+                host=self,
+                start=start,
+                dataplane=self.dataplane,
+                pool=self.pool,
+                handler=self.listener.fn,
+                runtime=self.runtime,
+                batch_hooks=self.batch_hooks,
+            )
+            self._units[start.shard] = unit
+            unit.start()
+        self._cond.notify_all()

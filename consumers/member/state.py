@@ -1,0 +1,681 @@
+"""The member state machine: what one coordinator member does next, as a pure function of its inputs.
+
+Theory of operation
+-------------------
+A member (docs/protocol.md sections 3 and 4) heartbeats the coordinator and runs one local *unit* (a
+fetch loop) per shard it holds. This class decides, and the thin loop in :mod:`consumers.member.member`
+carries out; it never touches a thread, socket, clock or Redis. Time is ``now_ms``, passed in.
+
+Inputs: heartbeat responses and heartbeat errors (by code), the data plane's fence statuses
+(``MEMBER_FENCED``, ``NOT_OWNER``, ``STALE_EPOCH``), "unit stopped", a stop request and the timer.
+Outputs (:class:`Decisions`): units to start, units to stop (drain, or abandon), the worker count, what
+to log, and whether the member is finished; plus, on demand, the next heartbeat (:meth:`poll_heartbeat`)
+and when to wake up (:meth:`next_wakeup_ms`).
+
+The member's *phase* moves along :data:`TRANSITIONS` (a missing pair is a bug)::
+
+    JOINING --joined--> MEMBER --fenced--> JOINING          (drop every shard at once, rejoin with 0)
+    JOINING/MEMBER --stop--> DRAINING --drained--> LEAVING --left / gave up--> LEFT
+                             DRAINING --nothing to leave--> LEFT
+
+Units. A shard gets a unit when it is assigned and the member is a ``MEMBER``. A unit that must stop is
+told either to *drain* (revoked, not owner, or shutting down: stop fetching, finish the in-flight entry,
+ack what was handled, then report stopped) or to *abandon* (the member was fenced: stop at once, ack
+nothing). A draining unit's shard still counts as owned: the member reports it in ``owned_shards``
+until the unit has stopped, and only then does the heartbeat (sent at once) acknowledge the revocation.
+That is the member's half of the single-owner rule. An abandoned unit's shard is not owned any more (the
+coordinator released it when it fenced the member), but the shard is not started again until the old
+unit has stopped, so within one process a shard is never handled by two units at once.
+
+Heartbeats. One at a time. A join carries the capacity and client info; a renewal carries the member
+epoch and ``owned_shards``; a leave carries epoch -1. The next one is due ``heartbeat_interval_ms`` after
+a response, *at once* when what the member would report changed (a unit stopped, a grant arrived) or the
+data plane said our epoch is stale, and after a failure with exponential backoff (capped at the
+heartbeat interval while the member holds shards, so the lease keeps a chance to be renewed). Failures
+other than fencing change nothing else: the member keeps consuming its assignment, because the fencing
+that matters is in Redis (the lease), not in this process.
+
+Incarnations. Every fence starts a new incarnation. Requests, units and data-plane reports carry the
+incarnation they belong to; anything from an earlier one is stale and ignored (a response to a heartbeat
+sent before the fence, a ``MEMBER_FENCED`` from a unit that was already abandoned).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from coordinator.protocol.model import Shard
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+
+# Heartbeat error codes that mean "you are not a member any more": drop everything, rejoin with 0.
+FENCING_CODES = frozenset({"FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"})
+# Codes the member side makes up (the coordinator's are docs/protocol.md section 12).
+COORDINATOR_UNREACHABLE = "COORDINATOR_UNREACHABLE"
+INVALID_RESPONSE = "INVALID_RESPONSE"
+CLIENT_ERROR = "CLIENT_ERROR"  # the coordinator client raised something it should not have
+# Failures after which a join may still have been applied (the answer was lost, or the store failed
+# after its commit): the member must leave before it can be sure it is not a member.
+AMBIGUOUS_CODES = frozenset({COORDINATOR_UNREACHABLE, INVALID_RESPONSE, "STORE_UNAVAILABLE", CLIENT_ERROR})
+
+
+class Phase(StrEnum):
+    JOINING = "JOINING"  # the next heartbeat is a join (epoch 0); holds nothing
+    MEMBER = "MEMBER"  # joined: renews at its epoch, runs a unit per assigned shard
+    DRAINING = "DRAINING"  # stopping: no new units; waits for the running ones to finish their work
+    LEAVING = "LEAVING"  # the next heartbeat is a leave (epoch -1)
+    LEFT = "LEFT"  # finished
+
+
+class PhaseInput(StrEnum):
+    JOINED = "JOINED"  # a join was answered
+    FENCED = "FENCED"  # FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID / the data plane's MEMBER_FENCED
+    STOP = "STOP"  # graceful stop requested
+    DRAINED = "DRAINED"  # every unit stopped (or the shutdown deadline passed) and we may be a member
+    NOTHING_TO_LEAVE = "NOTHING_TO_LEAVE"  # drained, and the coordinator does not count us as a member
+    LEFT = "LEFT"  # the leave was answered (or refused for good)
+    GAVE_UP = "GAVE_UP"  # the leave could not be delivered in time; the lease will expire instead
+
+
+P, E = Phase, PhaseInput
+TRANSITIONS: dict[tuple[Phase, PhaseInput], Phase] = {
+    (P.JOINING, E.JOINED): P.MEMBER,
+    (P.JOINING, E.FENCED): P.JOINING,
+    (P.MEMBER, E.FENCED): P.JOINING,
+    (P.JOINING, E.STOP): P.DRAINING,
+    (P.MEMBER, E.STOP): P.DRAINING,
+    # A join answered after the stop request: we may be a member now, so we will leave.
+    (P.DRAINING, E.JOINED): P.DRAINING,
+    (P.DRAINING, E.FENCED): P.DRAINING,
+    (P.DRAINING, E.STOP): P.DRAINING,
+    (P.DRAINING, E.DRAINED): P.LEAVING,
+    (P.DRAINING, E.NOTHING_TO_LEAVE): P.LEFT,
+    (P.LEAVING, E.STOP): P.LEAVING,
+    (P.LEAVING, E.FENCED): P.LEFT,  # the coordinator already dropped us: nothing left to leave
+    (P.LEAVING, E.LEFT): P.LEFT,
+    (P.LEAVING, E.GAVE_UP): P.LEFT,
+    (P.LEFT, E.STOP): P.LEFT,
+    (P.LEFT, E.FENCED): P.LEFT,
+}
+
+
+class IllegalMemberTransition(RuntimeError):
+    """A (phase, input) pair outside :data:`TRANSITIONS`: a bug in the member, never caused by input."""
+
+
+class InvalidResponse(ValueError):
+    """A heartbeat response that does not have the shape of docs/protocol.md section 13."""
+
+
+class UnitState(StrEnum):
+    RUNNING = "RUNNING"  # fetching and handling
+    DRAINING = "DRAINING"  # told to stop: finishes in-flight work and acks it; still owned
+    ABANDONED = "ABANDONED"  # told to stop after a fence: acks nothing; not owned
+
+
+# --------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    assignment_epoch: int  # the member epoch at which the shard was granted (the data plane checks it)
+    readable: bool  # False while strict ordering holds the shard back
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Response:
+    """A parsed heartbeat response (the fields the member acts on)."""
+
+    member_epoch: int
+    member_state: str
+    group_epoch: int
+    assignment_epoch: int
+    heartbeat_interval_ms: int
+    lease_ttl_ms: int
+    shards: Mapping[Shard, Grant]
+    revoking: frozenset[Shard]
+    max_concurrency: int
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Response:
+        try:
+            shards = {
+                _shard(s["shard"]): Grant(
+                    assignment_epoch=_int(s["assignment_epoch"]), readable=bool(s.get("readable", True))
+                )
+                for s in body["shards"]
+            }
+            return cls(
+                member_epoch=_int(body["member_epoch"]),
+                member_state=str(body.get("member_state", "")),
+                group_epoch=_int(body.get("group_epoch", 0)),
+                assignment_epoch=_int(body.get("assignment_epoch", 0)),
+                heartbeat_interval_ms=_positive(body["heartbeat_interval_ms"]),
+                lease_ttl_ms=_positive(body["lease_ttl_ms"]),
+                shards=shards,
+                revoking=frozenset(_shard(s) for s in body.get("revoking", ())),
+                max_concurrency=_int(body["max_concurrency"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidResponse(f"malformed heartbeat response ({type(e).__name__}: {e})") from e
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _positive(value: Any) -> int:
+    if _int(value) <= 0:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _shard(text: Any) -> Shard:
+    try:
+        return Shard.parse(text)
+    except Exception as e:  # the core raises its own InvalidRequest; here it is a malformed response
+        raise ValueError(str(e)) from e
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatRequest:
+    """One heartbeat to send. ``seq`` and ``incarnation`` stay local; :meth:`to_json` is the wire body."""
+
+    member_id: str
+    member_epoch: int
+    owned_shards: tuple[Shard, ...] | None = None
+    capacity: int | None = None
+    client: Mapping[str, Any] | None = None
+    seq: int = 0
+    incarnation: int = 0
+    sent_ms: int = 0  # when it was built (the member's clock): the earliest moment it could renew the lease
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"member_id": self.member_id, "member_epoch": self.member_epoch}
+        if self.owned_shards is not None:
+            body["owned_shards"] = [str(s) for s in self.owned_shards]
+        if self.capacity is not None:
+            body["capacity"] = self.capacity
+        if self.client is not None:
+            body["client"] = dict(self.client)
+        return body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardStart:
+    shard: Shard
+    assignment_epoch: int
+    readable: bool
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardStop:
+    shard: Shard
+    abandon: bool  # True: stop at once and ack nothing (fenced); False: finish in-flight work, ack, stop
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notice:
+    """Something worth a log line; the loop logs it (``level`` is a :mod:`logging` level)."""
+
+    level: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decisions:
+    start: tuple[ShardStart, ...] = ()
+    stop: tuple[ShardStop, ...] = ()
+    concurrency: int | None = None  # the new worker count, when it changed
+    notices: tuple[Notice, ...] = ()
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberConfig:
+    member_id: str
+    capacity: int  # the runtime's max concurrency: reported on join, caps the worker count
+    client: Mapping[str, Any] | None = None  # {host, pid, listener, version}, sent on join
+    initial_heartbeat_interval_ms: int = 3_000  # until the first response says otherwise
+    retry_backoff_initial_ms: int = 100
+    retry_backoff_max_ms: int = 5_000
+    retry_jitter_ratio: float = 0.2  # a failed heartbeat's backoff is shortened by up to this fraction
+    leave_timeout_ms: int = 2_000  # how long a leave is retried before the lease is left to expire
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"capacity must be at least 1; got {self.capacity}")
+        if not 0 < self.retry_backoff_initial_ms <= self.retry_backoff_max_ms:
+            raise ValueError("retry backoff: 0 < initial <= max is required")
+
+
+# --------------------------------------------------------------------------------------------- machine
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Decisions being collected while one input is applied."""
+
+    start: list[ShardStart] = field(default_factory=list)
+    stop: list[ShardStop] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+
+
+class MemberStateMachine:
+    """One member's decisions. Not thread-safe: the loop serializes calls (one lock per member)."""
+
+    def __init__(self, config: MemberConfig, now_ms: int) -> None:
+        self.config = config
+        self.phase = Phase.JOINING
+        self.incarnation = 1
+        self.member_epoch = JOIN_EPOCH
+        self.member_state = ""  # the coordinator's view (STABLE, UNREVOKED_SHARDS, ...), for logs
+        self.assigned: dict[Shard, Grant] = {}
+        self.revoking: frozenset[Shard] = frozenset()
+        self.units: dict[Shard, UnitState] = {}
+        # Shards stopped locally (NOT_OWNER, a failed unit) until a response to a heartbeat sent after
+        # that moment confirms them again: shard -> the last request seq issued when it was suspended.
+        self.suspended: dict[Shard, int] = {}
+        self.concurrency = 0
+        self.heartbeat_interval_ms = config.initial_heartbeat_interval_ms
+        self._seq = 0
+        self._in_flight: HeartbeatRequest | None = None
+        self._due_ms = now_ms
+        self._urgent = False  # something asked for a heartbeat after the in-flight one was built
+        self._failures = 0
+        self._last_sent_owned: frozenset[Shard] | None = None
+        self._may_be_member = False  # a join of this incarnation may have been applied
+        self._drain_deadline_ms: int | None = None
+        self._leave_deadline_ms: int | None = None
+        self._reported_concurrency = 0
+        # A lower bound of the lease deadline, on the member's clock: the coordinator renews the lease to
+        # (its receive time + lease_ttl_ms), and it received the request after we built it.
+        self._lease_deadline_ms: int | None = None
+        self._lease_lapse_noted = False
+        self._pending = _Pending()
+
+    # ------------------------------------------------------------------------------------------ queries
+
+    @property
+    def finished(self) -> bool:
+        return self.phase is Phase.LEFT
+
+    def owned(self) -> frozenset[Shard]:
+        """What the next renewal reports: assigned shards (unless stopped locally) plus every shard whose
+        unit has not finished draining. Abandoned units do not count: the coordinator released them."""
+        held = {s for s, u in self.units.items() if u is not UnitState.ABANDONED}
+        return frozenset(held | {s for s in self.assigned if s not in self.suspended})
+
+    def lease_valid(self, incarnation: int, now_ms: int) -> bool:
+        """True while the lease of ``incarnation`` surely has not ended: units handle and read only then.
+
+        After it, the lease *may* have ended (no heartbeat was accepted for ``lease_ttl_ms``): another
+        member may already own our shards, so a unit must not start another handler call - not even
+        for entries it read before (a process frozen past its lease, then resumed, would otherwise
+        handle them next to the new owner). The data plane decides for certain at the next read."""
+        return (
+            incarnation == self.incarnation
+            and self.member_epoch > 0
+            and self._lease_deadline_ms is not None
+            and now_ms < self._lease_deadline_ms
+        )
+
+    def epoch_for(self, incarnation: int) -> int | None:
+        """The epoch a unit of ``incarnation`` presents to the data plane; None once it is stale."""
+        if incarnation != self.incarnation or self.member_epoch <= 0:
+            return None
+        return self.member_epoch
+
+    def next_wakeup_ms(self) -> int | None:
+        """When the loop must call back (:meth:`poll_heartbeat` / :meth:`on_timer`); None: only on input."""
+        times = []
+        if self._in_flight is None and self._heartbeat_wanted():
+            times.append(self._due_ms)
+        if self.phase is Phase.DRAINING and self._drain_deadline_ms is not None:
+            times.append(self._drain_deadline_ms)
+        if self.phase is Phase.LEAVING and self._leave_deadline_ms is not None:
+            times.append(self._leave_deadline_ms)
+        watching = self.phase in (Phase.MEMBER, Phase.DRAINING) and not self._lease_lapse_noted
+        if watching and self._lease_deadline_ms is not None:
+            times.append(self._lease_deadline_ms)  # to say so when it lapses
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------------------------------ heartbeat
+
+    def poll_heartbeat(self, now_ms: int) -> HeartbeatRequest | None:
+        """The heartbeat to send now, if one is due and none is in flight. It is then in flight until
+        :meth:`on_heartbeat_response` or :meth:`on_heartbeat_error` is called with it."""
+        if self._in_flight is not None or not self._heartbeat_wanted() or now_ms < self._due_ms:
+            return None
+        self._seq += 1
+        common = {
+            "member_id": self.config.member_id,
+            "seq": self._seq,
+            "incarnation": self.incarnation,
+            "sent_ms": now_ms,
+        }
+        if self.phase is Phase.JOINING:
+            request = HeartbeatRequest(
+                member_epoch=JOIN_EPOCH, capacity=self.config.capacity, client=self.config.client, **common
+            )
+            self._may_be_member = True
+        elif self.phase is Phase.LEAVING:
+            request = HeartbeatRequest(member_epoch=LEAVE_EPOCH, **common)
+        else:
+            owned = self.owned()
+            request = HeartbeatRequest(
+                member_epoch=self.member_epoch, owned_shards=tuple(sorted(owned)), **common
+            )
+            self._last_sent_owned = owned
+        self._in_flight = request
+        self._urgent = False
+        return request
+
+    def on_heartbeat_response(
+        self, request: HeartbeatRequest, body: Mapping[str, Any], now_ms: int
+    ) -> Decisions:
+        if not self._complete(request):
+            return self._decide(now_ms)
+        if request.member_epoch == LEAVE_EPOCH:
+            self._note(logging.INFO, "left the group")
+            self._transition(PhaseInput.LEFT)
+            return self._decide(now_ms)
+        if self.phase is Phase.LEAVING:
+            return self._decide(now_ms)  # a renewal answered after we started leaving: nothing to do
+        try:
+            response = Response.from_json(body)
+        except InvalidResponse as e:
+            return self._failed(now_ms, INVALID_RESPONSE, str(e), retriable=True)
+        if response.member_epoch <= 0:
+            return self._fence(now_ms, f"the coordinator answered with member epoch {response.member_epoch}")
+        if self._failures:
+            self._note(logging.INFO, f"heartbeat answered again after {self._failures} failures")
+        self._failures = 0
+        self._apply_response(request, response)
+        self._lease_deadline_ms = request.sent_ms + response.lease_ttl_ms
+        if self._lease_lapse_noted:
+            self._note(logging.INFO, "lease renewed: handling again")
+            self._lease_lapse_noted = False
+        self._due_ms = now_ms if self._urgent else now_ms + self.heartbeat_interval_ms
+        return self._decide(now_ms)
+
+    def on_heartbeat_error(
+        self,
+        request: HeartbeatRequest,
+        code: str,
+        now_ms: int,
+        *,
+        message: str = "",
+        retriable: bool = True,
+        retry_after_ms: int | None = None,
+        jitter: float = 0.0,
+    ) -> Decisions:
+        """A heartbeat failed with ``code`` (the coordinator's, or ``COORDINATOR_UNREACHABLE``).
+
+        ``jitter`` in [0, 1) spreads the retries of many members (the loop passes a random number)."""
+        if not self._complete(request):
+            return self._decide(now_ms)
+        if request.member_epoch == LEAVE_EPOCH:
+            if code in FENCING_CODES or not retriable:
+                self._note(logging.WARNING, f"leave refused ({code}: {message}); not retrying it")
+                self._transition(PhaseInput.LEFT)
+                return self._decide(now_ms)
+            return self._failed(now_ms, code, message, retriable, retry_after_ms, jitter)
+        if code in FENCING_CODES:
+            return self._fence(now_ms, f"heartbeat refused with {code}: {message}")
+        if request.member_epoch == JOIN_EPOCH and not _ambiguous(code):
+            self._may_be_member = False  # the coordinator answered, and the answer was no
+        return self._failed(now_ms, code, message, retriable, retry_after_ms, jitter)
+
+    # ------------------------------------------------------------------------------------------ data plane
+
+    def on_member_fenced(self, incarnation: int, now_ms: int) -> Decisions:
+        """The data plane said ``MEMBER_FENCED`` to a unit of ``incarnation``."""
+        if incarnation != self.incarnation or self.member_epoch <= 0:
+            return self._decide(now_ms)
+        return self._fence(now_ms, "the data plane refused it (lease ended or member no longer live)")
+
+    def on_not_owner(self, shard: Shard, incarnation: int, now_ms: int) -> Decisions:
+        """The data plane said ``NOT_OWNER``: the coordinator moved on. Stop the shard, heartbeat now."""
+        if incarnation == self.incarnation and shard in self.units:
+            self._suspend(shard, now_ms)
+            self._note(logging.INFO, f"shard {shard}: the data plane says it is not ours; stopping it")
+        return self._decide(now_ms)
+
+    def on_stale_epoch(self, incarnation: int, now_ms: int) -> Decisions:
+        """The data plane said ``STALE_EPOCH``: a response was probably lost. Heartbeat now."""
+        if incarnation == self.incarnation:
+            self._heartbeat_now(now_ms)
+        return self._decide(now_ms)
+
+    def on_unit_stopped(self, shard: Shard, now_ms: int, *, failed: bool = False) -> Decisions:
+        """The unit of ``shard`` has finished (nothing of it runs any more). ``failed``: it stopped on an
+        unexpected error; the shard waits for the next heartbeat response before it is started again."""
+        state = self.units.pop(shard, None)
+        if state is None:
+            raise IllegalMemberTransition(f"no unit for shard {shard} was running")
+        if failed and state is UnitState.RUNNING and shard in self.assigned:
+            self.suspended[shard] = self._seq
+            self._note(logging.ERROR, f"shard {shard}: its unit failed; retrying after the next heartbeat")
+        return self._decide(now_ms)
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def request_stop(self, now_ms: int, timeout_ms: int) -> Decisions:
+        """Graceful stop: drain every unit (bounded by ``timeout_ms``), then leave the group."""
+        if self.phase in (Phase.JOINING, Phase.MEMBER):
+            self._drain_deadline_ms = now_ms + max(0, timeout_ms)
+            self._note(logging.INFO, f"stopping: finishing in-flight work (at most {timeout_ms} ms)")
+        self._transition(PhaseInput.STOP)
+        return self._decide(now_ms)
+
+    def on_timer(self, now_ms: int) -> Decisions:
+        return self._decide(now_ms)
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _transition(self, event: PhaseInput) -> None:
+        try:
+            self.phase = TRANSITIONS[(self.phase, event)]
+        except KeyError:
+            raise IllegalMemberTransition(f"{event} is not defined in phase {self.phase}") from None
+
+    def _note(self, level: int, message: str) -> None:
+        self._pending.notices.append(Notice(level=level, message=message))
+
+    def _heartbeat_wanted(self) -> bool:
+        if self.phase in (Phase.JOINING, Phase.MEMBER, Phase.LEAVING):
+            return True
+        # Draining: keep renewing the lease (acks need it) while we are a member; never join.
+        return self.phase is Phase.DRAINING and self.member_epoch > 0
+
+    def _heartbeat_now(self, now_ms: int) -> None:
+        self._urgent = True
+        if self._failures == 0:  # never cut a backoff short: the coordinator is having trouble
+            self._due_ms = min(self._due_ms, now_ms)
+
+    def _complete(self, request: HeartbeatRequest) -> bool:
+        """Mark ``request`` answered; False if it belongs to an earlier incarnation (ignore its answer)."""
+        if self._in_flight is None or request.seq != self._in_flight.seq:
+            raise IllegalMemberTransition(f"heartbeat {request.seq} is not the one in flight")
+        self._in_flight = None
+        return request.incarnation == self.incarnation
+
+    def _suspend(self, shard: Shard, now_ms: int) -> None:
+        self.suspended[shard] = self._seq
+        self._heartbeat_now(now_ms)
+
+    def _apply_response(self, request: HeartbeatRequest, r: Response) -> None:
+        if request.member_epoch == JOIN_EPOCH:
+            self._note(logging.INFO, f"joined at epoch {r.member_epoch} (group epoch {r.group_epoch})")
+            self._transition(PhaseInput.JOINED)
+        elif r.member_epoch != self.member_epoch:
+            self._note(logging.INFO, f"epoch {self.member_epoch} -> {r.member_epoch} ({r.member_state})")
+        granted = sorted(set(r.shards) - set(self.assigned))
+        revoked = sorted(set(self.assigned) - set(r.shards))
+        if granted:
+            self._note(logging.INFO, f"assigned {_names(granted)} at epoch {r.member_epoch}")
+        if revoked:
+            self._note(logging.INFO, f"revoked {_names(revoked)}; releasing after in-flight work")
+        self.member_epoch = r.member_epoch
+        self.member_state = r.member_state
+        self.assigned = dict(r.shards)
+        self.revoking = r.revoking
+        self.heartbeat_interval_ms = r.heartbeat_interval_ms
+        self.concurrency = max(0, min(self.config.capacity, r.max_concurrency))
+        # A response to a heartbeat sent after a shard was suspended is the coordinator's newer word.
+        self.suspended = {s: seq for s, seq in self.suspended.items() if seq >= request.seq}
+
+    def _fence(self, now_ms: int, reason: str) -> Decisions:
+        dropped = sorted(s for s, u in self.units.items() if u is not UnitState.ABANDONED)
+        self._note(
+            logging.WARNING,
+            f"fenced at epoch {self.member_epoch}: {reason}; dropping {_names(dropped)} and rejoining "
+            "with epoch 0",
+        )
+        for shard in dropped:
+            self.units[shard] = UnitState.ABANDONED
+            self._pending.stop.append(ShardStop(shard=shard, abandon=True, reason="fenced"))
+        self.incarnation += 1
+        self.member_epoch = JOIN_EPOCH
+        self.member_state = ""
+        self.assigned = {}
+        self.revoking = frozenset()
+        self.suspended = {}
+        self._lease_deadline_ms = None
+        self._lease_lapse_noted = False
+        self._last_sent_owned = None
+        self._may_be_member = False
+        self._failures = 0
+        self._due_ms = now_ms
+        self._transition(PhaseInput.FENCED)
+        return self._decide(now_ms)
+
+    def _failed(
+        self,
+        now_ms: int,
+        code: str,
+        message: str,
+        retriable: bool,
+        retry_after_ms: int | None = None,
+        jitter: float = 0.0,
+    ) -> Decisions:
+        self._failures += 1
+        cap = self.config.retry_backoff_max_ms
+        if self.member_epoch > 0:
+            cap = min(cap, self.heartbeat_interval_ms)
+        delay = min(cap, self.config.retry_backoff_initial_ms * 2 ** min(self._failures - 1, 30))
+        delay -= int(delay * self.config.retry_jitter_ratio * min(max(jitter, 0.0), 1.0))
+        if retry_after_ms is not None:
+            delay = max(delay, min(retry_after_ms, self.config.retry_backoff_max_ms))
+        self._due_ms = now_ms + delay
+        level = logging.WARNING if retriable else logging.ERROR
+        if not _worth_logging(self._failures):
+            level = logging.DEBUG  # a long outage logs at failures 1, 2, 4, 8, ... not at every retry
+        keeping = f"; keeping {_names(sorted(self.units))}" if self.units else ""
+        self._note(
+            level, f"heartbeat failed ({code}: {message}); retry {self._failures} in {delay} ms{keeping}"
+        )
+        return self._decide(now_ms)
+
+    def _decide(self, now_ms: int) -> Decisions:
+        self._note_lease_lapse(now_ms)
+        self._reconcile_units()
+        self._advance_shutdown(now_ms)
+        if (
+            self.phase in (Phase.MEMBER, Phase.DRAINING)
+            and self.member_epoch > 0
+            and self.owned() != self._last_sent_owned
+        ):
+            self._heartbeat_now(now_ms)
+        concurrency = None
+        if self.concurrency != self._reported_concurrency and self.concurrency > 0:
+            concurrency = self._reported_concurrency = self.concurrency
+        pending, self._pending = self._pending, _Pending()
+        return Decisions(
+            start=tuple(pending.start),
+            stop=tuple(pending.stop),
+            concurrency=concurrency,
+            notices=tuple(pending.notices),
+            finished=self.finished,
+        )
+
+    def _note_lease_lapse(self, now_ms: int) -> None:
+        deadline = self._lease_deadline_ms
+        watching = self.phase in (Phase.MEMBER, Phase.DRAINING) and not self._lease_lapse_noted
+        if watching and deadline is not None and now_ms >= deadline:
+            self._lease_lapse_noted = True
+            self._note(
+                logging.WARNING,
+                "no heartbeat accepted for the lease TTL: the lease may have ended; handling nothing more "
+                "until the coordinator answers (the data plane will tell for sure)",
+            )
+
+    def _reconcile_units(self) -> None:
+        """Start a unit for every assigned shard without one; drain units that must not run."""
+        for shard, unit in sorted(self.units.items()):
+            if unit is UnitState.RUNNING and (
+                self.phase is not Phase.MEMBER or shard not in self.assigned or shard in self.suspended
+            ):
+                self.units[shard] = UnitState.DRAINING
+                reason = "stopping" if self.phase is not Phase.MEMBER else "released"
+                self._pending.stop.append(ShardStop(shard=shard, abandon=False, reason=reason))
+        if self.phase is not Phase.MEMBER:
+            return
+        for shard, grant in sorted(self.assigned.items()):
+            # A shard whose previous unit (abandoned by a fence) still runs starts once that one stops.
+            if shard not in self.units and shard not in self.suspended:
+                self.units[shard] = UnitState.RUNNING
+                self._pending.start.append(
+                    ShardStart(
+                        shard=shard,
+                        assignment_epoch=grant.assignment_epoch,
+                        readable=grant.readable,
+                        incarnation=self.incarnation,
+                    )
+                )
+
+    def _advance_shutdown(self, now_ms: int) -> None:
+        if self.phase is Phase.DRAINING:
+            assert self._drain_deadline_ms is not None
+            late = now_ms >= self._drain_deadline_ms
+            if late and self.units:
+                left = sorted(s for s, u in self.units.items() if u is not UnitState.ABANDONED)
+                self._note(logging.WARNING, f"shutdown timeout: abandoning {_names(left)}")
+                for shard in left:
+                    self.units[shard] = UnitState.ABANDONED
+                    self._pending.stop.append(ShardStop(shard=shard, abandon=True, reason="shutdown timeout"))
+            if late or not self.units:
+                if self.member_epoch > 0 or self._may_be_member:
+                    self._transition(PhaseInput.DRAINED)
+                    self._leave_deadline_ms = now_ms + self.config.leave_timeout_ms
+                    self._due_ms = now_ms
+                    self._failures = 0
+                else:
+                    self._transition(PhaseInput.NOTHING_TO_LEAVE)
+        if self.phase is Phase.LEAVING:
+            assert self._leave_deadline_ms is not None
+            if now_ms >= self._leave_deadline_ms and self._in_flight is None:
+                self._note(logging.WARNING, "could not leave in time; the lease will expire instead")
+                self._transition(PhaseInput.GAVE_UP)
+
+
+def _ambiguous(code: str) -> bool:
+    return code in AMBIGUOUS_CODES or code.startswith("HTTP_5")
+
+
+def _worth_logging(failures: int) -> bool:
+    return failures & (failures - 1) == 0  # 1, 2, 4, 8, ...
+
+
+def _names(shards: list[Shard] | tuple[Shard, ...]) -> str:
+    return "[" + ", ".join(str(s) for s in shards) + "]"

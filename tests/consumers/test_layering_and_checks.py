@@ -1,0 +1,75 @@
+"""The member's layering (a sans-I/O state machine; a runtime that needs no Django) and the consumers
+system checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers.checks import check_consumer_settings
+from tests.test_layering import imported_modules
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = ROOT / "consumers" / "member" / "state.py"
+IO_MODULES = ("redis", "django", "socket", "threading", "subprocess", "http", "time", "random", "consumers")
+
+
+def test_the_member_state_machine_imports_no_io_clock_or_runtime_module() -> None:
+    imported = imported_modules(STATE.read_text(), "consumers.member.state", is_package=False)
+    assert [m for m in imported if any(m == n or m.startswith(n + ".") for n in IO_MODULES)] == []
+    assert [
+        m for m in imported if m.startswith("coordinator.") and not m.startswith("coordinator.protocol.")
+    ] == []
+
+
+def test_the_member_runtime_runs_without_django() -> None:
+    """A plain Python process can import and build everything consumers.run needs; Django stays out."""
+    program = (
+        "import sys\n"
+        "import consumers, consumers.process, consumers.client, consumers.member.member\n"
+        "from consumers import listener, Runtime, run, ConsumerProcess, HttpCoordinatorClient\n"
+        "assert not [m for m in sys.modules if m == 'django' or m.startswith('django.')], 'django loaded'\n"
+        "print('ok')\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def ids(settings: Any) -> list[str]:
+    return sorted(m.id or "" for m in check_consumer_settings())
+
+
+def test_default_consumer_settings_pass() -> None:
+    assert check_consumer_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("RSC_RUNTIME", {"max_concurrency": 0}, "consumers.E001"),
+        ("RSC_RUNTIME", {"workers": 4}, "consumers.E001"),
+        ("RSC_RUNTIME", "no.such.factory", "consumers.E001"),
+        ("RSC_LISTENER_CONCURRENCY", {"billing": "five"}, "consumers.E002"),
+        ("RSC_LISTENER_CONCURRENCY", ["billing"], "consumers.E002"),
+        ("RSC_COORDINATOR_URL", "coordinator:8000", "consumers.E003"),
+        ("RSC_SHUTDOWN_TIMEOUT_S", -1, "consumers.E004"),
+    ],
+)
+def test_impossible_consumer_settings_are_rejected(settings: Any, name: str, value: Any, error: str) -> None:
+    setattr(settings, name, value)
+    assert ids(settings) == [error]
+
+
+def test_good_alternatives_pass(settings: Any) -> None:
+    settings.RSC_RUNTIME = "tests.consumers.test_declarations.runtime_factory"
+    settings.RSC_LISTENER_CONCURRENCY = {"billing": "5", "shipping": 2}
+    settings.RSC_COORDINATOR_URL = "inprocess"
+    assert ids(settings) == []

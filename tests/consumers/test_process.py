@@ -1,0 +1,237 @@
+"""A whole consumer process: member fan-out, Redis outages, and ``manage.py run_member`` as a real process
+(signals, discovery, settings)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.embedded_redis import RedisServer
+from consumers.client import StoreCoordinatorClient
+from consumers.dataplane import DataPlane
+from consumers.listener import Listener
+from consumers.member.state import Phase
+from consumers.process import ConsumerProcess
+from tests.consumers.harness import FAST, GROUP, PREFIX, Cluster, Recorder, eventually, make_client
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_concurrency_n_runs_n_independent_members_with_their_own_ids(cluster: Cluster) -> None:
+    recorder = Recorder()
+    item = Listener(recorder, stream_prefix=PREFIX, consumer_group=GROUP, name="bill", concurrency="2")
+    process = ConsumerProcess(
+        [item],
+        coordinator=lambda: StoreCoordinatorClient(cluster.store),
+        dataplane_factory=lambda prefix, group: DataPlane(cluster.client, prefix, group),
+        runtime=FAST,
+        concurrency={"bill": 3},  # a settings override wins over the declaration
+    )
+    assert len(process.members) == 3
+    assert len({m.member_id for m in process.members}) == 3
+    process.start()
+    try:
+        eventually(lambda: cluster.stable(*process.members), what="three members, stable")
+        sizes = sorted(len(m.assignment) for m in process.members)
+        assert sizes == [1, 1, 2]  # shards spread over members; capacity is no weight
+        live = [v for v in cluster.describe()["members"] if v["state"] != "LEFT"]
+        assert sorted(v["member_id"] for v in live) == sorted(m.member_id for m in process.members)
+        assert {v["capacity"] for v in live} == {FAST.max_concurrency}
+        sent = cluster.send_many([cluster.key_for(i) for i in range(4)], per_key=5)
+        eventually(lambda: recorder.count() == sent, what="consumed by the three")
+    finally:
+        assert process.stop(5.0)
+    assert {cluster.member_view(m.member_id)["state"] for m in process.members} == {"LEFT"}
+
+
+# ------------------------------------------------------------------------------------------ Redis outages
+
+
+@pytest.fixture
+def fragile(disposable_redis: RedisServer) -> Iterator[tuple[RedisServer, Cluster]]:
+    cluster = Cluster(disposable_redis.url)
+    try:
+        yield disposable_redis, cluster
+    finally:
+        disposable_redis.ensure_running()
+        cluster.close()
+
+
+def short_timeouts(url: str) -> Any:
+    return make_client(url, socket_timeout=0.2, socket_connect_timeout=0.2)
+
+
+def test_a_paused_redis_is_waited_out_and_consumption_resumes(fragile: tuple[RedisServer, Cluster]) -> None:
+    server, cluster = fragile
+    recorder = Recorder()
+    fast_fail = short_timeouts(server.url)
+    from coordinator.store.redis_store import MetadataStore
+
+    coordinator = StoreCoordinatorClient(MetadataStore(fast_fail))
+    m = cluster.member(recorder, coordinator=coordinator, client=fast_fail)
+    eventually(lambda: cluster.stable(m), what="joined")
+    server.pause()
+    try:
+        eventually(lambda: m.stats.heartbeat_failures >= 1, what="the outage is noticed")
+        assert m.phase is Phase.MEMBER  # it keeps its assignment through the outage
+    finally:
+        server.resume()
+    cluster.send(cluster.key_for(0))
+    eventually(lambda: recorder.count() == 1 and m.phase is Phase.MEMBER, what="consuming again")
+    assert m.running_shards == m.assignment
+
+
+def test_a_restarted_empty_redis_is_survived_and_the_member_rejoins_once_the_group_is_back(
+    fragile: tuple[RedisServer, Cluster],
+) -> None:
+    server, cluster = fragile
+    recorder = Recorder()
+    fast_fail = short_timeouts(server.url)
+    from coordinator.store.redis_store import MetadataStore
+
+    coordinator = StoreCoordinatorClient(MetadataStore(fast_fail))
+    m = cluster.member(recorder, coordinator=coordinator, client=fast_fail)
+    eventually(lambda: cluster.stable(m), what="joined")
+    server.kill()
+    eventually(lambda: m.stats.heartbeat_failures >= 2, what="failures while Redis is down")
+    server.restart()  # empty: the group is gone, so the member is fenced and cannot rejoin yet
+    eventually(lambda: m.phase is Phase.JOINING, what="fenced")
+    cluster.recreate_group()
+    eventually(lambda: cluster.stable(m), what="rejoined")
+    cluster.send(cluster.key_for(3))
+    eventually(lambda: recorder.count() == 1, what="consuming again")
+    assert m._thread.is_alive()
+
+
+# ------------------------------------------------------------------------------------------ run_member
+
+
+class RunMember:
+    """``manage.py run_member`` in a child process, its stderr collected line by line."""
+
+    def __init__(self, redis_url: str, *args: str, **env: str) -> None:
+        environment = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.consumers.demo.settings",
+            "REDIS_URL": redis_url,
+            "RSC_COORDINATOR_URL": "inprocess",
+            "RSC_RUNTIME_MAX_CONCURRENCY": "2",
+            "LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_member", *args],
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def logged(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def demo_cluster(redis_url: str) -> Iterator[Cluster]:
+    c = Cluster(redis_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def handled(cluster: Cluster) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in cluster.client.lrange("demo:handled", 0, -1)]
+
+
+def test_run_member_runs_discovered_listeners_and_stops_gracefully_on_sigterm(
+    demo_cluster: Cluster, redis_url: str
+) -> None:
+    run = RunMember(redis_url, "bill", RSC_LISTENER_CONCURRENCY="bill=2")
+    try:
+        eventually(lambda: run.count("joined at epoch") == 2, timeout_s=30, what="two members joined")
+        eventually(lambda: demo_cluster.describe()["state"] == "STABLE", what="stable")
+        live = [v for v in demo_cluster.describe()["members"] if v["state"] != "LEFT"]
+        assert len(live) == 2
+        assert {v["capacity"] for v in live} == {2}
+        sent = demo_cluster.send_many([demo_cluster.key_for(i) for i in range(4)], per_key=5)
+        eventually(lambda: len(handled(demo_cluster)) == sent, what="consumed")
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.proc.wait(30) == 0
+    finally:
+        run.kill()
+    assert {v["state"] for v in demo_cluster.describe()["members"]} == {"LEFT"}
+    assert run.logged("assigned [")
+    assert run.logged("left the group")
+    assert not any(demo_cluster.all_pending().values())
+
+
+def test_a_second_signal_exits_at_once(demo_cluster: Cluster, redis_url: str) -> None:
+    run = RunMember(redis_url, "bill", "--shutdown-timeout", "60")
+    try:
+        eventually(lambda: run.logged("joined at epoch"), timeout_s=30, what="joined")
+        demo_cluster.send(demo_cluster.key_for(0), sleep=60)
+        eventually(lambda: demo_cluster.client.get("demo:sleeping"), what="a handler is busy")
+        run.proc.send_signal(signal.SIGTERM)
+        eventually(lambda: run.logged("stopping gracefully"), what="the first signal is handled")
+        assert run.proc.poll() is None  # waiting for the busy handler (up to 60 s)
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.proc.wait(15) != 0
+        assert run.logged("exiting at once")
+    finally:
+        run.kill()
+
+
+def test_run_member_refuses_unknown_listener_names(redis_url: str) -> None:
+    run = RunMember(redis_url, "nobody")
+    try:
+        assert run.proc.wait(30) != 0
+        eventually(lambda: run.logged("no listener named 'nobody'"), what="the error")
+    finally:
+        run.kill()
+
+
+def test_run_member_lists_the_discovered_listeners(redis_url: str) -> None:
+    run = RunMember(redis_url, "--list", RSC_LISTENER_CONCURRENCY="bill=3")
+    try:
+        assert run.proc.wait(30) == 0
+        assert run.proc.stdout is not None
+        assert run.proc.stdout.read().split("\n")[0] == "bill: orders/billing x3"
+    finally:
+        run.kill()
+
+
+def test_the_runtime_setting_is_validated_by_run_member(redis_url: str) -> None:
+    run = RunMember(redis_url, "--list", RSC_RUNTIME_MAX_CONCURRENCY="0")
+    try:
+        assert run.proc.wait(30) != 0
+        eventually(lambda: run.logged("max_concurrency must be an integer"), what="the error")
+    finally:
+        run.kill()
