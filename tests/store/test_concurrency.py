@@ -101,7 +101,9 @@ def _owners_snapshot(store: MetadataStore) -> None:
 
 def test_many_coordinators_and_members_at_once(redis_url: str) -> None:
     store = MetadataStore.from_url(redis_url)
-    create(store, shard_count=16, lease_ttl_ms=5_000, heartbeat_interval_ms=500, revocation_timeout_ms=5_000)
+    create(
+        store, shard_count=16, lease_ttl_ms=30_000, heartbeat_interval_ms=500, revocation_timeout_ms=30_000
+    )
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = [

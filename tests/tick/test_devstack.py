@@ -18,8 +18,10 @@ from .conftest import wait_until
 
 def test_services_run_a_worker_and_a_beat_with_its_schedule_in_the_run_dir(tmp_path: Path) -> None:
     stack = {s.name: s for s in devstack.services("127.0.0.1", 8000, tmp_path)}
-    assert list(stack) == ["web", "celery-worker", "celery-beat"]
+    assert list(stack) == ["web", "celery-worker", "celery-beat", "demo-members", "demo-producer"]
     worker, beat = stack["celery-worker"].argv, stack["celery-beat"].argv
+    assert stack["demo-members"].argv[2:4] == ("run_member", "demo")
+    assert stack["demo-producer"].argv[2] == "produce_demo"
     assert worker[1:6] == ("-m", "celery", "-A", "config", "worker") and "--pool=solo" in worker
     assert beat[1:6] == ("-m", "celery", "-A", "config", "beat")
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "celerybeat-schedule")
@@ -96,15 +98,21 @@ def test_make_run_ticks_and_ctrl_c_stops_everything(tmp_path: Path, spawn: Any) 
     redis_url = _find(r"embedded Redis \(.*\) at (redis://\S+/0)", out)
     redis_port = int(_find(r"redis://127\.0\.0\.1:(\d+)/0", redis_url))
     run_dir = Path(_find(r"--schedule (\S+)/celerybeat-schedule", out))
+    # The demo: its members join and handle what the demo producer sends.
+    wait_until(
+        output, lambda out: "consumers.demo: handled" in out, timeout_s=45, what="a demo event handled"
+    )
     store = MetadataStore.from_url(redis_url)
     try:
-        assert store.describe_group("demo", "demo-workers")["topology"]["shard_count"] == 4
+        view = store.describe_group("demo", "demo-workers")
+        assert view["topology"]["shard_count"] == 4
+        assert sum(1 for m in view["members"] if m["state"] != "LEFT") >= 1
     finally:
         store.client.close()
     assert run_dir.is_dir()
-    # The launcher, runserver and its reloader child, worker, beat. (Redis overwrites its environment
-    # with its process title; its port says whether it runs.)
-    assert len(_processes_with(database_url)) >= 5
+    # The launcher, runserver and its reloader child, worker, beat, demo members and producer. (Redis
+    # overwrites its environment with its process title; its port says whether it runs.)
+    assert len(_processes_with(database_url)) >= 7
     assert _accepts(port) and _accepts(redis_port)
 
     stack.signal(signal.SIGINT)  # Ctrl-C: the terminal signals the launcher's process group
