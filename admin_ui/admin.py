@@ -1,0 +1,435 @@
+"""Operator pages in the Django admin, over the metadata store (django-rq's pattern).
+
+Theory of operation
+-------------------
+``ConsumerGroup`` is a placeholder model without a table; its ModelAdmin throws the usual
+add/change/delete URLs away and serves, through ``get_urls()``, every URL wrapped in
+``admin_site.admin_view`` (staff login, ``never_cache``, CSRF protection):
+
+=========================================  =======  ==================================================
+``<admin>/admin_ui/consumergroup/``          GET      every group of every stream prefix (the changelist)
+``.../<prefix>/<group>/``                    GET      one group: epochs, members, shards, revocations
+``.../<prefix>/<group>/actions/``            GET      the forms below (no auto-refresh to type into)
+``.../<prefix>/<group>/max-concurrency/``    POST     set max_concurrency
+``.../<prefix>/<group>/shard-count/``        POST     confirm page, then (``confirm=yes``) reshard P
+``.../<prefix>/<group>/delete/``             POST     confirm page, then (``confirm=yes``) delete
+=========================================  =======  ==================================================
+
+Every action URL is ``require_POST`` (a GET is a 405), so a link or a prefetch can never change
+anything; the destructive ones answer their first POST with a confirmation page whose form posts again
+with ``confirm=yes`` (the flow of Django's own "delete selected" action). Pages need
+``admin_ui.view_groups``, actions ``coordinator.manage_groups`` (admin_ui/access.py); a staff user
+without them gets a 403.
+
+Views validate, call the store, and map errors: a :class:`CoordinatorError` (including
+``StoreUnavailable``) becomes an admin error message or, for a page that cannot be drawn at all, an
+error page with the code's HTTP status from ``coordinator.api.errors.HTTP_STATUS``, never a traceback.
+Every attempted change, refused or not, is written to the audit trail (admin_ui/audit.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.views.decorators.http import require_POST
+
+from coordinator.api.errors import HTTP_STATUS
+from coordinator.protocol.errors import (
+    ConcurrentUpdate,
+    CoordinatorError,
+    GroupNotFound,
+    InvalidIdentifier,
+    StoreUnavailable,
+    StreamPrefixNotFound,
+)
+from coordinator.store import MetadataStore, get_store
+
+from . import access, audit, presenters
+from .forms import MaxConcurrencyForm, ShardCountForm
+from .models import AuditEntry, ConsumerGroup
+
+REFRESH_S = 5
+# The audit outcome of a shard-count confirmation reviewed against a topology that has since changed.
+STALE_CONFIRMATION = "STALE_CONFIRMATION"
+Action = AuditEntry.Action
+
+
+def is_transient(error: CoordinatorError) -> bool:
+    """The store could not serve right now (unreachable, busy, contended): worth retrying as is.
+    Not ``error.retriable``, which is advice to members: a missing group is retriable for a member
+    (it may be created) but not something an operator should wait for."""
+    return isinstance(error, StoreUnavailable | ConcurrentUpdate)
+
+
+def error_text(error: CoordinatorError) -> str:
+    """``Migration in progress: <message> [MIGRATION_IN_PROGRESS]``, plus advice when it is transient."""
+    title = HTTP_STATUS.get(error.code, (500, "Error"))[1]
+    text = f"{title}: {error.message} [{error.code.value}]"
+    return text + (" This is usually temporary: retry shortly." if is_transient(error) else "")
+
+
+@admin.register(ConsumerGroup)
+class ConsumerGroupAdmin(admin.ModelAdmin):
+    # -- permissions: the placeholder has no rows, so only "view" means something
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return access.can_view(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return access.can_view(request.user)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # -- URLs
+
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Any) -> Any:
+            return self.admin_site.admin_view(view)
+
+        group = "<str:stream_prefix>/<str:consumer_group>/"
+        return [
+            path("", wrap(self.groups_view), name="admin_ui_consumergroup_changelist"),
+            path(group, wrap(self.detail_view), name="admin_ui_group_detail"),
+            path(f"{group}actions/", wrap(self.actions_view), name="admin_ui_group_actions"),
+            path(
+                f"{group}max-concurrency/",
+                wrap(require_POST(self.set_max_concurrency_view)),
+                name="admin_ui_set_max_concurrency",
+            ),
+            path(
+                f"{group}shard-count/",
+                wrap(require_POST(self.change_shard_count_view)),
+                name="admin_ui_change_shard_count",
+            ),
+            path(f"{group}delete/", wrap(require_POST(self.delete_group_view)), name="admin_ui_delete_group"),
+        ]
+
+    # -- pages
+
+    def groups_view(self, request: HttpRequest) -> HttpResponse:
+        access.raise_unless_can_view(request.user)
+        try:
+            store = get_store()
+            groups = store.list_groups()
+            prefixes = {p: _describe_prefix_or_none(store, p) for p in {g["stream_prefix"] for g in groups}}
+        except CoordinatorError as e:
+            return self._error_page(request, e, "Consumer groups")
+        context = {
+            "title": "Consumer groups",
+            "groups": presenters.group_rows(groups, prefixes),
+            "refresh_s": _refresh(request),
+        }
+        return self._render(request, "admin_ui/group_list.html", context)
+
+    def detail_view(self, request: HttpRequest, stream_prefix: str, consumer_group: str) -> HttpResponse:
+        access.raise_unless_can_view(request.user)
+        try:
+            view = get_store().describe_group(stream_prefix, consumer_group)
+        except (GroupNotFound, InvalidIdentifier) as e:
+            messages.error(request, error_text(e))
+            return redirect("admin:admin_ui_consumergroup_changelist")
+        except CoordinatorError as e:
+            return self._error_page(
+                request, e, f"{stream_prefix} / {consumer_group}", stream_prefix, consumer_group
+            )
+        context = {
+            **presenters.group_detail(view),
+            "title": f"{stream_prefix} / {consumer_group}",
+            "can_manage": access.can_manage(request.user),
+            "audit_url": self._audit_url(request, stream_prefix, consumer_group),
+            "refresh_s": _refresh(request),
+        }
+        return self._render(request, "admin_ui/group_detail.html", context, stream_prefix, consumer_group)
+
+    def actions_view(
+        self,
+        request: HttpRequest,
+        stream_prefix: str,
+        consumer_group: str,
+        *,
+        max_concurrency_form: MaxConcurrencyForm | None = None,
+        shard_count_form: ShardCountForm | None = None,
+    ) -> HttpResponse:
+        """The action forms; also re-rendered (400) with a form's errors when a POST does not validate."""
+        access.raise_unless_can_manage(request.user)
+        try:
+            view = get_store().describe_group(stream_prefix, consumer_group)
+        except CoordinatorError as e:
+            messages.error(request, error_text(e))
+            return _to_detail(stream_prefix, consumer_group)
+        invalid = max_concurrency_form is not None or shard_count_form is not None
+        context = {
+            "title": f"Actions: {stream_prefix} / {consumer_group}",
+            "view": view,
+            "max_concurrency_form": max_concurrency_form
+            or MaxConcurrencyForm(initial={"max_concurrency": view["config"]["max_concurrency"]}),
+            "shard_count_form": shard_count_form
+            or ShardCountForm(initial={"shard_count": view["topology"]["shard_count"]}),
+        }
+        return self._render(
+            request,
+            "admin_ui/group_actions.html",
+            context,
+            stream_prefix,
+            consumer_group,
+            status=400 if invalid else 200,
+        )
+
+    # -- actions (POST only)
+
+    def set_max_concurrency_view(
+        self, request: HttpRequest, stream_prefix: str, consumer_group: str
+    ) -> HttpResponse:
+        access.raise_unless_can_manage(request.user)
+        form = MaxConcurrencyForm(request.POST)
+        if not form.is_valid():
+            return self.actions_view(request, stream_prefix, consumer_group, max_concurrency_form=form)
+        value = form.cleaned_data["max_concurrency"]
+        details: dict[str, Any] = {"max_concurrency": value}
+        try:
+            store = get_store()
+            details["previous"] = store.describe_group(stream_prefix, consumer_group)["config"][
+                "max_concurrency"
+            ]
+            view = store.set_max_concurrency(stream_prefix, consumer_group, value)
+        except CoordinatorError as e:
+            self._refused(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details, e)
+            return _to_detail(stream_prefix, consumer_group)
+        audit.record(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details=details)
+        if details["previous"] == value:
+            messages.info(request, f"max_concurrency of {stream_prefix}/{consumer_group} is already {value}.")
+        else:
+            messages.success(
+                request,
+                f"max_concurrency of {stream_prefix}/{consumer_group} set to {value} (was "
+                f"{details['previous']}); group epoch is now {view['group_epoch']}.",
+            )
+        return _to_detail(stream_prefix, consumer_group)
+
+    def change_shard_count_view(
+        self, request: HttpRequest, stream_prefix: str, consumer_group: str
+    ) -> HttpResponse:
+        """Reshards the whole stream prefix (every group of it); requested from one group's page."""
+        access.raise_unless_can_manage(request.user)
+        form = ShardCountForm(request.POST)
+        if not form.is_valid():
+            return self.actions_view(request, stream_prefix, consumer_group, shard_count_form=form)
+        shard_count, ordering = form.cleaned_data["shard_count"], form.ordering_mode()
+        if request.POST.get("confirm") != "yes":
+            return self._confirm_shard_count(request, stream_prefix, consumer_group, form)
+        details: dict[str, Any] = {"shard_count": shard_count, "ordering": ordering.value}
+        try:
+            store = get_store()
+            before = store.describe_prefix(stream_prefix)["topology"]
+            details.update(from_version=before["active_version"], from_shard_count=before["shard_count"])
+            expected = form.cleaned_data["from_version"]
+            if expected is not None and expected != before["active_version"]:
+                # Reviewed against another topology (a double submit, another operator): ask again.
+                message = (
+                    f"the active routing version changed from v{expected} to v{before['active_version']} "
+                    "since the confirmation page was shown; nothing was changed, review and retry"
+                )
+                audit.record(
+                    request,
+                    Action.CHANGE_SHARD_COUNT,
+                    stream_prefix,
+                    consumer_group,
+                    details=details,
+                    outcome=STALE_CONFIRMATION,
+                    message=message,
+                )
+                messages.error(request, f"Confirmation out of date: {message}.")
+                return _to_detail(stream_prefix, consumer_group)
+            after = store.change_shard_count(stream_prefix, shard_count, ordering)
+        except CoordinatorError as e:
+            self._refused(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details, e)
+            return _to_detail(stream_prefix, consumer_group)
+        details.update(to_version=after["topology"]["active_version"], groups=after["groups"])
+        audit.record(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details=details)
+        messages.success(
+            request,
+            f"Shard-count change started on stream prefix {stream_prefix}: v{details['from_version']} "
+            f"({details['from_shard_count']} shards) → v{details['to_version']} ({shard_count} shards), "
+            f"{ordering.value} ordering. Groups draining v{details['from_version']}: "
+            f"{', '.join(after['groups'])}.",
+        )
+        return _to_detail(stream_prefix, consumer_group)
+
+    def _confirm_shard_count(
+        self, request: HttpRequest, stream_prefix: str, consumer_group: str, form: ShardCountForm
+    ) -> HttpResponse:
+        try:
+            prefix_view = get_store().describe_prefix(stream_prefix)
+        except CoordinatorError as e:
+            messages.error(request, error_text(e))
+            return _to_detail(stream_prefix, consumer_group)
+        shard_count = form.cleaned_data["shard_count"]
+        context = {
+            "title": f"Change the shard count of stream prefix {stream_prefix}?",
+            "prefix_view": prefix_view,
+            "shard_count": shard_count,
+            "ordering": form.cleaned_data["ordering"],
+            "from_version": prefix_view["topology"]["active_version"],
+            "dependencies": presenters.strict_dependencies(prefix_view["topology"], shard_count),
+        }
+        return self._render(
+            request, "admin_ui/confirm_shard_count.html", context, stream_prefix, consumer_group
+        )
+
+    def delete_group_view(
+        self, request: HttpRequest, stream_prefix: str, consumer_group: str
+    ) -> HttpResponse:
+        access.raise_unless_can_manage(request.user)
+        if request.POST.get("confirm") != "yes":
+            try:
+                view = get_store().describe_group(stream_prefix, consumer_group)
+            except CoordinatorError as e:
+                messages.error(request, error_text(e))
+                return _to_detail(stream_prefix, consumer_group)
+            context = {
+                "title": f"Delete consumer group {consumer_group} of {stream_prefix}?",
+                "view": view,
+                "live_members": [m for m in view["members"] if presenters.is_live(m)],
+            }
+            return self._render(
+                request, "admin_ui/confirm_delete.html", context, stream_prefix, consumer_group
+            )
+        try:
+            get_store().delete_group(stream_prefix, consumer_group)
+        except CoordinatorError as e:
+            self._refused(request, Action.DELETE_GROUP, stream_prefix, consumer_group, {}, e)
+            return _to_detail(stream_prefix, consumer_group)
+        audit.record(request, Action.DELETE_GROUP, stream_prefix, consumer_group)
+        messages.success(request, f"Consumer group {stream_prefix}/{consumer_group} deleted.")
+        return redirect("admin:admin_ui_consumergroup_changelist")
+
+    # -- helpers
+
+    def _refused(
+        self,
+        request: HttpRequest,
+        action: AuditEntry.Action,
+        stream_prefix: str,
+        consumer_group: str,
+        details: dict[str, Any],
+        error: CoordinatorError,
+    ) -> None:
+        audit.record(
+            request,
+            action,
+            stream_prefix,
+            consumer_group,
+            details=details,
+            outcome=error.code.value,
+            message=error.message,
+        )
+        messages.error(request, error_text(error))
+
+    def _render(
+        self,
+        request: HttpRequest,
+        template: str,
+        context: dict[str, Any],
+        stream_prefix: str = "",
+        consumer_group: str = "",
+        status: int = 200,
+    ) -> TemplateResponse:
+        full = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "stream_prefix": stream_prefix,
+            "consumer_group": consumer_group,
+            **context,
+        }
+        return TemplateResponse(request, template, full, status=status)
+
+    def _error_page(
+        self,
+        request: HttpRequest,
+        error: CoordinatorError,
+        title: str,
+        stream_prefix: str = "",
+        group: str = "",
+    ) -> TemplateResponse:
+        context = {
+            "title": title,
+            "error": error,
+            "error_text": error_text(error),
+            "transient": is_transient(error),
+            "refresh_s": _refresh(request) if is_transient(error) else None,
+        }
+        status = HTTP_STATUS.get(error.code, (500, ""))[0]
+        return self._render(request, "admin_ui/error.html", context, stream_prefix, group, status=status)
+
+    def _audit_url(self, request: HttpRequest, stream_prefix: str, consumer_group: str) -> str | None:
+        if not request.user.has_perm("admin_ui.view_auditentry"):
+            return None
+        query = urlencode({"stream_prefix": stream_prefix, "consumer_group": consumer_group})
+        return f"{reverse('admin:admin_ui_auditentry_changelist')}?{query}"
+
+
+def _describe_prefix_or_none(store: MetadataStore, stream_prefix: str) -> dict[str, Any] | None:
+    try:
+        return store.describe_prefix(stream_prefix)
+    except StreamPrefixNotFound:
+        return None  # deleted between the two reads
+
+
+def _refresh(request: HttpRequest) -> int | None:
+    return None if request.GET.get("refresh") == "off" else REFRESH_S
+
+
+def _to_detail(stream_prefix: str, consumer_group: str) -> HttpResponseRedirect:
+    return redirect("admin:admin_ui_group_detail", stream_prefix=stream_prefix, consumer_group=consumer_group)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: the trail is written by the operator pages and never edited or deleted here."""
+
+    list_display = (
+        "timestamp",
+        "username",
+        "action",
+        "stream_prefix",
+        "consumer_group",
+        "outcome",
+        "details",
+    )
+    list_filter = ("action", "outcome", "stream_prefix")
+    search_fields = ("username", "stream_prefix", "consumer_group", "message")
+    date_hierarchy = "timestamp"
+    readonly_fields = (
+        "timestamp",
+        "user",
+        "username",
+        "action",
+        "stream_prefix",
+        "consumer_group",
+        "details",
+        "outcome",
+        "message",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
