@@ -21,6 +21,11 @@ batch goes on. Told to *drain* (revoked, shutting down): the unit reads nothing 
 after the entry in flight, the unit acks what was handled and stops; the unhandled rest of the batch
 stays pending for the next owner to claim. Told to *abandon* (fenced): the same, minus the ack.
 
+While the member cannot be sure its lease holds (no heartbeat accepted for the lease TTL), the unit
+starts no handler call and reads nothing; it probes the fence (an ack of no entries) until the lease is
+renewed or the data plane says the member is fenced. A batch cut short that way resumes where it
+stopped, in order.
+
 Fence statuses go to the member (its state machine decides); ``STALE_EPOCH`` and ``NOT_READABLE`` are
 retried after a pause, ``DataPlaneUnavailable`` with exponential backoff. Any other exception is a bug
 or a broken stream: logged with its traceback, and the unit stops (the member restarts it after its
@@ -150,25 +155,33 @@ class ShardUnit:
     # ---------------------------------------------------------------------------------------- batches
 
     def _process(self, entries: list[Any]) -> None:
-        if not entries:
-            return
-        try:
-            handled = self.pool.submit(self._run_batch, entries).result()
-        except (CancelledError, PoolClosed):
-            raise _Stopped() from None  # the member is finishing: its pool is gone
-        if handled and not self._abandoned.is_set():
-            self._call(self.dataplane.ack, handled, ack=True)
-            self.host.record(acked=len(handled))
+        """Hand ``entries`` (in stream order) to a worker, ack what it handled. A batch cut short
+        because the lease may have ended resumes once the lease is renewed (still in order); one cut
+        short by a stop stays pending for the next owner."""
+        while entries:
+            try:
+                handled, attempted = self.pool.submit(self._run_batch, entries).result()
+            except (CancelledError, PoolClosed):
+                raise _Stopped() from None  # the member is finishing: its pool is gone
+            if handled and not self._abandoned.is_set():
+                self._call(self.dataplane.ack, handled, ack=True)
+                self.host.record(acked=len(handled))
+            entries = entries[attempted:]
+            if entries:
+                self._call(_lease_confirmed)  # returns once renewed; raises _Stopped on stop or fence
 
-    def _run_batch(self, entries: list[Any]) -> list[str]:
-        """On a worker thread: the handler, entry by entry, until done or told to stop."""
+    def _run_batch(self, entries: list[Any]) -> tuple[list[str], int]:
+        """On a worker thread: the handler, entry by entry, until done, told to stop, or the lease may
+        have ended. Returns the ids handled (to ack) and how many entries were attempted."""
         self._run_hooks()
         handled: list[str] = []
         failed = 0
+        attempted = 0
         try:
             for entry in entries:
                 if self._stopping.is_set() or not self.host.lease_valid(self.incarnation):
-                    break  # the rest stays pending: the next owner claims it (or we, once renewed)
+                    break
+                attempted += 1
                 try:
                     self.handler(entry)
                 except Exception:
@@ -185,7 +198,7 @@ class ShardUnit:
         finally:
             self.host.record(handled=len(handled), failed=failed)
             self._run_hooks()
-        return handled
+        return handled, attempted
 
     def _run_hooks(self) -> None:
         for hook in self.batch_hooks:
@@ -257,6 +270,11 @@ class ShardUnit:
     def _pause(self, seconds: float, *, ack: bool = False) -> None:
         """Sleep, waking early when the unit must stop (an ack retry wakes only when abandoned)."""
         (self._abandoned if ack else self._stopping).wait(seconds)
+
+
+def _lease_confirmed(member_id: str, epoch: int, shard: Shard) -> FenceStatus:
+    """A no-op "operation" for :meth:`ShardUnit._call`: it runs once the lease is known valid again."""
+    return FenceStatus.OK
 
 
 def _status(result: Any) -> FenceStatus:

@@ -277,7 +277,12 @@ class MetadataStore:
     def list_groups(self) -> list[dict[str, Any]]:
         rows = []
         for prefix in self.stream_prefixes():
-            now_ms, state = self._read(prefix, None)
+            try:
+                now_ms, state = self._read(prefix, None)
+            except MetadataCorrupt as e:
+                # One unreadable prefix must not hide every other group from operators.
+                log.error("stream prefix %r skipped in the group listing: %s", prefix, e)
+                continue
             if state is None:
                 continue
             for name in sorted(state.groups):

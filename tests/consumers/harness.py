@@ -31,7 +31,7 @@ SHARDS = 4
 FAST = Runtime(max_concurrency=4, batch_size=4, idle_backoff_min_ms=2, idle_backoff_max_ms=20)
 
 
-def eventually(condition: Callable[[], Any], timeout_s: float = 15.0, what: str = "") -> Any:
+def eventually(condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> Any:
     """Poll ``condition`` until it is truthy; fail after ``timeout_s`` (a bound, not an expectation)."""
     deadline = time.monotonic() + timeout_s
     while True:

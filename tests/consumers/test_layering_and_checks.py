@@ -11,15 +11,20 @@ from typing import Any
 import pytest
 
 from consumers.checks import check_consumer_settings
+from consumers.member import values
 from tests.test_layering import imported_modules
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE = ROOT / "consumers" / "member" / "state.py"
+STATE_MODULES = [ROOT / "consumers" / "member" / name for name in ("state.py", "values.py")]
 IO_MODULES = ("redis", "django", "socket", "threading", "subprocess", "http", "time", "random", "consumers")
 
 
-def test_the_member_state_machine_imports_no_io_clock_or_runtime_module() -> None:
-    imported = imported_modules(STATE.read_text(), "consumers.member.state", is_package=False)
+@pytest.mark.parametrize("path", STATE_MODULES, ids=lambda p: p.name)
+def test_the_member_state_machine_imports_no_io_clock_or_runtime_module(path: Path) -> None:
+    module = f"consumers.member.{path.stem}"
+    imported = imported_modules(path.read_text(), module, is_package=False)
+    pure = {"consumers.member.values"} | {f"consumers.member.values.{n}" for n in dir(values)}
+    imported = [m for m in imported if m not in pure]
     assert [m for m in imported if any(m == n or m.startswith(n + ".") for n in IO_MODULES)] == []
     assert [
         m for m in imported if m.startswith("coordinator.") and not m.startswith("coordinator.protocol.")

@@ -266,14 +266,18 @@ class Flaky:
         from consumers.client import StoreCoordinatorClient
 
         self.inner = StoreCoordinatorClient(cluster.store)
-        self.down = threading.Event()
+        self.down = threading.Event()  # requests fail before reaching the coordinator
+        self.lose = threading.Event()  # requests are applied, their responses lost
 
     def heartbeat(self, stream_prefix: str, consumer_group: str, request: Any) -> dict[str, Any]:
         from consumers.client import CoordinatorUnreachable
 
         if self.down.is_set():
             raise CoordinatorUnreachable("connection refused (test)")
-        return self.inner.heartbeat(stream_prefix, consumer_group, request)
+        body = self.inner.heartbeat(stream_prefix, consumer_group, request)
+        if self.lose.is_set():
+            raise CoordinatorUnreachable("read timed out (test)")
+        return body
 
     def close(self) -> None:
         pass
@@ -362,5 +366,40 @@ def test_a_member_that_may_have_lost_its_lease_handles_nothing_more_until_it_kno
         # Entry 0 may come again too: its ack may have been refused (at-least-once).
         assert [n for n, _ in fences_at_call[1:] if n] == [1, 2, 3]
         assert {fenced for _, fenced in fences_at_call[1:]} == {1}
+    finally:
+        cluster.close()
+
+
+def test_a_batch_paused_for_a_lapsed_lease_resumes_in_order_once_the_lease_is_renewed(redis_url: str) -> None:
+    """Heartbeats reach the coordinator (which keeps renewing the lease) but their responses are lost,
+    so the member cannot know its lease holds: it stops handling after the entry in flight. Once a
+    response arrives again, the rest of the batch is handled, in order, by the same incarnation."""
+    cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
+    try:
+        flaky = Flaky(cluster)
+        gate = threading.Event()
+        seen: list[int] = []
+
+        def handler(entry: Any) -> None:
+            seen.append(entry.payload["n"])
+            if entry.payload.get("block"):
+                assert gate.wait(30)
+
+        key = cluster.key_for(0)
+        cluster.send(key, block=True)
+        for _ in range(3):
+            cluster.send(key)
+        m = cluster.member(Recorder(handler), coordinator=flaky)
+        eventually(lambda: seen == [0], what="the first entry is being handled")
+        flaky.lose.set()
+        eventually(lambda: not m.lease_valid(1), what="the lease may have ended, as far as the member knows")
+        gate.set()
+        eventually(lambda: m.stats.acked == 1, what="the handled entry acked (the real lease holds)")
+        assert seen == [0]  # the rest waits
+        assert m.phase is Phase.MEMBER
+        flaky.lose.clear()
+        eventually(lambda: seen == [0, 1, 2, 3] and m.stats.acked == 4, what="the rest, in order")
+        assert m.stats.fenced == 0
+        assert not cluster.pending("v1:0")
     finally:
         cluster.close()

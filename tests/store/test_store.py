@@ -207,3 +207,10 @@ def test_deleting_a_group_forgets_its_offsets(store: MetadataStore) -> None:
     )
     (group,) = store.client.xinfo_groups("rsc:{orders}:v1:0")
     assert (group["pending"], group["last-delivered-id"]) == (0, b"0-0")
+
+
+def test_an_unreadable_prefix_does_not_hide_the_others_from_listings(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    store.client.sadd("rsc:prefixes", "aaa")
+    store.client.hset(codec.meta_key("aaa"), mapping={"t": "{not json", "t#": "1"})
+    assert [(r["stream_prefix"], r["consumer_group"]) for r in store.list_groups()] == [(PREFIX, GROUP)]
