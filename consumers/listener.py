@@ -38,9 +38,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, overload
 
 from consumers.errors import InvalidRequest
+from coordinator.protocol.errors import CoordinatorError
+from coordinator.protocol.model import validate_identifier
 
 MAX_LISTENER_CONCURRENCY = 1024
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 
 Handler = Callable[[Any], Any]
@@ -79,18 +80,17 @@ class Listener:
         if not callable(fn):
             raise ListenerConfigError(f"a listener wraps a function; got {fn!r}")
         name = name if name is not None else getattr(fn, "__name__", "")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise ListenerConfigError(
                 f"listener name must be 1-64 characters of [A-Za-z0-9._-]; got {name!r} "
                 "(pass name=... for lambdas and callables without a usable __name__)"
             )
         where = f"listener {name!r}"
         for what, value in (("stream_prefix", stream_prefix), ("consumer_group", consumer_group)):
-            if not isinstance(value, str) or not _IDENTIFIER_RE.match(value):
-                raise ListenerConfigError(
-                    f"{where}: {what} must be 1-64 characters of [A-Za-z0-9._-] starting with a letter or "
-                    f"digit; got {value!r}"
-                )
+            try:
+                validate_identifier(value, what)  # the coordinator's own rule
+            except CoordinatorError as e:
+                raise ListenerConfigError(f"{where}: {e.message}") from None
         self.fn = fn
         self.name = name
         self.stream_prefix = stream_prefix

@@ -10,30 +10,26 @@ import re
 from typing import Any
 
 from consumers.errors import InvalidRequest
-from coordinator.protocol.model import IDENTIFIER_RE, MEMBER_ID_RE
+from coordinator.protocol.errors import CoordinatorError
+from coordinator.protocol.model import validate_identifier, validate_member_id
 
 MAX_COUNT = 10_000
 _ENTRY_ID_RE = re.compile(r"^\d+-\d+$")
 
 
 def identifier(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not IDENTIFIER_RE.match(value):
-        raise InvalidRequest(
-            f"{what} must be 1-64 characters of letters, digits, '.', '_' or '-', starting with a letter "
-            f"or digit; got {value!r}",
-            field=what,
-        )
-    return value
+    """The coordinator's own rule (one definition), raised as this package's error type."""
+    try:
+        return validate_identifier(value, what)
+    except CoordinatorError as e:
+        raise InvalidRequest(e.message, field=what) from None
 
 
 def member_id(value: Any) -> str:
-    if not isinstance(value, str) or not MEMBER_ID_RE.match(value):
-        raise InvalidRequest(
-            "member_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
-            f"letter or digit; got {value!r}",
-            field="member_id",
-        )
-    return value
+    try:
+        return validate_member_id(value)
+    except CoordinatorError as e:
+        raise InvalidRequest(e.message, field="member_id") from None
 
 
 def epoch(value: Any) -> int:
@@ -50,6 +46,6 @@ def count(value: Any) -> int:
 
 def entry_id(value: Any, what: str) -> str:
     text = value.decode() if isinstance(value, bytes) else value
-    if not isinstance(text, str) or not _ENTRY_ID_RE.match(text):
+    if not isinstance(text, str) or not _ENTRY_ID_RE.fullmatch(text):
         raise InvalidRequest(f"{what}: a stream entry id is written '<ms>-<seq>'; got {value!r}", field=what)
     return text

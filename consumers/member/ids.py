@@ -57,5 +57,5 @@ def make_member_id(
     tail = f"-{index}-{suffix}"
     room = MAX_MEMBER_ID_LENGTH - len(fixed) - len(tail)
     member_id = fixed + sanitize(listener)[: max(room, 0)] + tail
-    assert MEMBER_ID_RE.match(member_id), member_id
+    assert MEMBER_ID_RE.fullmatch(member_id), member_id
     return member_id
