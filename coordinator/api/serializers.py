@@ -22,7 +22,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from coordinator.protocol.commands import CreateGroup
-from coordinator.protocol.errors import CoordinatorError, InvalidIdentifier
+from coordinator.protocol.errors import CoordinatorError, InvalidConfig, InvalidIdentifier
 from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
@@ -252,6 +252,14 @@ class CreateGroupSerializer(StrictSerializer):
             shard_count=data.get("shard_count"),
             config=GroupConfig(**{**_config_dict(config), **overrides}),
         )
+        tick_ms = settings.RSC_TICK_INTERVAL_MS
+        if command.config.lease_ttl_ms <= tick_ms:
+            # docs/protocol.md section 5: the tick must run within every lease, or expiry lags a whole tick.
+            raise InvalidConfig(
+                f"lease_ttl_ms ({command.config.lease_ttl_ms}) must be above the coordinator's tick interval "
+                f"(RSC_TICK_INTERVAL_MS = {tick_ms})",
+                field="lease_ttl_ms",
+            )
         return command, data["start_from"]
 
 

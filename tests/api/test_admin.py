@@ -228,3 +228,12 @@ def test_routing(api: Api, token: str) -> None:
         ],
         "sealed_versions": [],
     }
+
+
+def test_a_lease_not_above_the_tick_interval_is_refused(api: Api, store: Any, settings: Any) -> None:
+    settings.RSC_TICK_INTERVAL_MS = 1_000
+    body = {"stream_prefix": PREFIX, "consumer_group": GROUP, "shard_count": 1, "lease_ttl_ms": 1_000,
+            "heartbeat_interval_ms": 200}  # fmt: skip
+    assert_problem(api.post("admin/groups", body), 400, "INVALID_CONFIG")
+    assert store.stream_prefixes() == []
+    assert api.post("admin/groups", {**body, "lease_ttl_ms": 1_001}).status_code == 201
