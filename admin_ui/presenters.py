@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from math import gcd
 from typing import Any
 
+from coordinator.protocol.describe import topology_from_views
 from coordinator.protocol.model import (
     MemberState,
     Migration,
@@ -91,30 +92,8 @@ def group_rows(groups: list[dict[str, Any]], prefixes: Mapping[str, View | None]
 
 def topology_of(view: View) -> Topology:
     """The core's Topology rebuilt from a description (for the core's readability rule)."""
-    t, m = view["topology"], view["migration"]
-    versions = tuple(
-        RoutingVersion(
-            version=v["version"],
-            shard_count=v["shard_count"],
-            state=VersionState(v["state"]),
-            created_at_ms=v["created_at_ms"],
-            sealed_at_ms=v["sealed_at_ms"],
-            retired_at_ms=v["retired_at_ms"],
-        )
-        for v in t["versions"]
-    )
-    migration = (
-        None
-        if m is None
-        else Migration(
-            from_version=m["from_version"],
-            to_version=m["to_version"],
-            ordering=OrderingMode(m["ordering"]),
-            started_at_ms=m["started_at_ms"],
-            completed_at_ms=m["completed_at_ms"],
-        )
-    )
-    return Topology(stream_prefix=t["stream_prefix"], versions=versions, migration=migration)
+    t = view["topology"]
+    return topology_from_views(t["stream_prefix"], t["versions"], view["migration"])
 
 
 @dataclass(slots=True)

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from .group import readable
-from .model import Group, Member, MemberState, Migration, PrefixState, Shard, Topology, VersionState
+from .model import (
+    Group,
+    Member,
+    MemberState,
+    Migration,
+    OrderingMode,
+    PrefixState,
+    RoutingVersion,
+    Shard,
+    Topology,
+    VersionState,
+)
 
 
 class GroupState(StrEnum):
@@ -119,11 +131,7 @@ def _migration_view(migration: Migration | None, state: PrefixState) -> dict[str
     old = state.topology.version(migration.from_version)
     old_shards = old.shards() if old is not None else ()
     return {
-        "from_version": migration.from_version,
-        "to_version": migration.to_version,
-        "ordering": migration.ordering.value,
-        "started_at_ms": migration.started_at_ms,
-        "completed_at_ms": migration.completed_at_ms,
+        **migration_fields(migration),
         "active": migration.active,
         "drained": {
             name: [str(s) for s in old_shards if s in g.drained or not migration.active]
@@ -133,22 +141,62 @@ def _migration_view(migration: Migration | None, state: PrefixState) -> dict[str
     }
 
 
+def version_view(v: RoutingVersion) -> dict[str, Any]:
+    return {
+        "version": v.version,
+        "shard_count": v.shard_count,
+        "state": v.state.value,
+        "created_at_ms": v.created_at_ms,
+        "sealed_at_ms": v.sealed_at_ms,
+        "retired_at_ms": v.retired_at_ms,
+    }
+
+
+def migration_fields(m: Migration) -> dict[str, Any]:
+    return {
+        "from_version": m.from_version,
+        "to_version": m.to_version,
+        "ordering": m.ordering.value,
+        "started_at_ms": m.started_at_ms,
+        "completed_at_ms": m.completed_at_ms,
+    }
+
+
+def topology_from_views(
+    stream_prefix: str, versions: list[dict[str, Any]], migration: dict[str, Any] | None
+) -> Topology:
+    """The inverse of :func:`version_view` / :func:`migration_fields` (extra keys are ignored)."""
+    return Topology(
+        stream_prefix=stream_prefix,
+        versions=tuple(
+            RoutingVersion(
+                version=v["version"],
+                shard_count=v["shard_count"],
+                state=VersionState(v["state"]),
+                created_at_ms=v["created_at_ms"],
+                sealed_at_ms=v["sealed_at_ms"],
+                retired_at_ms=v["retired_at_ms"],
+            )
+            for v in versions
+        ),
+        migration=None
+        if migration is None
+        else Migration(
+            from_version=migration["from_version"],
+            to_version=migration["to_version"],
+            ordering=OrderingMode(migration["ordering"]),
+            started_at_ms=migration["started_at_ms"],
+            completed_at_ms=migration["completed_at_ms"],
+        ),
+    )
+
+
 def topology_view(topology: Topology) -> dict[str, object]:
     return {
         "stream_prefix": topology.stream_prefix,
         "active_version": topology.active_version.version,
         "shard_count": topology.active_version.shard_count,
-        "versions": [
-            {
-                "version": v.version,
-                "shard_count": v.shard_count,
-                "state": v.state.value,
-                "created_at_ms": v.created_at_ms,
-                "sealed_at_ms": v.sealed_at_ms,
-                "retired_at_ms": v.retired_at_ms,
-            }
-            for v in topology.versions
-        ],
+        "versions": [version_view(v) for v in topology.versions],
         "sealed_versions": [v.version for v in topology.versions if v.state is VersionState.DRAINING],
     }
 

@@ -30,7 +30,13 @@ from typing import Any
 
 import orjson
 
-from coordinator.protocol.describe import HeartbeatResponse, heartbeat_response
+from coordinator.protocol.describe import (
+    HeartbeatResponse,
+    heartbeat_response,
+    migration_fields,
+    topology_from_views,
+    version_view,
+)
 from coordinator.protocol.group import readable
 from coordinator.protocol.model import (
     ClientInfo,
@@ -39,13 +45,9 @@ from coordinator.protocol.model import (
     GroupConfig,
     Member,
     MemberState,
-    Migration,
-    OrderingMode,
     PrefixState,
-    RoutingVersion,
     Shard,
     Topology,
-    VersionState,
 )
 
 FORMAT = 1
@@ -83,26 +85,8 @@ def encode_topology(topology: Topology, group_names: list[str]) -> str:
         {
             "format": FORMAT,
             "stream_prefix": topology.stream_prefix,
-            "versions": [
-                {
-                    "version": v.version,
-                    "shard_count": v.shard_count,
-                    "state": v.state.value,
-                    "created_at_ms": v.created_at_ms,
-                    "sealed_at_ms": v.sealed_at_ms,
-                    "retired_at_ms": v.retired_at_ms,
-                }
-                for v in topology.versions
-            ],
-            "migration": None
-            if m is None
-            else {
-                "from_version": m.from_version,
-                "to_version": m.to_version,
-                "ordering": m.ordering.value,
-                "started_at_ms": m.started_at_ms,
-                "completed_at_ms": m.completed_at_ms,
-            },
+            "versions": [version_view(v) for v in topology.versions],
+            "migration": None if m is None else migration_fields(m),
             "groups": sorted(group_names),
         }
     )
@@ -110,31 +94,7 @@ def encode_topology(topology: Topology, group_names: list[str]) -> str:
 
 def decode_topology(text: str | bytes) -> tuple[Topology, list[str]]:
     d = orjson.loads(text)
-    m = d["migration"]
-    topology = Topology(
-        stream_prefix=d["stream_prefix"],
-        versions=tuple(
-            RoutingVersion(
-                version=v["version"],
-                shard_count=v["shard_count"],
-                state=VersionState(v["state"]),
-                created_at_ms=v["created_at_ms"],
-                sealed_at_ms=v["sealed_at_ms"],
-                retired_at_ms=v["retired_at_ms"],
-            )
-            for v in d["versions"]
-        ),
-        migration=None
-        if m is None
-        else Migration(
-            from_version=m["from_version"],
-            to_version=m["to_version"],
-            ordering=OrderingMode(m["ordering"]),
-            started_at_ms=m["started_at_ms"],
-            completed_at_ms=m["completed_at_ms"],
-        ),
-    )
-    return topology, list(d["groups"])
+    return topology_from_views(d["stream_prefix"], d["versions"], d["migration"]), list(d["groups"])
 
 
 # ---------------------------------------------------------------------------------------------- groups

@@ -44,7 +44,7 @@ from coordinator.protocol.commands import (
     TickReport,
     apply,
 )
-from coordinator.protocol.describe import HeartbeatResponse, describe_group, topology_view
+from coordinator.protocol.describe import HeartbeatResponse, describe_group, migration_fields, topology_view
 from coordinator.protocol.errors import (
     ConcurrentUpdate,
     CoordinatorError,
@@ -254,11 +254,7 @@ class MetadataStore:
             "migration": None
             if m is None
             else {
-                "from_version": m.from_version,
-                "to_version": m.to_version,
-                "ordering": m.ordering.value,
-                "started_at_ms": m.started_at_ms,
-                "completed_at_ms": m.completed_at_ms,
+                **migration_fields(m),
                 "active": m.active,
                 "drained": {
                     name: sorted((str(s) for s in g.drained), key=Shard.parse)
