@@ -214,3 +214,16 @@ def test_an_unreadable_prefix_does_not_hide_the_others_from_listings(store: Meta
     store.client.sadd("rsc:prefixes", "aaa")
     store.client.hset(codec.meta_key("aaa"), mapping={"t": "{not json", "t#": "1"})
     assert [(r["stream_prefix"], r["consumer_group"]) for r in store.list_groups()] == [(PREFIX, GROUP)]
+
+
+def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    rev = fields(store)["t#"]
+    args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0"]
+    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=args) == 1
+    # The same commit again (redis-py retrying after a lost reply): the revision moved on, but the token
+    # says it was ours, so it reports committed and writes nothing.
+    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=args) == 2
+    assert fields(store)["t#"] == str(int(rev) + 1)
+    other = ["token-2", *args[1:]]
+    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=other) == 0  # a real conflict
