@@ -74,15 +74,9 @@ def error_text(error: CoordinatorError) -> str:
     return text + (" This is usually temporary: retry shortly." if is_transient(error) else "")
 
 
-@admin.register(ConsumerGroup)
-class ConsumerGroupAdmin(admin.ModelAdmin):
-    # -- permissions: the placeholder has no rows, so only "view" means something
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return access.can_view(request.user)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return access.can_view(request.user)
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Nothing here is added, changed or deleted through the ModelAdmin forms: the placeholder has no
+    rows, and the audit trail is append-only (written by the actions)."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -92,6 +86,17 @@ class ConsumerGroupAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(ConsumerGroup)
+class ConsumerGroupAdmin(ReadOnlyAdmin):
+    # -- permissions: the placeholder has no rows, so only "view" means something
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return access.can_view(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return access.can_view(request.user)
 
     # -- URLs
 
@@ -398,7 +403,7 @@ def _to_detail(stream_prefix: str, consumer_group: str) -> HttpResponseRedirect:
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: the trail is written by the operator pages and never edited or deleted here."""
 
     list_display = (
@@ -424,12 +429,3 @@ class AuditEntryAdmin(admin.ModelAdmin):
         "outcome",
         "message",
     )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

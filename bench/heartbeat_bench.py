@@ -32,16 +32,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from config.embedded_redis import RedisServer  # noqa: E402
+from config.embedded_redis import RedisServer, free_port  # noqa: E402
 
 MEMBER_TOKEN = "bench-member-token"
 ADMIN_TOKEN = "bench-admin-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Api:

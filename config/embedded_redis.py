@@ -93,7 +93,8 @@ def _ephemeral_port() -> int:
         return port
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1, never 6379 (the machine's shared Redis)."""
     while True:
         port = _ephemeral_port()
         if port != FORBIDDEN_PORT:
@@ -197,7 +198,7 @@ class RedisServer:
         attempts = _FREE_PORT_ATTEMPTS if pick_port else 1
         for attempt in range(1, attempts + 1):
             if pick_port:
-                self._port = _free_port()
+                self._port = free_port()
             self._spawn()
             try:
                 self.wait_ready(self._startup_timeout_s)
@@ -298,7 +299,7 @@ class RedisServer:
 
     def _spawn(self) -> None:
         assert self._dir is not None and self._log is not None and self._port is not None
-        if self._port == FORBIDDEN_PORT:  # belt and braces: _free_port() already skips it
+        if self._port == FORBIDDEN_PORT:  # belt and braces: free_port() already skips it
             raise RedisServerError(f"refusing to start on port {FORBIDDEN_PORT}")
         argv = [
             self._binary,

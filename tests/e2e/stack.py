@@ -27,20 +27,20 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 
-from config.embedded_redis import RedisServer, _die_with_parent_hook
+from config.embedded_redis import RedisServer, _die_with_parent_hook, free_port
 from consumers.producer import Producer
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 MEMBER_TOKEN = "e2e-member-token"
@@ -49,34 +49,6 @@ PREFIX, GROUP = "e2e", "e2e-workers"
 LIVE_STATES = ("STABLE", "UNREVOKED_SHARDS", "UNRELEASED_SHARDS")
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port != 6379:
-            return port
-
-
-def wait_until(
-    probe: Callable[[], T],
-    done: Callable[[T], bool] = bool,
-    *,
-    timeout_s: float = 30.0,
-    interval_s: float = 0.05,
-    what: str = "condition",
-) -> T:
-    """Poll ``probe`` until ``done(value)``; returns that value. Time bounds the wait, never the result."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not reached within {timeout_s} s; last value: {value!r}")
-        time.sleep(interval_s)
 
 
 # ---------------------------------------------------------------------------------------------- processes

@@ -6,7 +6,6 @@ Every test here runs against a real Redis the suite started itself (tests/confte
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -16,6 +15,7 @@ from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, Shard
 from coordinator.store import MetadataStore, get_store, reset_store
+from tests.polling import wait_until
 
 from .processes import Child
 
@@ -98,25 +98,6 @@ class Member:
 def member_view(store: MetadataStore, member_id: str, group: str = GROUP) -> dict[str, Any]:
     view = store.describe_group(PREFIX, group)
     return next(m for m in view["members"] if m["member_id"] == member_id)
-
-
-def wait_until(
-    probe: Callable[[], T],
-    done: Callable[[T], bool] = bool,
-    *,
-    timeout_s: float = 10.0,
-    interval_s: float = 0.05,
-    what: str = "condition",
-) -> T:
-    """Poll ``probe`` until ``done(value)``; returns that value. Time bounds the wait, never the result."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if done(value):
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s}s; last value: {value!r}")
-        time.sleep(interval_s)
 
 
 def wait_for_lease_end(

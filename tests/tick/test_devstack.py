@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from config import devstack
+from config.embedded_redis import free_port
 from coordinator.store import MetadataStore
 
 from .conftest import wait_until
@@ -46,12 +47,6 @@ def _find(pattern: str, text: str) -> str:
     return match.group(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -74,7 +69,7 @@ def _processes_with(marker: str) -> list[int]:
 
 
 def test_make_run_ticks_and_ctrl_c_stops_everything(tmp_path: Path, spawn: Any) -> None:
-    port = _free_port()
+    port = free_port()
     database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"  # unique: also marks our processes
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_"))}
     # Empty, not absent: a developer's .env must not point this test at a real Redis.
