@@ -113,7 +113,7 @@ def test_port_6379_is_refused() -> None:
 def test_free_port_skips_6379(monkeypatch: pytest.MonkeyPatch) -> None:
     offered = iter([FORBIDDEN_PORT, FORBIDDEN_PORT, 54321])
     monkeypatch.setattr(embedded_redis, "_ephemeral_port", lambda: next(offered))
-    assert embedded_redis._free_port() == 54321
+    assert embedded_redis.free_port() == 54321
 
 
 def test_redis_url_fixture_gives_an_empty_private_server(redis_url: str) -> None:
