@@ -30,6 +30,12 @@ class ErrorCode(StrEnum):
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     CONCURRENT_UPDATE = "CONCURRENT_UPDATE"
     METADATA_CORRUPT = "METADATA_CORRUPT"
+    GROUP_HAS_LIVE_MEMBERS = "GROUP_HAS_LIVE_MEMBERS"
+    MIGRATION_NOT_ACTIVE = "MIGRATION_NOT_ACTIVE"
+    STREAM_PREFIX_NOT_EMPTY = "STREAM_PREFIX_NOT_EMPTY"
+    ENTRY_NOT_PENDING = "ENTRY_NOT_PENDING"
+    CONFIRMATION_MISMATCH = "CONFIRMATION_MISMATCH"
+    DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
 
 
 class CoordinatorError(Exception):
@@ -136,3 +142,41 @@ class MetadataCorrupt(CoordinatorError):
     Not retriable: retrying the same command against the same data fails the same way."""
 
     code = ErrorCode.METADATA_CORRUPT
+
+
+# ---------------------------------------------------------------------------------- entry lifecycle
+# docs/protocol.md section 14: operator actions on entries, migrations and prefixes.
+
+
+class GroupHasLiveMembers(CoordinatorError):
+    """An action reserved for a group without live members (releasing it from a migration's drain)."""
+
+    code = ErrorCode.GROUP_HAS_LIVE_MEMBERS
+
+
+class MigrationNotActive(CoordinatorError):
+    """No migration is active, or the group has nothing left to drain in it."""
+
+    code = ErrorCode.MIGRATION_NOT_ACTIVE
+
+
+class StreamPrefixNotEmpty(CoordinatorError):
+    """Deleting a stream prefix that still has groups or unconsumed entries, without ``force``."""
+
+    code = ErrorCode.STREAM_PREFIX_NOT_EMPTY
+
+
+class EntryNotPending(CoordinatorError):
+    """A listed entry id is not pending for the group on that shard; nothing was acknowledged."""
+
+    code = ErrorCode.ENTRY_NOT_PENDING
+
+
+class ConfirmationMismatch(CoordinatorError):
+    """A destructive action confirmed against a figure that is no longer the current one."""
+
+    code = ErrorCode.CONFIRMATION_MISMATCH
+
+
+class DeadLetterNotFound(CoordinatorError):
+    code = ErrorCode.DEAD_LETTER_NOT_FOUND

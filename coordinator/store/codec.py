@@ -68,6 +68,17 @@ def stream_key(stream_prefix: str, shard: Shard) -> str:
 PREFIXES_KEY = "rsc:prefixes"
 
 
+def dead_letter_key(stream_prefix: str, consumer_group: str) -> str:
+    """The group's dead-letter stream (opt-in ``dead_letter=True`` listeners; docs/protocol.md section 14)."""
+    return f"rsc:{{{stream_prefix}}}:dlq:{consumer_group}"
+
+
+def redeliver_key(stream_prefix: str, consumer_group: str) -> str:
+    """Hash ``<shard> -> counter``: an operator's "redeliver" request bumps a shard's counter; the owner's
+    next fenced read returns it and the owner re-reads its own pending entries (section 14)."""
+    return f"rsc:{{{stream_prefix}}}:rd:{consumer_group}"
+
+
 def _dumps(value: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 

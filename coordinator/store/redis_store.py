@@ -68,6 +68,8 @@ from coordinator.protocol.model import (
 )
 
 from . import codec
+from .backlog import BacklogMixin
+from .retention import RetentionMixin
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
@@ -127,7 +129,7 @@ class StoreTickReport:
     error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
-class MetadataStore:
+class MetadataStore(BacklogMixin, RetentionMixin):
     """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
 
     max_attempts = 64
@@ -240,6 +242,7 @@ class MetadataStore:
             )
         view = describe_group(state, consumer_group, now_ms)
         view["now_ms"] = now_ms
+        self._decorate_group_view(view, state, consumer_group, now_ms)
         return view
 
     def describe_prefix(self, stream_prefix: str) -> dict[str, Any]:
@@ -249,7 +252,7 @@ class MetadataStore:
                 f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
             )
         m = state.topology.migration
-        return {
+        view = {
             "topology": topology_view(state.topology),
             "migration": None
             if m is None
@@ -264,6 +267,8 @@ class MetadataStore:
             "groups": sorted(state.groups),
             "now_ms": now_ms,
         }
+        self._decorate_prefix_view(view, state, now_ms)
+        return view
 
     def stream_prefixes(self) -> list[str]:
         with _translate_redis_errors():
