@@ -15,6 +15,10 @@ add/change/delete URLs away and serves, through ``get_urls()``, every URL wrappe
 ``.../<prefix>/<group>/delete/``             POST     confirm page, then (``confirm=yes``) delete
 =========================================  =======  ==================================================
 
+plus the pages of the entry lifecycle (a shard's backlog, skip, redeliver, release from a drain, dead
+letters, retention, deleting a prefix), in admin_ui/lifecycle_views.py, which go through
+``coordinator.operations`` (it writes their audit rows).
+
 Every action URL is ``require_POST`` (a GET is a 405), so a link or a prefetch can never change
 anything; the destructive ones answer their first POST with a confirmation page whose form posts again
 with ``confirm=yes`` (the flow of Django's own "delete selected" action). Pages need
@@ -24,7 +28,8 @@ without them gets a 403.
 Views validate, call the store, and map errors: a :class:`CoordinatorError` (including
 ``StoreUnavailable``) becomes an admin error message or, for a page that cannot be drawn at all, an
 error page with the code's HTTP status from ``coordinator.api.errors.HTTP_STATUS``, never a traceback.
-Every attempted change, refused or not, is written to the audit trail (admin_ui/audit.py).
+Every attempted change, refused or not, is written to the audit trail (admin_ui/audit.py here,
+coordinator/operations.py for the lifecycle actions).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -41,37 +46,22 @@ from django.views.decorators.http import require_POST
 
 from coordinator.api.errors import HTTP_STATUS
 from coordinator.protocol.errors import (
-    ConcurrentUpdate,
     CoordinatorError,
     GroupNotFound,
     InvalidIdentifier,
-    StoreUnavailable,
     StreamPrefixNotFound,
 )
 from coordinator.store import MetadataStore, get_store
 
 from . import access, audit, presenters
-from .forms import MaxConcurrencyForm, ShardCountForm
+from .forms import MaxConcurrencyForm, RetentionForm, ShardCountForm
+from .lifecycle_views import LifecycleViews
 from .models import AuditEntry, ConsumerGroup
+from .pages import error_text, is_transient, refresh, to_detail
 
-REFRESH_S = 5
 # The audit outcome of a shard-count confirmation reviewed against a topology that has since changed.
 STALE_CONFIRMATION = "STALE_CONFIRMATION"
 Action = AuditEntry.Action
-
-
-def is_transient(error: CoordinatorError) -> bool:
-    """The store could not serve right now (unreachable, busy, contended): worth retrying as is.
-    Not ``error.retriable``, which is advice to members: a missing group is retriable for a member
-    (it may be created) but not something an operator should wait for."""
-    return isinstance(error, StoreUnavailable | ConcurrentUpdate)
-
-
-def error_text(error: CoordinatorError) -> str:
-    """``Migration in progress: <message> [MIGRATION_IN_PROGRESS]``, plus advice when it is transient."""
-    title = HTTP_STATUS.get(error.code, (500, "Error"))[1]
-    text = f"{title}: {error.message} [{error.code.value}]"
-    return text + (" This is usually temporary: retry shortly." if is_transient(error) else "")
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -89,7 +79,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(ConsumerGroup)
-class ConsumerGroupAdmin(ReadOnlyAdmin):
+class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
     # -- permissions: the placeholder has no rows, so only "view" means something
 
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -120,6 +110,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
                 name="admin_ui_change_shard_count",
             ),
             path(f"{group}delete/", wrap(require_POST(self.delete_group_view)), name="admin_ui_delete_group"),
+            *self.lifecycle_urls(wrap),
         ]
 
     # -- pages
@@ -135,14 +126,16 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
         context = {
             "title": "Consumer groups",
             "groups": presenters.group_rows(groups, prefixes),
-            "refresh_s": _refresh(request),
+            "refresh_s": refresh(request),
         }
         return self._render(request, "admin_ui/group_list.html", context)
 
     def detail_view(self, request: HttpRequest, stream_prefix: str, consumer_group: str) -> HttpResponse:
         access.raise_unless_can_view(request.user)
         try:
-            view = get_store().describe_group(stream_prefix, consumer_group)
+            store = get_store()
+            view = store.describe_group(stream_prefix, consumer_group)
+            prefix_view = _describe_prefix_or_none(store, stream_prefix)
         except (GroupNotFound, InvalidIdentifier) as e:
             messages.error(request, error_text(e))
             return redirect("admin:admin_ui_consumergroup_changelist")
@@ -151,11 +144,11 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
                 request, e, f"{stream_prefix} / {consumer_group}", stream_prefix, consumer_group
             )
         context = {
-            **presenters.group_detail(view),
+            **presenters.group_detail(view, prefix_view),
             "title": f"{stream_prefix} / {consumer_group}",
             "can_manage": access.can_manage(request.user),
             "audit_url": self._audit_url(request, stream_prefix, consumer_group),
-            "refresh_s": _refresh(request),
+            "refresh_s": refresh(request),
         }
         return self._render(request, "admin_ui/group_detail.html", context, stream_prefix, consumer_group)
 
@@ -167,15 +160,19 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
         *,
         max_concurrency_form: MaxConcurrencyForm | None = None,
         shard_count_form: ShardCountForm | None = None,
+        retention_form: RetentionForm | None = None,
     ) -> HttpResponse:
         """The action forms; also re-rendered (400) with a form's errors when a POST does not validate."""
         access.raise_unless_can_manage(request.user)
         try:
-            view = get_store().describe_group(stream_prefix, consumer_group)
+            store = get_store()
+            view = store.describe_group(stream_prefix, consumer_group)
+            prefix_view = store.describe_prefix(stream_prefix)
         except CoordinatorError as e:
             messages.error(request, error_text(e))
-            return _to_detail(stream_prefix, consumer_group)
-        invalid = max_concurrency_form is not None or shard_count_form is not None
+            return to_detail(stream_prefix, consumer_group)
+        invalid = any(f is not None for f in (max_concurrency_form, shard_count_form, retention_form))
+        retention = presenters.retention_view(prefix_view)
         context = {
             "title": f"Actions: {stream_prefix} / {consumer_group}",
             "view": view,
@@ -183,6 +180,8 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             or MaxConcurrencyForm(initial={"max_concurrency": view["config"]["max_concurrency"]}),
             "shard_count_form": shard_count_form
             or ShardCountForm(initial={"shard_count": view["topology"]["shard_count"]}),
+            "retention": retention,
+            "retention_form": retention_form or RetentionForm(initial=retention),
         }
         return self._render(
             request,
@@ -212,7 +211,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             view = store.set_max_concurrency(stream_prefix, consumer_group, value)
         except CoordinatorError as e:
             self._refused(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details, e)
-            return _to_detail(stream_prefix, consumer_group)
+            return to_detail(stream_prefix, consumer_group)
         audit.record(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details=details)
         if details["previous"] == value:
             messages.info(request, f"max_concurrency of {stream_prefix}/{consumer_group} is already {value}.")
@@ -222,7 +221,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
                 f"max_concurrency of {stream_prefix}/{consumer_group} set to {value} (was "
                 f"{details['previous']}); group epoch is now {view['group_epoch']}.",
             )
-        return _to_detail(stream_prefix, consumer_group)
+        return to_detail(stream_prefix, consumer_group)
 
     def change_shard_count_view(
         self, request: HttpRequest, stream_prefix: str, consumer_group: str
@@ -257,11 +256,11 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
                     message=message,
                 )
                 messages.error(request, f"Confirmation out of date: {message}.")
-                return _to_detail(stream_prefix, consumer_group)
+                return to_detail(stream_prefix, consumer_group)
             after = store.change_shard_count(stream_prefix, shard_count, ordering)
         except CoordinatorError as e:
             self._refused(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details, e)
-            return _to_detail(stream_prefix, consumer_group)
+            return to_detail(stream_prefix, consumer_group)
         details.update(to_version=after["topology"]["active_version"], groups=after["groups"])
         audit.record(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details=details)
         messages.success(
@@ -271,7 +270,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             f"{ordering.value} ordering. Groups draining v{details['from_version']}: "
             f"{', '.join(after['groups'])}.",
         )
-        return _to_detail(stream_prefix, consumer_group)
+        return to_detail(stream_prefix, consumer_group)
 
     def _confirm_shard_count(
         self, request: HttpRequest, stream_prefix: str, consumer_group: str, form: ShardCountForm
@@ -280,7 +279,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             prefix_view = get_store().describe_prefix(stream_prefix)
         except CoordinatorError as e:
             messages.error(request, error_text(e))
-            return _to_detail(stream_prefix, consumer_group)
+            return to_detail(stream_prefix, consumer_group)
         shard_count = form.cleaned_data["shard_count"]
         context = {
             "title": f"Change the shard count of stream prefix {stream_prefix}?",
@@ -303,7 +302,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
                 view = get_store().describe_group(stream_prefix, consumer_group)
             except CoordinatorError as e:
                 messages.error(request, error_text(e))
-                return _to_detail(stream_prefix, consumer_group)
+                return to_detail(stream_prefix, consumer_group)
             context = {
                 "title": f"Delete consumer group {consumer_group} of {stream_prefix}?",
                 "view": view,
@@ -316,7 +315,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             get_store().delete_group(stream_prefix, consumer_group)
         except CoordinatorError as e:
             self._refused(request, Action.DELETE_GROUP, stream_prefix, consumer_group, {}, e)
-            return _to_detail(stream_prefix, consumer_group)
+            return to_detail(stream_prefix, consumer_group)
         audit.record(request, Action.DELETE_GROUP, stream_prefix, consumer_group)
         messages.success(request, f"Consumer group {stream_prefix}/{consumer_group} deleted.")
         return redirect("admin:admin_ui_consumergroup_changelist")
@@ -375,7 +374,7 @@ class ConsumerGroupAdmin(ReadOnlyAdmin):
             "error": error,
             "error_text": error_text(error),
             "transient": is_transient(error),
-            "refresh_s": _refresh(request) if is_transient(error) else None,
+            "refresh_s": refresh(request) if is_transient(error) else None,
         }
         status = HTTP_STATUS.get(error.code, (500, ""))[0]
         return self._render(request, "admin_ui/error.html", context, stream_prefix, group, status=status)
@@ -394,34 +393,29 @@ def _describe_prefix_or_none(store: MetadataStore, stream_prefix: str) -> dict[s
         return None  # deleted between the two reads
 
 
-def _refresh(request: HttpRequest) -> int | None:
-    return None if request.GET.get("refresh") == "off" else REFRESH_S
-
-
-def _to_detail(stream_prefix: str, consumer_group: str) -> HttpResponseRedirect:
-    return redirect("admin:admin_ui_group_detail", stream_prefix=stream_prefix, consumer_group=consumer_group)
-
-
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    """Read-only: the trail is written by the operator pages and never edited or deleted here."""
+    """Read-only: the trail is written by the operator pages, the API and commands (``source``), and never
+    edited or deleted here (``manage.py prune_audit`` applies its retention)."""
 
     list_display = (
         "timestamp",
         "username",
+        "source",
         "action",
         "stream_prefix",
         "consumer_group",
         "outcome",
         "details",
     )
-    list_filter = ("action", "outcome", "stream_prefix")
+    list_filter = ("action", "outcome", "source", "stream_prefix")
     search_fields = ("username", "stream_prefix", "consumer_group", "message")
     date_hierarchy = "timestamp"
     readonly_fields = (
         "timestamp",
         "user",
         "username",
+        "source",
         "action",
         "stream_prefix",
         "consumer_group",

@@ -5,10 +5,17 @@ exists so that the admin can list "Consumer groups" on its index page (its chang
 the pages in ``admin_ui/admin.py``) and so that the permission ``admin_ui.view_groups`` exists. Changes
 are authorised by the coordinator's own ``coordinator.manage_groups`` (see ``admin_ui/access.py``).
 
-``AuditEntry`` is one row per state-changing action attempted from the operator pages, successful or
-refused. It is a real table, not Django's ``LogEntry``: the target is a Redis group, not a database row
-(``LogEntry`` wants a content type and an object id), and an operator needs the structured details
-(shard count, ordering, previous value) and the outcome (``ok`` or the error code) in one place.
+``AuditEntry`` is one row per state-changing action attempted, successful or refused, from the
+operator pages, the HTTP API or a management command (``source``). It is a real table, not Django's
+``LogEntry``: the target is a Redis group, not a database row (``LogEntry`` wants a content type and an
+object id), and an operator needs the structured details (shard count, ordering, previous value, the
+entries a skip acknowledged) and the outcome (``ok`` or the error code) in one place.
+
+The actions of ``coordinator/operations.py`` write their row *before* they change anything, with the
+outcome ``pending``, and settle it afterwards. A row that stays ``pending`` is an action whose outcome
+was never recorded (the process died, or the database failed between the change and the update): treat
+it as "may have happened" and check the group. Rows are pruned after ``RSC_AUDIT_RETENTION_DAYS``
+(``manage.py prune_audit``).
 """
 
 from __future__ import annotations
@@ -34,8 +41,22 @@ class AuditEntry(models.Model):
         SET_MAX_CONCURRENCY = "set_max_concurrency", "set max_concurrency"
         CHANGE_SHARD_COUNT = "change_shard_count", "change shard count"
         DELETE_GROUP = "delete_group", "delete group"
+        SKIP_ENTRIES = "skip_entries", "skip pending entries"
+        REDELIVER = "redeliver", "redeliver pending entries"
+        RELEASE_DRAIN = "release_drain", "release a group from a migration's drain"
+        REPLAY_DEAD_LETTERS = "replay_dead_letters", "replay dead letters"
+        PURGE_DEAD_LETTERS = "purge_dead_letters", "purge dead letters"
+        SET_RETENTION = "set_retention", "set retention policy"
+        DELETE_PREFIX = "delete_prefix", "delete stream prefix"
+
+    class Source(models.TextChoices):
+        API = "api", "HTTP API"
+        ADMIN_UI = "admin_ui", "operator pages"
+        COMMAND = "command", "management command"
 
     OK = "ok"
+    # Written before the change; replaced by "ok" or the error code once the outcome is known.
+    PENDING = "pending"
 
     timestamp = models.DateTimeField(auto_now_add=True, db_index=True)
     # SET_NULL plus a copy of the name: deleting a user must not delete what they did.
@@ -48,8 +69,13 @@ class AuditEntry(models.Model):
     # Empty for prefix-wide actions requested without a group (a shard-count change names the group
     # page it was requested from, for context).
     consumer_group = models.CharField(max_length=64, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.ADMIN_UI)
     details = models.JSONField(default=dict, blank=True)
-    outcome = models.CharField(max_length=32, help_text="'ok', or the coordinator's error code.")
+    outcome = models.CharField(
+        max_length=32,
+        help_text="'ok', the coordinator's error code, or 'pending' (written before the change; still "
+        "'pending' means the outcome was never recorded).",
+    )
     message = models.TextField(blank=True, help_text="The error message when the action was refused.")
 
     class Meta:

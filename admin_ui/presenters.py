@@ -266,17 +266,27 @@ def version_rows(view: View) -> list[dict[str, Any]]:
     ]
 
 
-def group_detail(view: View) -> dict[str, Any]:
-    """Everything the group detail page shows."""
+def group_detail(view: View, prefix_view: View | None = None) -> dict[str, Any]:
+    """Everything the group detail page shows (``prefix_view``: the prefix's retention policy)."""
+    members = member_rows(view)
+    backlog = backlog_rows(view)
     return {
         "view": view,
-        "members": member_rows(view),
+        "members": [m for m in members if m["live"]],
+        "ended_members": [m for m in members if not m["live"]],
         "shards": shard_rows(view),
+        # Shards with something to show first; the idle ones (nothing undelivered or pending) folded.
+        "backlog": [b for b in backlog if not b["idle"]],
+        "backlog_idle": [b for b in backlog if b["idle"]],
+        "dead_letters": view.get("dead_letters"),
         "revocations": revocation_rows(view),
         "migration": migration_progress(view),
+        "undrained": undrained_rows(view),
+        "release_drain_allowed": release_drain_allowed(view),
+        "retention": retention_view(prefix_view),
         "versions": version_rows(view),
         "now": utc(view["now_ms"]),
-        "live_members": sum(1 for m in view["members"] if is_live(m)),
+        "live_members": sum(1 for m in members if m["live"]),
     }
 
 
@@ -313,3 +323,156 @@ def strict_dependencies(topology_view: View, new_shard_count: int) -> dict[str, 
         "rows": rows,
         "truncated": new_shard_count > MAX_DEPENDENCY_ROWS,
     }
+
+
+# ------------------------------------------------------------------------------------------ entry lifecycle
+
+# A pending entry this old, or delivered more than once, is flagged on the group page: its handler is
+# probably failing (or its member stuck) and, on a draining shard, it holds the migration back.
+OLD_PENDING_MS = 5 * 60_000
+# Field values are cut to this many characters in tables and confirmation lists (never on the inspect page).
+PREVIEW_CHARS = 80
+PREVIEW_FIELDS = 6
+
+_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+
+
+def duration(ms: int | None) -> str:
+    """A human-readable duration, its two largest units: ``45 s``, ``12 min 5 s``, ``3 h 12 min``,
+    ``2 d 4 h``; ``850 ms`` under a second; an em dash for ``None``."""
+    if ms is None:
+        return "—"
+    if ms < 1_000:
+        return f"{max(ms, 0)} ms"
+    for i, (name, size) in enumerate(_UNITS):
+        if ms >= size:
+            text = f"{ms // size} {name}"
+            if i + 1 < len(_UNITS) and (rest := ms % size // _UNITS[i + 1][1]):
+                text += f" {rest} {_UNITS[i + 1][0]}"
+            return text
+    raise AssertionError("unreachable: ms >= 1000")
+
+
+def count(value: int | None) -> str:
+    """A figure the store may not know (lag of a stream whose consumer group cannot tell): ``?``."""
+    return "?" if value is None else str(value)
+
+
+def preview(fields: Mapping[str, str], limit: int = PREVIEW_CHARS) -> str:
+    """``k=v, k2=v2…``: the first fields of an entry, each value cut to ``limit`` characters."""
+    shown = []
+    for name, value in list(fields.items())[:PREVIEW_FIELDS]:
+        shown.append(f"{name}={value[:limit]}{'…' if len(value) > limit else ''}")
+    more = len(fields) - PREVIEW_FIELDS
+    return ", ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+
+
+def backlog_rows(view: View) -> list[dict[str, Any]]:
+    """``describe_group``'s backlog rows with their figures formatted and the worrying ones flagged."""
+    rows = []
+    for b in view.get("backlog", ()):
+        warnings = []
+        if b["pending"] and b["max_deliveries"] > 1:
+            warnings.append(f"delivered up to {b['max_deliveries']} times: its handler may be failing")
+        age = b["oldest_pending_age_ms"]
+        if b["pending"] and age is not None and age >= OLD_PENDING_MS:
+            warnings.append(f"oldest pending entry is {duration(age)} old")
+        rows.append(
+            {
+                **b,
+                "owner_text": b["owner"] or "—",
+                "lag_text": count(b["lag"]),
+                "oldest_pending_age": duration(age),
+                "oldest_pending_idle": duration(b["oldest_pending_idle_ms"]),
+                "warnings": warnings,
+                "idle": b["lag"] == 0 and b["pending"] == 0,
+            }
+        )
+    return rows
+
+
+def undrained_rows(view: View) -> list[dict[str, Any]]:
+    """The old shards this group has not drained in the active migration, each with why it has not."""
+    m = view["migration"]
+    if not m or not m.get("active"):
+        return []
+    return [
+        {
+            **u,
+            "owner_text": _owner_text(u),
+            "oldest_pending_age": duration(u["oldest_pending_age_ms"]),
+            "why": _why_undrained(u),
+        }
+        for u in m.get("undrained", ())
+    ]
+
+
+def _owner_text(u: Mapping[str, Any]) -> str:
+    if u["owner"]:
+        return str(u["owner"])
+    return "no live member" if not u["live_members"] else "nobody (being reassigned)"
+
+
+def _why_undrained(u: Mapping[str, Any]) -> list[str]:
+    why = []
+    if not u["live_members"]:
+        why.append(
+            "the group has no live member, so nobody reads this shard: start a member, or release "
+            "the group from the drain"
+        )
+    elif not u["owner"]:
+        why.append("no member owns it right now: it is granted on the target member's next heartbeat")
+    if u["lag"] is None:
+        why.append("entries not yet delivered: unknown")
+    elif u["lag"]:
+        why.append(f"{u['lag']} entr{'y' if u['lag'] == 1 else 'ies'} not yet delivered")
+    if u["pending"]:
+        why.append(
+            f"{u['pending']} delivered but not acknowledged, the oldest "
+            f"{duration(u['oldest_pending_age_ms'])} old: redeliver, or skip what cannot be handled"
+        )
+    if not why:
+        why.append("caught up: the next tick marks it drained")
+    return why
+
+
+def release_drain_allowed(view: View) -> bool:
+    """Whether the page offers "release from the drain": an active migration that this group, without
+    a live member, still holds back. (The store checks all of it again.)"""
+    m = view["migration"]
+    return bool(m and m.get("active") and m.get("undrained")) and not any(is_live(x) for x in view["members"])
+
+
+def retention_view(prefix_view: View | None) -> dict[str, Any] | None:
+    """The prefix's retention policy for the page: each cap with its data-loss warning."""
+    if prefix_view is None or "retention" not in prefix_view:
+        return None
+    r = prefix_view["retention"]
+    return {
+        **r,
+        "max_age": None if r["max_age_ms"] is None else duration(r["max_age_ms"]),
+        "retired_grace": duration(r["retired_grace_ms"]) if r["retired_grace_ms"] else "none",
+        "may_drop_unconsumed": r["max_age_ms"] is not None or r["max_len"] is not None,
+    }
+
+
+def dead_letter_row(dl: Mapping[str, Any]) -> dict[str, Any]:
+    error = dl["error"] or ""
+    return {
+        **dl,
+        "at": utc(dl["at_ms"]),
+        "error_short": error[:PREVIEW_CHARS] + ("…" if len(error) > PREVIEW_CHARS else ""),
+        "preview": preview(dl["fields"]),
+    }
+
+
+def pending_rows(entries: list[Mapping[str, Any]], now_ms: int) -> list[dict[str, Any]]:
+    """Pending entries (``admin_ui.entries``) with their age and a preview of their fields."""
+    return [
+        {
+            **e,
+            "age": duration(now_ms - int(e["id"].split("-")[0])),
+            "preview": "(no longer in the stream)" if e["fields"] is None else preview(e["fields"]),
+        }
+        for e in entries
+    ]

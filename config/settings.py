@@ -158,6 +158,15 @@ RSC_HEARTBEAT_INTERVAL_MS = env.int("RSC_HEARTBEAT_INTERVAL_MS", default=3000)
 RSC_REVOCATION_TIMEOUT_MS = env.int("RSC_REVOCATION_TIMEOUT_MS", default=30000)
 # How long EXPIRED / LEFT members stay visible to operators before the tick forgets them.
 RSC_MEMBER_RETENTION_MS = env.int("RSC_MEMBER_RETENTION_MS", default=600000)
+# At most this many ended members are kept per group (the most recently ended), whatever their age.
+RSC_MAX_ENDED_MEMBERS = env.int("RSC_MAX_ENDED_MEMBERS", default=100)
+# How often the retention pass (coordinator.service.run_retention) trims streams and deletes retired
+# versions' streams; at least 1000. It is its own beat task: it never delays the tick's lease expiry.
+RSC_RETENTION_INTERVAL_MS = env.int("RSC_RETENTION_INTERVAL_MS", default=30000)
+# At most this many streams are visited per retention pass; the next pass continues where it stopped.
+RSC_RETENTION_MAX_STREAMS = env.int("RSC_RETENTION_MAX_STREAMS", default=2000)
+# Audit rows older than this many days are deleted by the retention pass and `manage.py prune_audit`.
+RSC_AUDIT_RETENTION_DAYS = env.int("RSC_AUDIT_RETENTION_DAYS", default=365)
 
 # The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS. A beat not run within one interval
 # expires instead of piling up while the worker is busy or down: the next beat does the same work.
@@ -168,6 +177,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "coordinator.tasks.tick",
         "schedule": RSC_TICK_INTERVAL_MS / 1000,
         "options": {"expires": RSC_TICK_INTERVAL_MS / 1000},
+    },
+    # The retention pass (coordinator.service.run_retention), expiring like the tick's beats.
+    "coordinator-retention": {
+        "task": "coordinator.tasks.retention",
+        "schedule": RSC_RETENTION_INTERVAL_MS / 1000,
+        "options": {"expires": RSC_RETENTION_INTERVAL_MS / 1000},
     },
 }
 

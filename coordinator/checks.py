@@ -4,7 +4,9 @@
     rsc.E002  RSC_TICK_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
     rsc.E003  RSC_HEARTBEAT_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
     rsc.E004  RSC_MEMBER_RETENTION_MS < RSC_MEMBER_LEASE_TTL_MS
-    rsc.E005  a setting outside the range its consumer accepts (RANGES_MS)
+    rsc.E005  a setting outside the range its consumer accepts (RANGES_MS); among them
+              RSC_RETENTION_INTERVAL_MS below 1000 (a retention pass per second at most)
+    rsc.E006  a count setting (COUNTS) that is not an integer in its range
 
 They run before every manage.py command (runserver, migrate, run_tick, ...) and, through
 config/celery.py, when a Celery worker or beat starts. Projects that install the app without defining a
@@ -18,12 +20,15 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
+from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
+
 DEFAULTS_MS = {
     "RSC_TICK_INTERVAL_MS": 1000,
     "RSC_MEMBER_LEASE_TTL_MS": 10000,
     "RSC_HEARTBEAT_INTERVAL_MS": 3000,
     "RSC_REVOCATION_TIMEOUT_MS": 30000,
     "RSC_MEMBER_RETENTION_MS": 600000,
+    "RSC_RETENTION_INTERVAL_MS": 30000,
 }
 
 # The lease, heartbeat and revocation settings are the defaults of every group created without its own
@@ -35,6 +40,14 @@ RANGES_MS: dict[str, tuple[int, int, str]] = {
     "RSC_HEARTBEAT_INTERVAL_MS": (100, 600_000, "a group's heartbeat_interval_ms"),
     "RSC_REVOCATION_TIMEOUT_MS": (1_000, 3_600_000, "a group's revocation_timeout_ms"),
     "RSC_MEMBER_RETENTION_MS": (1, 7 * 24 * 3_600_000, "the tick's retention_ms"),
+    # A retention pass trims every stream it visits: more than one a second is load for nothing.
+    "RSC_RETENTION_INTERVAL_MS": (1_000, 7 * 24 * 3_600_000, "the retention pass interval"),
+}
+
+# Settings that are counts: name -> (default, low, high, what).
+COUNTS: dict[str, tuple[int, int, int, str]] = {
+    "RSC_MAX_ENDED_MEMBERS": (100, 0, MAX_ENDED_MEMBERS_LIMIT, "the tick's max_ended_members"),
+    "RSC_RETENTION_MAX_STREAMS": (2_000, 1, 1_000_000, "streams visited per retention pass"),
 }
 
 
@@ -50,8 +63,24 @@ def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         if not _is_positive_int(value)
     ]
     if errors:
-        return errors  # the checks below would only repeat the same mistake
-    return _out_of_range(values) + _inconsistent(values)
+        return errors + _bad_counts()  # the checks below would only repeat the same mistake
+    return _out_of_range(values) + _inconsistent(values) + _bad_counts()
+
+
+def _bad_counts() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, (default, low, high, what) in COUNTS.items():
+        value = getattr(settings, name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            errors.append(
+                Error(
+                    f"{name} must be an integer between {low} and {high}, the range of {what}; "
+                    f"got {value!r}.",
+                    hint=f"Set {name} within [{low}, {high}] (default {default}).",
+                    id="rsc.E006",
+                )
+            )
+    return errors
 
 
 def _out_of_range(values: dict[str, int]) -> list[CheckMessage]:

@@ -1,13 +1,20 @@
-"""The coordinator's periodic work, shared by its two entry points.
+"""The coordinator's periodic work, shared by its entry points.
 
     coordinator.tasks.tick        Celery beat, every RSC_TICK_INTERVAL_MS (config/settings.py)
     manage.py run_tick            the same loop without Celery (TickLoop below)
+    coordinator.tasks.retention   Celery beat, every RSC_RETENTION_INTERVAL_MS
+    manage.py run_retention       the same loop without Celery (TickLoop over run_retention)
 
-Both call :func:`run_tick`: one tick of ``MetadataStore.tick`` over every stream prefix
-(docs/protocol.md section 5). The tick is idempotent, because every change it makes is a
-compare-and-set commit decided on freshly loaded state: two ticks at once (two beats, a beat and a
-``run_tick``, a late replay of an old beat) commit each expiry once, and the loser re-decides on the
-winner's state and finds nothing left to do. So neither entry point needs a lock or leader election.
+The tick entry points call :func:`run_tick`: one tick of ``MetadataStore.tick`` over every stream prefix
+(docs/protocol.md section 5). The retention entry points call :func:`run_retention`: one bounded
+retention pass (``MetadataStore.retention_pass``: trimming, retired streams) and the audit prune. The two
+are separate tasks so that trimming streams can never delay lease expiry.
+
+The tick is idempotent, because every change it makes is a compare-and-set commit decided on freshly
+loaded state: two ticks at once (two beats, a beat and a ``run_tick``, a late replay of an old beat)
+commit each expiry once, and the loser re-decides on the winner's state and finds nothing left to do.
+The retention pass is idempotent too: every trim or deletion decides, inside its own script, on what
+the stream holds at that moment. So no entry point needs a lock or leader election.
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ from django.conf import settings
 
 from coordinator.protocol.errors import CoordinatorError
 from coordinator.store import StoreTickReport, get_store
+from coordinator.store.retention import RetentionReport
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETENTION_MS = 600_000
+DEFAULT_MAX_ENDED_MEMBERS = 100
+DEFAULT_RETENTION_MAX_STREAMS = 2_000
 # run_tick's longest wait between attempts while the store is unreachable: long enough not to spin,
 # short enough that expiry resumes within a few seconds of Redis coming back.
 BACKOFF_MAX_MS = 5_000
@@ -33,10 +43,66 @@ BACKOFF_MAX_MS = 5_000
 def run_tick() -> list[StoreTickReport]:
     """One tick over every stream prefix; logs what it changed. Raises StoreUnavailable and the like."""
     retention_ms = getattr(settings, "RSC_MEMBER_RETENTION_MS", DEFAULT_RETENTION_MS)
-    reports = get_store().tick(retention_ms=retention_ms)
+    max_ended = getattr(settings, "RSC_MAX_ENDED_MEMBERS", DEFAULT_MAX_ENDED_MEMBERS)
+    reports = get_store().tick(retention_ms=retention_ms, max_ended_members=max_ended)
     for report in reports:
         log_report(report)
     return reports
+
+
+def run_retention() -> list[RetentionReport]:
+    """One retention pass (at most RSC_RETENTION_MAX_STREAMS streams, continuing where the previous one
+    stopped), then the audit prune if the operations layer provides one. Raises StoreUnavailable and the
+    like; the store's per-prefix failures are in the reports (and logged)."""
+    max_streams = getattr(settings, "RSC_RETENTION_MAX_STREAMS", DEFAULT_RETENTION_MAX_STREAMS)
+    reports = get_store().retention_pass(max_streams=max_streams)
+    for report in reports:
+        log_retention_report(report)
+    prune_audit_once()
+    return reports
+
+
+def log_retention_report(report: RetentionReport) -> None:
+    """One INFO line per prefix that changed, one WARNING per cap that dropped entries or failure."""
+    prefix = report.stream_prefix
+    if report.error is not None:
+        log.warning("retention skipped a stream prefix: stream_prefix=%s error=%s", prefix, report.error)
+    if report.trimmed:
+        log.info(
+            "streams trimmed: stream_prefix=%s streams=%d entries=%d",
+            prefix,
+            len(report.trimmed),
+            sum(report.trimmed.values()),
+        )
+    if report.trimmed_by_caps:
+        log.warning(
+            "retention caps dropped entries regardless of consumption: stream_prefix=%s entries=%d",
+            prefix,
+            sum(report.trimmed_by_caps.values()),
+        )
+    for key in report.deleted_keys:
+        log.info("retired stream deleted: stream_prefix=%s stream=%s", prefix, key)
+    for reason in report.waiting:
+        log.debug("retired streams kept: stream_prefix=%s reason=%s", prefix, reason)
+
+
+def prune_audit_once() -> int:
+    """``coordinator.operations.prune_audit()`` when it exists (the operations layer owns the audit).
+
+    Its failure (the database is down, say) is logged and does not fail the retention run: the Redis
+    side is done, and the next run prunes again."""
+    try:
+        from coordinator.operations import prune_audit
+    except ImportError:
+        return 0
+    try:
+        removed = int(prune_audit())
+    except Exception:
+        log.exception("audit prune failed; it is retried on the next retention run")
+        return 0
+    if removed:
+        log.info("audit rows pruned: rows=%d", removed)
+    return removed
 
 
 def log_report(report: StoreTickReport) -> None:
@@ -51,7 +117,8 @@ def log_report(report: StoreTickReport) -> None:
         )
     for group, member_id in report.collected:
         log.info(
-            "ended member forgotten after retention: stream_prefix=%s consumer_group=%s member_id=%s",
+            "ended member forgotten (retention or RSC_MAX_ENDED_MEMBERS): stream_prefix=%s "
+            "consumer_group=%s member_id=%s",
             prefix,
             group,
             member_id,
@@ -73,7 +140,8 @@ def backoff_ms(interval_ms: int, failures: int, maximum_ms: int = BACKOFF_MAX_MS
 
 
 class TickLoop:
-    """``manage.py run_tick``: :func:`run_tick` every ``interval_ms`` until :meth:`stop`.
+    """``manage.py run_tick``: :func:`run_tick` every ``interval_ms`` until :meth:`stop` (and
+    ``manage.py run_retention``: the same loop over :func:`run_retention`).
 
     Fixed rate, not fixed delay: the next tick is due one interval after the previous one was *due*, so
     the rate does not drift by the tick's own duration; a tick that overran skips the beats it missed
@@ -89,8 +157,10 @@ class TickLoop:
         *,
         backoff_max_ms: int = BACKOFF_MAX_MS,
         tick: Callable[[], object] | None = None,
+        name: str = "tick",
     ) -> None:
         self.interval_ms = interval_ms
+        self.name = name  # what the log lines call one run: "tick", "retention pass"
         self.backoff_max_ms = backoff_max_ms
         self._tick = tick if tick is not None else run_tick
         self._stopping = threading.Event()
@@ -120,10 +190,10 @@ class TickLoop:
                 raise
             self.failures += 1
             delay_ms = backoff_ms(self.interval_ms, self.failures, self.backoff_max_ms)
-            log.warning("tick failed (%s); retrying in %d ms", error, delay_ms)
+            log.warning("%s failed (%s); retrying in %d ms", self.name, error, delay_ms)
             return False
         if self.failures:
-            log.info("tick succeeded again after %d failed attempts", self.failures)
+            log.info("%s succeeded again after %d failed attempts", self.name, self.failures)
         self.failures = 0
         self.ticks += 1
         return True

@@ -1,4 +1,5 @@
-"""Celery tasks. Beat runs ``coordinator.tasks.tick`` every RSC_TICK_INTERVAL_MS (CELERY_BEAT_SCHEDULE in
+"""Celery tasks. Beat runs ``coordinator.tasks.tick`` every RSC_TICK_INTERVAL_MS and
+``coordinator.tasks.retention`` every RSC_RETENTION_INTERVAL_MS (CELERY_BEAT_SCHEDULE in
 config/settings.py); each beat expires at the next one, so a backlog is dropped rather than replayed."""
 
 from __future__ import annotations
@@ -26,3 +27,18 @@ def tick() -> None:
         if not service.is_retriable(error):
             raise
         log.warning("tick skipped, the next beat retries: %s", error)
+
+
+@shared_task(name="coordinator.tasks.retention", ignore_result=True)
+def retention() -> None:
+    """One retention pass and the audit prune (coordinator.service.run_retention). Its own task, never
+    part of the tick: trimming streams must not delay lease expiry. Idempotent, bounded per run.
+
+    Failures are handled like the tick's: retriable ones are a warning (the next beat retries), anything
+    else fails the task."""
+    try:
+        service.run_retention()
+    except Exception as error:
+        if not service.is_retriable(error):
+            raise
+        log.warning("retention pass skipped, the next beat retries: %s", error)

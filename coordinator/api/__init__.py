@@ -1,6 +1,8 @@
 """The coordinator's HTTP API v1 (docs/protocol.md section 13), mounted at ``/api/v1/``.
 
     views.py        thin DRF views: authenticate, validate, one store call, the store's JSON back
+    lifecycle.py    thin views of the operator actions (redeliver, skip, release-drain, dead letters,
+                    retention); every action goes through coordinator/operations.py (audited first)
     serializers.py  strict request bodies -> the core's commands
     auth.py         bearer tokens (environment, database) and staff sessions; member / admin roles
     parsers.py      JSON bodies: size-bounded, UTF-8, strict

@@ -15,8 +15,9 @@ Errors reach a client through exactly three doors, and all three build their bod
    failures outside any view (middleware), for ``/api/`` paths only; other paths keep Django's pages.
 
 The status of a code is :data:`HTTP_STATUS` and nothing else: docs/protocol.md section 12 for the core's
-codes, plus the codes that only the HTTP layer produces (:class:`ApiErrorCode`). Every 503 carries
-``Retry-After`` (the store or its optimistic concurrency will likely be back within a second).
+codes, plus the codes that only the HTTP layer and the operations layer produce (:class:`ApiErrorCode`).
+Every 503 carries ``Retry-After`` (the store, its optimistic concurrency or the audit database will
+likely be back within a second).
 
 The body is ``{type, title, status, detail, code, retriable, instance, details}``; validation failures
 add ``errors: [{field, message, code}]`` and unexpected failures ``incident_id`` (the id under which
@@ -62,6 +63,9 @@ class ApiErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    # coordinator/operations.py: the audit row of an operator action could not be written, so the action
+    # was not made (fail closed). Retriable: the database is usually back within seconds.
+    AUDIT_UNAVAILABLE = "AUDIT_UNAVAILABLE"
 
 
 # code -> (HTTP status, title). docs/protocol.md section 12; keep the two in step.
@@ -98,6 +102,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ApiErrorCode.INTERNAL_ERROR: (500, "Internal error"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Metadata store unavailable"),
     ErrorCode.CONCURRENT_UPDATE: (503, "Concurrent update"),
+    ApiErrorCode.AUDIT_UNAVAILABLE: (503, "Audit trail unavailable"),
     ErrorCode.METADATA_CORRUPT: (500, "Metadata unreadable"),
 }
 

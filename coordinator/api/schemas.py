@@ -61,7 +61,8 @@ def _choice(enum: Any, **kwargs: Any) -> serializers.ChoiceField:
 
 
 def _shard(**kwargs: Any) -> serializers.CharField:
-    return serializers.CharField(help_text="A shard, 'v<version>:<index>'.", **kwargs)
+    kwargs.setdefault("help_text", "A shard, 'v<version>:<index>'.")
+    return serializers.CharField(**kwargs)
 
 
 def _shards(**kwargs: Any) -> serializers.ListField:
@@ -125,7 +126,7 @@ class TopologySerializer(serializers.Serializer):
     )
 
 
-class PrefixMigrationSerializer(serializers.Serializer):
+class _MigrationFields(serializers.Serializer):
     from_version = serializers.IntegerField()
     to_version = serializers.IntegerField()
     ordering = _choice(OrderingMode)
@@ -137,14 +138,48 @@ class PrefixMigrationSerializer(serializers.Serializer):
     )
 
 
-class GroupMigrationSerializer(PrefixMigrationSerializer):
+class _UndrainedFields(serializers.Serializer):
+    """Why one old shard has not drained yet for one group."""
+
+    shard = _shard()
+    owner = serializers.CharField(allow_null=True, help_text="The member that owns it; null: nobody.")
+    live_members = serializers.IntegerField(help_text="Live members of the group (0: nobody will drain).")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
+    oldest_pending_age_ms = _nullable_int()
+
+
+class BlockingShardSerializer(_UndrainedFields):
+    consumer_group = serializers.CharField()
+
+
+class PrefixMigrationSerializer(_MigrationFields):
+    blocking = BlockingShardSerializer(
+        many=True, help_text="Every old shard some group has not drained, and why (empty once complete)."
+    )
+
+
+class GroupMigrationSerializer(_MigrationFields):
     shards_to_drain = serializers.IntegerField(help_text="The old version's shard count.")
+    undrained = _UndrainedFields(
+        many=True, help_text="This group's old shards not drained yet, and why (empty once complete)."
+    )
+
+
+class RetentionViewSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(
+        choices=["acked"], help_text="Always 'acked': trim only what every group has acknowledged..."
+    )
+    max_age_ms = _nullable_int(help_text="...plus, if set, entries older than this, handled or not.")
+    max_len = _nullable_int(help_text="...plus, if set, all but about this many entries per shard stream.")
+    retired_grace_ms = serializers.IntegerField(help_text="Delay before a retired version's streams go.")
 
 
 class PrefixDescriptionSerializer(serializers.Serializer):
     topology = TopologySerializer()
     migration = PrefixMigrationSerializer(allow_null=True)
     groups = serializers.ListField(child=serializers.CharField(), help_text="The prefix's consumer groups.")
+    retention = RetentionViewSerializer()
     now_ms = serializers.IntegerField(help_text="Redis's clock when this was read.")
 
 
@@ -202,6 +237,30 @@ class UnreleasedShardSerializer(serializers.Serializer):
     owned_by = serializers.CharField()
 
 
+class BacklogRowSerializer(serializers.Serializer):
+    """One non-retired shard of the group: what is waiting and for how long."""
+
+    shard = _shard()
+    stream_key = serializers.CharField()
+    version_state = serializers.ChoiceField(choices=["ACTIVE", "DRAINING"])
+    owner = serializers.CharField(allow_null=True)
+    length = serializers.IntegerField(help_text="XLEN of the stream.")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
+    last_delivered_id = serializers.CharField()
+    oldest_pending_id = serializers.CharField(allow_null=True)
+    oldest_pending_age_ms = _nullable_int(help_text="Redis's clock minus the oldest pending id's time.")
+    oldest_pending_idle_ms = _nullable_int()
+    oldest_pending_consumer = serializers.CharField(allow_null=True)
+    max_deliveries = serializers.IntegerField(help_text="Highest delivery count among the oldest pending.")
+    redeliver_token = serializers.IntegerField()
+
+
+class DeadLetterStreamSerializer(serializers.Serializer):
+    stream_key = serializers.CharField()
+    length = serializers.IntegerField()
+
+
 class GroupDescriptionSerializer(serializers.Serializer):
     stream_prefix = serializers.CharField()
     consumer_group = serializers.CharField()
@@ -216,6 +275,8 @@ class GroupDescriptionSerializer(serializers.Serializer):
     unreleased_shards = UnreleasedShardSerializer(many=True)
     awaiting_pickup = _shards(help_text="In a member's target, owned by nobody yet.")
     migration = GroupMigrationSerializer(allow_null=True)
+    backlog = BacklogRowSerializer(many=True)
+    dead_letters = DeadLetterStreamSerializer()
     now_ms = serializers.IntegerField(help_text="Redis's clock when this was read.")
 
 
@@ -228,6 +289,64 @@ class GroupSummarySerializer(serializers.Serializer):
     members = serializers.IntegerField(help_text="Live members.")
     shard_count = serializers.IntegerField()
     active_version = serializers.IntegerField()
+
+
+# ---------------------------------------------------------------------------------------------- entries
+
+
+class RedeliverResponseSerializer(serializers.Serializer):
+    shard = _shard()
+    redeliver_token = serializers.IntegerField(help_text="The shard's new token: its owner re-reads.")
+    owner = serializers.CharField(allow_null=True, help_text="The member that will re-read; null: nobody.")
+
+
+class SkipResponseSerializer(serializers.Serializer):
+    shard = _shard()
+    skipped = serializers.ListField(
+        child=serializers.CharField(), help_text="The acknowledged entry ids (their fields are audited)."
+    )
+    count = serializers.IntegerField()
+
+
+class ReleaseDrainResponseSerializer(serializers.Serializer):
+    released = _shards(help_text="The old shards no longer waited for on this group's behalf.")
+    unconsumed_entries = serializers.IntegerField(help_text="Entries the group abandoned there.")
+    prefix = PrefixDescriptionSerializer()
+
+
+class DeadLetterSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The dead letter's id in the group's dead-letter stream.")
+    source_shard = _shard()
+    source_id = serializers.CharField(help_text="The entry's id on its source shard.")
+    deliveries = serializers.IntegerField(help_text="Deliveries when it was given up on.")
+    error = serializers.CharField(allow_blank=True, help_text="The handler's exception, 'Type: message'.")
+    member_id = serializers.CharField()
+    at_ms = serializers.IntegerField()
+    event_id = serializers.CharField(allow_null=True)
+    partition_key = serializers.CharField(allow_null=True)
+    fields = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), help_text="The entry's original fields."
+    )
+
+
+class DeadLetterListSerializer(serializers.Serializer):
+    stream_key = serializers.CharField()
+    length = serializers.IntegerField(help_text="Dead letters in the stream.")
+    entries = DeadLetterSerializer(many=True)
+
+
+class ReplayedSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The dead letter's id (now deleted from the dead-letter stream).")
+    shard = _shard(help_text="The active version's shard it was appended to.")
+    entry_id = serializers.CharField(help_text="Its new entry id there.")
+
+
+class ReplayResponseSerializer(serializers.Serializer):
+    replayed = ReplayedSerializer(many=True)
+
+
+class PurgeResponseSerializer(serializers.Serializer):
+    purged = serializers.IntegerField()
 
 
 # ---------------------------------------------------------------------------------------------- problems
@@ -317,3 +436,18 @@ def identifier_parameter(name: str, description: str) -> OpenApiParameter:
 
 STREAM_PREFIX = identifier_parameter("stream_prefix", "The stream prefix (the 'topic').")
 CONSUMER_GROUP = identifier_parameter("consumer_group", "The consumer group.")
+SHARD = OpenApiParameter(
+    "shard",
+    {"type": "string", "pattern": r"^v[1-9][0-9]{0,8}:(0|[1-9][0-9]{0,4})$", "example": "v1:0"},
+    OpenApiParameter.PATH,
+    description="A shard of the group's stream prefix, 'v<version>:<index>' (a retired version's shards "
+    "are not shards of the group any more).",
+)
+DEAD_LETTER_ID = OpenApiParameter(
+    "dead_letter_id",
+    {"type": "string", "pattern": r"^[0-9]+-[0-9]+$", "example": "1700000000000-0"},
+    OpenApiParameter.PATH,
+    description="The dead letter's id in the group's dead-letter stream.",
+)
+# Operator actions (coordinator/operations.py): audited first, refused if the audit row cannot be written.
+ACTION_CODES = (ApiErrorCode.AUDIT_UNAVAILABLE,)

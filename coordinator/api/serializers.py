@@ -13,14 +13,16 @@ the core, which raises ``INVALID_CONFIG`` / ``INVALID_REQUEST`` for them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from coordinator import operations
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, InvalidConfig, InvalidIdentifier
 from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
@@ -28,12 +30,17 @@ from coordinator.protocol.model import (
     IDENTIFIER_RE,
     MAX_CAPACITY,
     MAX_MAX_CONCURRENCY,
+    MAX_MAX_LEN,
     MAX_MEMBERS_LIMIT,
+    MAX_RETENTION_MS,
     MAX_SHARD_COUNT,
     MEMBER_ID_RE,
+    MIN_MAX_AGE_MS,
+    MIN_MAX_LEN,
     ClientInfo,
     GroupConfig,
     OrderingMode,
+    RetentionPolicy,
     Shard,
     validate_identifier,
     validate_member_id,
@@ -287,3 +294,219 @@ class ShardCountSerializer(StrictSerializer):
 
     def ordering_mode(self) -> OrderingMode:
         return OrderingMode(self.validated_data["ordering"])
+
+
+# ---------------------------------------------------------------------------------------------- lifecycle
+# The rules (entry ids, reasons, ranges) are coordinator/operations.py's; these fields report them per
+# field. The operations functions check them again for their other callers (pages, commands).
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON ``true`` or ``false`` and nothing else: DRF's BooleanField also takes ``"yes"`` and ``1``."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+@extend_schema_field({"type": "string", "pattern": r"^[0-9]+-[0-9]+$", "example": "1700000000000-0"})
+class EntryIdField(StrictCharField):
+    """A Redis stream entry id ``<ms>-<seq>`` (checked by ``operations.validate_entry_id``)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        try:
+            return operations.validate_entry_id(data)
+        except CoordinatorError as e:
+            raise serializers.ValidationError(e.message, code="invalid_entry_id") from e
+
+
+class EntryIdListField(serializers.ListField):
+    """1..1000 entry ids (a repeated id counts once)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=EntryIdField(), min_length=1, max_length=operations.MAX_IDS, **kwargs)
+
+
+class ReasonField(StrictCharField):
+    """Why the operator acts (kept in the audit trail): 1-500 characters where required."""
+
+    def __init__(self, *, required: bool) -> None:
+        self.reason_required = required
+        help_text = "Why (kept in the audit trail); 1-500 characters" + ("." if required else ", optional.")
+        options: dict[str, Any] = {"required": required, "max_length": operations.MAX_REASON_CHARS}
+        if not required:
+            options.update(allow_blank=True, default="")
+        super().__init__(help_text=help_text, **options)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        try:
+            return operations.validate_reason(value, required=self.reason_required)
+        except CoordinatorError as e:
+            raise serializers.ValidationError(e.message, code="invalid_reason") from e
+
+
+def _exactly_one(data: Mapping[str, Any], first: str, second: str, *, second_given: bool) -> None:
+    if (first in data) == second_given:
+        raise serializers.ValidationError(f"give exactly one of {first} and {second}", code="exactly_one")
+
+
+class SkipSerializer(StrictSerializer):
+    """Acknowledge pending entries without handling them: the listed ids, or every one older than an age."""
+
+    entry_ids = EntryIdListField(
+        required=False,
+        help_text="Entries pending for the group on this shard (any consumer). If any is not pending, "
+        "nothing is acknowledged (409 ENTRY_NOT_PENDING).",
+    )
+    older_than_ms = StrictIntegerField(
+        min_value=0,
+        max_value=operations.MAX_SKIP_AGE_MS,
+        required=False,
+        help_text="Every pending entry whose id is older than this (Redis's clock), up to 1000 per call.",
+    )
+    reason = ReasonField(required=True)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        _exactly_one(data, "entry_ids", "older_than_ms", second_given="older_than_ms" in data)
+        return data
+
+
+class RedeliverSerializer(StrictSerializer):
+    """Ask the shard's owner to re-read its pending entries now. The body may be left out."""
+
+    reason = ReasonField(required=False)
+
+
+class ReleaseDrainSerializer(StrictSerializer):
+    """Stop waiting for a group without live members in the active migration."""
+
+    confirm_unconsumed = StrictIntegerField(
+        min_value=0,
+        max_value=operations.MAX_CONFIRM_UNCONSUMED,
+        help_text="The group's unconsumed entries on its undrained shards, as the operator saw them; must "
+        "equal the current count (409 CONFIRMATION_MISMATCH otherwise). They are abandoned.",
+    )
+    reason = ReasonField(required=True)
+
+
+class ReplayDeadLettersSerializer(StrictSerializer):
+    ids = EntryIdListField(help_text="Dead-letter ids (entries of the group's dead-letter stream).")
+    reason = ReasonField(required=False)
+
+
+class PurgeDeadLettersSerializer(StrictSerializer):
+    ids = EntryIdListField(required=False, help_text="Dead-letter ids to delete.")
+    all = StrictBooleanField(required=False, help_text="true: delete every dead letter of the group.")
+    reason = ReasonField(required=True)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        _exactly_one(data, "ids", "all: true", second_given=bool(data.get("all")))
+        return data
+
+
+class RetentionSerializer(StrictSerializer):
+    """The stream prefix's whole retention policy (PUT: fields left out take their defaults)."""
+
+    max_age_ms = StrictIntegerField(
+        min_value=MIN_MAX_AGE_MS,
+        max_value=MAX_RETENTION_MS,
+        allow_null=True,
+        help_text="Opt-in cap, DATA LOSS: trim entries older than this even if no group has handled them. "
+        "null: no age cap.",
+    )
+    max_len = StrictIntegerField(
+        min_value=MIN_MAX_LEN,
+        max_value=MAX_MAX_LEN,
+        allow_null=True,
+        help_text="Opt-in cap, DATA LOSS: keep at most about this many entries per shard stream, handled "
+        "or not. null: no length cap.",
+    )
+    retired_grace_ms = StrictIntegerField(
+        min_value=0,
+        max_value=MAX_RETENTION_MS,
+        required=False,
+        default=0,
+        help_text="Wait this long after a version retired before deleting its (fully acked) streams.",
+    )
+
+    reason = ReasonField(required=False)
+
+    def to_policy(self) -> RetentionPolicy:
+        fields = {k: v for k, v in self.validated_data.items() if k != "reason"}
+        return RetentionPolicy(**fields).validated()
+
+
+# ---------------------------------------------------------------------------------------------- query
+
+
+class QuerySerializer(StrictSerializer):
+    """Query parameters: every value arrives as one string (a repeated name is refused by the view)."""
+
+
+class _QueryField(serializers.Field):
+    """One query-string value: always a string on the way in (never trimmed, never blank)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not data:
+            self.fail("invalid")
+        return self.parse(data)
+
+    def parse(self, text: str) -> Any:
+        raise NotImplementedError
+
+    def to_representation(self, value: Any) -> Any:  # how the schema shows the default
+        return value
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": 500})
+class QueryCountField(_QueryField):
+    """A decimal count in 1..500."""
+
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": "must be an integer in 1..500"}
+
+    def parse(self, text: str) -> int:
+        if not re.fullmatch(r"[1-9][0-9]{0,2}", text) or int(text) > 500:
+            self.fail("invalid")
+        return int(text)
+
+
+@extend_schema_field({"type": "boolean"})
+class QueryBooleanField(_QueryField):
+    """``true`` or ``false``, spelled exactly so."""
+
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": "must be 'true' or 'false'"}
+
+    def parse(self, text: str) -> bool:
+        if text not in ("true", "false"):
+            self.fail("invalid")
+        return text == "true"
+
+
+@extend_schema_field({"type": "string", "pattern": r"^(-|[0-9]+-[0-9]+)$"})
+class QueryAfterField(_QueryField):
+    """``-`` (from the start) or an entry id."""
+
+    default_error_messages: ClassVar[dict[str, str]] = {"invalid": "must be '-' or an entry id '<ms>-<seq>'"}
+
+    def parse(self, text: str) -> str:
+        return "-" if text == "-" else str(EntryIdField().to_internal_value(text))
+
+
+class DeadLettersQuerySerializer(QuerySerializer):
+    after = QueryAfterField(
+        required=False, default="-", help_text="List dead letters after this id ('-': from the oldest)."
+    )
+    count = QueryCountField(required=False, default=50, help_text="At most this many (1-500, default 50).")
+
+
+class DeletePrefixQuerySerializer(QuerySerializer):
+    force = QueryBooleanField(
+        required=False,
+        default=False,
+        help_text="true: delete even while the prefix has groups or unconsumed entries (DATA LOSS).",
+    )
+    reason = ReasonField(required=False)

@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from . import views
+from . import lifecycle, views
 
 app_name = "api-v1"
 
@@ -24,6 +24,47 @@ urlpatterns = [
         "admin/groups/<str:stream_prefix>/<str:consumer_group>/max-concurrency",
         views.MaxConcurrencyView.as_view(),
         name="admin-max-concurrency",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/shards/<str:shard>/redeliver",
+        lifecycle.RedeliverView.as_view(),
+        name="admin-redeliver",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/shards/<str:shard>/skip",
+        lifecycle.SkipView.as_view(),
+        name="admin-skip",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/release-drain",
+        lifecycle.ReleaseDrainView.as_view(),
+        name="admin-release-drain",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/dead-letters",
+        lifecycle.DeadLettersView.as_view(),
+        name="admin-dead-letters",
+    ),
+    # replay and purge before <dead_letter_id>: those two names are not ids (an id is "<ms>-<seq>").
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/dead-letters/replay",
+        lifecycle.ReplayDeadLettersView.as_view(),
+        name="admin-dead-letters-replay",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/dead-letters/purge",
+        lifecycle.PurgeDeadLettersView.as_view(),
+        name="admin-dead-letters-purge",
+    ),
+    path(
+        "admin/groups/<str:stream_prefix>/<str:consumer_group>/dead-letters/<str:dead_letter_id>",
+        lifecycle.DeadLetterView.as_view(),
+        name="admin-dead-letter",
+    ),
+    path(
+        "admin/stream-prefixes/<str:stream_prefix>/retention",
+        lifecycle.RetentionView.as_view(),
+        name="admin-retention",
     ),
     path(
         "admin/stream-prefixes/<str:stream_prefix>/shard-count",

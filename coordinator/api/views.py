@@ -1,9 +1,12 @@
 """The HTTP API v1 (docs/protocol.md section 13): thin views over the metadata store.
 
-Each view authenticates (``auth``), validates the path and the body (``serializers``), makes one store
-call (``coordinator.store.get_store()``) and returns its JSON as it is. Errors are raised, never returned:
-``errors.exception_handler`` turns every one of them into problem details. Nothing here decides anything
-about the protocol.
+Each view authenticates (``auth``), validates the path, the query and the body (``serializers``), makes
+one call and returns its JSON as it is. Reads and the original admin actions call the store
+(``coordinator.store.get_store()``; moving those onto the operations layer too is a separate change);
+the operator actions on entries, migrations and prefixes (here: prefix deletion; the others in
+``lifecycle``) call ``coordinator.operations``, which authorizes, audits first and records the outcome,
+the same door the operator pages use. Errors are raised, never returned: ``errors.exception_handler``
+turns every one of them into problem details. Nothing here decides anything about the protocol.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from django.urls import reverse
 from django.utils.http import parse_header_parameters
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from coordinator.protocol.errors import ErrorCode
+from coordinator import operations
+from coordinator.protocol.errors import CoordinatorError, ErrorCode
 from coordinator.protocol.model import validate_identifier
 from coordinator.store import MetadataStore, get_store
 
@@ -31,8 +36,10 @@ from .errors import exception_handler
 from .parsers import StrictJSONParser, require_json_body
 from .serializers import (
     CreateGroupSerializer,
+    DeletePrefixQuerySerializer,
     HeartbeatSerializer,
     MaxConcurrencySerializer,
+    QuerySerializer,
     ShardCountSerializer,
     StrictSerializer,
 )
@@ -87,16 +94,49 @@ class ApiView(APIView):
         names = [n for n in ("stream_prefix", "consumer_group") if n in self.kwargs]
         return tuple(validate_identifier(self.kwargs[n], n) for n in names)
 
-    def body(self, serializer_class: type[StrictSerializer]) -> Any:
-        require_json_body(self.request)
-        serializer = serializer_class(data=self.request.data)
+    def body(self, serializer_class: type[StrictSerializer], *, optional: bool = False) -> Any:
+        """The validated body. ``optional``: a request without any body reads as ``{}``."""
+        if optional and _declared_empty(self.request):
+            data: Any = {}
+        else:
+            require_json_body(self.request)
+            data = self.request.data
+        serializer = serializer_class(data=data)
         serializer.is_valid(raise_exception=True)
         return serializer
+
+    def query(self, serializer_class: type[QuerySerializer]) -> dict[str, Any]:
+        """The validated query parameters (unknown or repeated names refused)."""
+        params = self.request.query_params
+        repeated = sorted(name for name in params if len(params.getlist(name)) > 1)
+        if repeated:
+            raise ValidationError(
+                {n: [ErrorDetail("given more than once", code="repeated_parameter")] for n in repeated}
+            )
+        serializer = serializer_class(data={name: params[name] for name in params})
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def path_value(self, name: str, parse: Any) -> str:
+        """A path segment parsed by the core's own rule; malformed: INVALID_REQUEST, field ``name``."""
+        try:
+            return str(parse(self.kwargs[name]))
+        except CoordinatorError as e:
+            raise ValidationError({name: [ErrorDetail(e.message, code=f"invalid_{name}")]}) from e
+
+    def actor(self) -> operations.Actor:
+        return operations.actor_from_api_request(self.request)
 
     def audit(self, action: str, **fields: Any) -> None:
         """One INFO line per admin change, naming the credential (never its token)."""
         pairs = " ".join(f"{k}={v}" for k, v in fields.items())
         log.info("admin %s by %s: %s", action, self.request.user, pairs)
+
+
+def _declared_empty(request: Request) -> bool:
+    if request.META.get("HTTP_TRANSFER_ENCODING"):
+        return False
+    return request.META.get("CONTENT_LENGTH") in (None, "", "0")
 
 
 class AdminView(ApiView):
@@ -287,3 +327,28 @@ class StreamPrefixView(AdminView):
     def get(self, request: Request, stream_prefix: str) -> Response:
         (prefix,) = self.path_identifiers()
         return Response(self.store.describe_prefix(prefix))
+
+    @extend_schema(
+        operation_id="delete_stream_prefix",
+        tags=["admin"],
+        summary="Delete a stream prefix: its metadata, streams, dead letters (audited)",
+        description="Refused with 409 STREAM_PREFIX_NOT_EMPTY while the prefix has consumer groups or "
+        "unconsumed entries, unless force=true (which deletes them: DATA LOSS). The audit record keeps the "
+        "usage the prefix had.",
+        parameters=[doc.STREAM_PREFIX, DeletePrefixQuerySerializer, *doc.RESPONSE_HEADERS],
+        responses={
+            204: None,
+            **doc.problems(
+                ErrorCode.INVALID_REQUEST,
+                ErrorCode.INVALID_IDENTIFIER,
+                ErrorCode.STREAM_PREFIX_NOT_FOUND,
+                ErrorCode.STREAM_PREFIX_NOT_EMPTY,
+                *doc.ACTION_CODES,
+            ),
+        },
+    )
+    def delete(self, request: Request, stream_prefix: str) -> Response:
+        (prefix,) = self.path_identifiers()
+        query = self.query(DeletePrefixQuerySerializer)
+        operations.delete_prefix(self.actor(), prefix, force=query["force"], reason=query["reason"])
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -3,7 +3,8 @@
 ``apply(state, command, now_ms)`` takes the stream prefix's current :class:`PrefixState` (``None`` when
 its metadata key does not exist), validates the command, and returns an :class:`Outcome`: the new state
 and a command-specific result. It raises a :class:`CoordinatorError` without any effect when the command
-is rejected. ``now_ms`` is Redis's clock, read by the caller.
+is rejected. ``now_ms`` is Redis's clock, read by the caller. An outcome whose state is ``None`` for an
+existing prefix (only :class:`DeletePrefix`) means "the prefix is gone": the store deletes its metadata.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .errors import (
     GroupNotFound,
     InvalidRequest,
     ShardCountConflict,
+    StreamPrefixNotEmpty,
     StreamPrefixNotFound,
 )
 from .group import Heartbeat, bump, collect_garbage, expire_members, heartbeat
@@ -25,12 +27,20 @@ from .model import (
     GroupConfig,
     OrderingMode,
     PrefixState,
+    RetentionPolicy,
     Shard,
+    Topology,
     VersionState,
     require_int_in_range,
     validate_identifier,
 )
-from .resharding import change_shard_count, complete_migration_if_drained, mark_drained, new_topology
+from .resharding import (
+    change_shard_count,
+    complete_migration_if_drained,
+    mark_drained,
+    new_topology,
+    release_drain,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,14 +87,58 @@ class ReportDrained:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseDrain:
+    """Operator: stop waiting for ``consumer_group`` in the active migration (it has no live members).
+
+    Every shard of every draining version that the group has not drained is marked drained for it;
+    its unconsumed entries there are abandoned (the store shows their count before it commits this).
+    """
+
+    stream_prefix: str
+    consumer_group: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetRetention:
+    """Admin: the stream prefix's retention policy (what the retention pass may trim)."""
+
+    stream_prefix: str
+    policy: RetentionPolicy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeletePrefix:
+    """Admin: forget the stream prefix. Refused while it has groups unless ``force``. The outcome's
+    state is ``None``: the store deletes the metadata key (and then the streams)."""
+
+    stream_prefix: str
+    force: bool = False
+
+
+MAX_ENDED_MEMBERS_LIMIT = 100_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Tick:
     stream_prefix: str
     # How long ended (EXPIRED / LEFT) members stay visible to operators before they are forgotten.
     retention_ms: int = 600_000
+    # At most this many ended members are kept per group (the most recently ended ones), whatever
+    # their age: join / leave churn must not grow the group document without bound.
+    max_ended_members: int = 100
 
 
 Command = (
-    CreateGroup | DeleteGroup | SetMaxConcurrency | ChangeShardCount | MemberHeartbeat | ReportDrained | Tick
+    CreateGroup
+    | DeleteGroup
+    | SetMaxConcurrency
+    | ChangeShardCount
+    | MemberHeartbeat
+    | ReportDrained
+    | ReleaseDrain
+    | SetRetention
+    | DeletePrefix
+    | Tick
 )
 
 
@@ -95,7 +149,17 @@ class TickReport:
     retired_versions: tuple[int, ...] = ()
 
 
-Result = HeartbeatResponse | TickReport | None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixDeleted:
+    """The result of :class:`DeletePrefix`: what the store deletes with the metadata key (every
+    version's streams, and the dead letters and redeliver counters of these groups)."""
+
+    topology: Topology
+    consumer_groups: tuple[str, ...]
+    deleted_keys: int = 0  # set by the store once it has deleted them
+
+
+Result = HeartbeatResponse | TickReport | PrefixDeleted | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,13 +175,18 @@ def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
     if isinstance(command, ChangeShardCount):
         if not isinstance(command.ordering, OrderingMode):
             raise InvalidRequest("ordering must be 'strict' or 'relaxed'", field="ordering")
-        if state is None:
-            raise StreamPrefixNotFound(
-                f"stream prefix {command.stream_prefix!r} does not exist", stream_prefix=command.stream_prefix
-            )
-        return Outcome(state=change_shard_count(state, command.shard_count, command.ordering, now_ms))
+        prefix = _require_prefix(state, command.stream_prefix)
+        return Outcome(state=change_shard_count(prefix, command.shard_count, command.ordering, now_ms))
     if isinstance(command, Tick):
         return _tick(state, command, now_ms)
+    if isinstance(command, SetRetention):
+        prefix = _require_prefix(state, command.stream_prefix)
+        return Outcome(state=_set_retention(prefix, command.policy))
+    if isinstance(command, DeletePrefix):
+        prefix = _require_prefix(state, command.stream_prefix)
+        _delete_prefix(prefix, command.force)
+        deleted = PrefixDeleted(topology=prefix.topology, consumer_groups=tuple(sorted(prefix.groups)))
+        return Outcome(state=None, result=deleted)
     prefix, group = _require_group(state, command.stream_prefix, command.consumer_group)
     if isinstance(command, DeleteGroup):
         groups = {k: v for k, v in prefix.groups.items() if k != command.consumer_group}
@@ -136,6 +205,8 @@ def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
         )
     if isinstance(command, ReportDrained):
         return Outcome(state=mark_drained(prefix, command.consumer_group, command.shards, now_ms))
+    if isinstance(command, ReleaseDrain):
+        return Outcome(state=release_drain(prefix, command.consumer_group, now_ms))
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 
@@ -173,12 +244,13 @@ def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
     if state is None:
         return Outcome(state=None, result=TickReport())
     require_int_in_range(command.retention_ms, "retention_ms", 0, 7 * 24 * 3_600_000)
+    require_int_in_range(command.max_ended_members, "max_ended_members", 0, MAX_ENDED_MEMBERS_LIMIT)
     expired: list[tuple[str, str]] = []
     collected: list[tuple[str, str]] = []
     groups = dict(state.groups)
     for name, group in state.groups.items():
         group, fenced = expire_members(group, state.topology, now_ms)
-        group, gone = collect_garbage(group, now_ms, command.retention_ms)
+        group, gone = collect_garbage(group, now_ms, command.retention_ms, command.max_ended_members)
         expired.extend((name, m) for m in fenced)
         collected.extend((name, m) for m in gone)
         groups[name] = group
@@ -191,6 +263,39 @@ def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
     )
     report = TickReport(expired=tuple(expired), collected=tuple(collected), retired_versions=retired)
     return Outcome(state=new, result=report)
+
+
+def _set_retention(state: PrefixState, policy: RetentionPolicy) -> PrefixState:
+    if not isinstance(policy, RetentionPolicy):
+        raise InvalidRequest("policy must be a RetentionPolicy", field="retention")
+    policy = policy.validated()
+    if policy == state.topology.retention:
+        return state
+    return replace(state, topology=replace(state.topology, retention=policy))
+
+
+def _delete_prefix(state: PrefixState, force: bool) -> None:
+    """Raise unless the prefix may be forgotten. Groups are the core's concern; unconsumed entries are
+    counted in Redis by the store before it runs this command."""
+    if not isinstance(force, bool):
+        raise InvalidRequest("force must be true or false", field="force")
+    if state.groups and not force:
+        names = sorted(state.groups)
+        raise StreamPrefixNotEmpty(
+            f"stream prefix {state.topology.stream_prefix!r} still has consumer groups "
+            f"({', '.join(names)}): delete them first, or force the deletion (their offsets, pending "
+            "entries and dead letters are deleted with it)",
+            stream_prefix=state.topology.stream_prefix,
+            consumer_groups=names,
+        )
+
+
+def _require_prefix(state: PrefixState | None, stream_prefix: str) -> PrefixState:
+    if state is None:
+        raise StreamPrefixNotFound(
+            f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
+        )
+    return state
 
 
 def _require_group(

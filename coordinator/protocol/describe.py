@@ -14,6 +14,7 @@ from .model import (
     Migration,
     OrderingMode,
     PrefixState,
+    RetentionPolicy,
     RoutingVersion,
     Shard,
     Topology,
@@ -162,11 +163,37 @@ def migration_fields(m: Migration) -> dict[str, Any]:
     }
 
 
+def retention_view(policy: RetentionPolicy) -> dict[str, Any]:
+    """The policy as operators see it; ``mode`` is always ``acked`` (the caps are opt-ins on top)."""
+    return {
+        "mode": "acked",
+        "max_age_ms": policy.max_age_ms,
+        "max_len": policy.max_len,
+        "retired_grace_ms": policy.retired_grace_ms,
+    }
+
+
+def retention_from_view(view: dict[str, Any] | None) -> RetentionPolicy:
+    """The inverse of :func:`retention_view`; ``None`` (a document from before retention) = defaults."""
+    if view is None:
+        return RetentionPolicy()
+    return RetentionPolicy(
+        max_age_ms=view.get("max_age_ms"),
+        max_len=view.get("max_len"),
+        retired_grace_ms=view.get("retired_grace_ms", 0),
+    )
+
+
 def topology_from_views(
-    stream_prefix: str, versions: list[dict[str, Any]], migration: dict[str, Any] | None
+    stream_prefix: str,
+    versions: list[dict[str, Any]],
+    migration: dict[str, Any] | None,
+    retention: dict[str, Any] | None = None,
 ) -> Topology:
-    """The inverse of :func:`version_view` / :func:`migration_fields` (extra keys are ignored)."""
+    """The inverse of :func:`version_view` / :func:`migration_fields` / :func:`retention_view` (extra
+    keys are ignored)."""
     return Topology(
+        retention=retention_from_view(retention),
         stream_prefix=stream_prefix,
         versions=tuple(
             RoutingVersion(

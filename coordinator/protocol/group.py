@@ -251,13 +251,24 @@ def expire_members(group: Group, topology: Topology, now_ms: int) -> tuple[Group
     return group, fenced
 
 
-def collect_garbage(group: Group, now_ms: int, retention_ms: int) -> tuple[Group, list[str]]:
-    """Forget members that ended more than ``retention_ms`` ago (kept until then for operators)."""
-    gone = [
-        m.member_id
-        for m in group.members.values()
-        if m.ended_at_ms is not None and m.ended_at_ms + retention_ms <= now_ms
-    ]
+def collect_garbage(
+    group: Group, now_ms: int, retention_ms: int, max_ended_members: int | None = None
+) -> tuple[Group, list[str]]:
+    """Forget ended members: those that ended ``retention_ms`` ago or more, and beyond the
+    ``max_ended_members`` most recently ended ones (kept for operators and so that a late heartbeat of a
+    fenced member is answered FENCED_MEMBER_EPOCH). The count cap bounds the group document under join /
+    leave churn, which the age limit alone does not: 2,500 cycles within ten minutes are 2,500 members.
+    """
+    ended = [m for m in group.members.values() if m.ended_at_ms is not None]
+    gone = {
+        m.member_id for m in ended if m.ended_at_ms is not None and m.ended_at_ms + retention_ms <= now_ms
+    }
+    if max_ended_members is not None:
+        kept = [m for m in ended if m.member_id not in gone]
+        # Newest first; equal end times are ordered by member id so that the choice is deterministic.
+        kept.sort(key=lambda m: (-(m.ended_at_ms or 0), m.member_id))
+        gone.update(m.member_id for m in kept[max_ended_members:])
     if not gone:
         return group, []
-    return replace(group, members={k: v for k, v in group.members.items() if k not in gone}), gone
+    members = {k: v for k, v in group.members.items() if k not in gone}
+    return replace(group, members=members), sorted(gone)

@@ -21,6 +21,11 @@ MAX_SHARD_COUNT = 1024
 MAX_MAX_CONCURRENCY = 1024
 MAX_CAPACITY = 1024
 MAX_MEMBERS_LIMIT = 10_000
+# Retention bounds (docs/protocol.md, retention): a year is the longest age or grace period accepted.
+MAX_RETENTION_MS = 31_536_000_000
+MIN_MAX_AGE_MS = 60_000
+MIN_MAX_LEN = 1_000
+MAX_MAX_LEN = 1_000_000_000
 
 
 def validate_identifier(value: object, what: str) -> str:
@@ -134,10 +139,40 @@ class Migration:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionPolicy:
+    """What the retention pass may remove from a stream prefix's streams.
+
+    The base mode is always ``acked``: an entry is trimmed only once every consumer group of its stream
+    has read and acknowledged it. ``max_age_ms`` (entries older than this, by Redis's clock) and
+    ``max_len`` (entries per shard stream) are opt-in caps that trim *regardless of consumption*: they
+    may drop entries no group has handled (documented data loss). ``retired_grace_ms`` delays deleting a
+    retired version's stream keys after it retired (they are deleted only once fully acked anyway).
+    """
+
+    max_age_ms: int | None = None
+    max_len: int | None = None
+    retired_grace_ms: int = 0
+
+    def validated(self) -> RetentionPolicy:
+        if self.max_age_ms is not None:
+            require_int_in_range(self.max_age_ms, "max_age_ms", MIN_MAX_AGE_MS, MAX_RETENTION_MS)
+        if self.max_len is not None:
+            require_int_in_range(self.max_len, "max_len", MIN_MAX_LEN, MAX_MAX_LEN)
+        require_int_in_range(self.retired_grace_ms, "retired_grace_ms", 0, MAX_RETENTION_MS)
+        return self
+
+    @property
+    def may_drop_unconsumed(self) -> bool:
+        """True when a cap is set: the retention pass may then trim entries some group never handled."""
+        return self.max_age_ms is not None or self.max_len is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Topology:
     stream_prefix: str
     versions: tuple[RoutingVersion, ...]
     migration: Migration | None = None
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     @property
     def active_version(self) -> RoutingVersion:

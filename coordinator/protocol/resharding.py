@@ -25,7 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from .errors import MigrationInProgress, ShardCountUnchanged, UnknownShard
+from .errors import (
+    GroupHasLiveMembers,
+    MigrationInProgress,
+    MigrationNotActive,
+    ShardCountUnchanged,
+    UnknownShard,
+)
 from .group import bump
 from .model import (
     MAX_SHARD_COUNT,
@@ -53,15 +59,8 @@ def change_shard_count(
     state: PrefixState, shard_count: int, ordering: OrderingMode, now_ms: int
 ) -> PrefixState:
     require_int_in_range(shard_count, "shard_count", 1, MAX_SHARD_COUNT)
+    raise_if_migration_active(state)
     topology = state.topology
-    if topology.migration is not None and topology.migration.active:
-        m = topology.migration
-        raise MigrationInProgress(
-            f"stream prefix {topology.stream_prefix!r} is still draining version {m.from_version} into "
-            f"version {m.to_version}; only one migration may be active at a time",
-            from_version=m.from_version,
-            to_version=m.to_version,
-        )
     current = topology.active_version
     if shard_count == current.shard_count:
         raise ShardCountUnchanged(
@@ -71,8 +70,8 @@ def change_shard_count(
     nxt = RoutingVersion(
         version=current.version + 1, shard_count=shard_count, state=VersionState.ACTIVE, created_at_ms=now_ms
     )
-    topology = Topology(
-        stream_prefix=topology.stream_prefix,
+    topology = replace(
+        topology,
         versions=(*(sealed if v is current else v for v in topology.versions), nxt),
         migration=Migration(
             from_version=current.version, to_version=nxt.version, ordering=ordering, started_at_ms=now_ms
@@ -80,6 +79,57 @@ def change_shard_count(
     )
     groups = {name: bump(g, topology) for name, g in state.groups.items()}
     return complete_migration_if_drained(PrefixState(topology=topology, groups=groups), now_ms)
+
+
+def raise_if_migration_active(state: PrefixState) -> None:
+    """Refuse a second migration, naming what holds the active one back (group by group).
+
+    The message is what an operator acts on: a group with live members is still working (wait, or look
+    at its backlog for a stuck entry); a group without live members never drains on its own (release it
+    from the drain, or delete it).
+    """
+    m = state.topology.migration
+    if m is None or not m.active:
+        return
+    blocking = {name: undrained_shards(state, name) for name in sorted(state.groups)}
+    blocking = {name: shards for name, shards in blocking.items() if shards}
+    idle = [name for name in blocking if not any(True for _ in state.groups[name].live_members())]
+    parts = [
+        f"group {name} ({'no live members; ' if name in idle else ''}{shard_ranges(shards)})"
+        for name, shards in list(blocking.items())[:_MAX_GROUPS_NAMED]
+    ]
+    if len(blocking) > _MAX_GROUPS_NAMED:
+        parts.append(f"and {len(blocking) - _MAX_GROUPS_NAMED} more groups")
+    waiting = ", ".join(parts) if parts else "nothing (it completes on the next tick)"
+    hint = (
+        "; a group without live members never drains on its own: release it from the drain or delete it"
+        if idle
+        else ""
+    )
+    raise MigrationInProgress(
+        f"stream prefix {state.topology.stream_prefix!r} is still draining version {m.from_version} into "
+        f"version {m.to_version}, and only one migration may be active at a time; still draining: "
+        f"{waiting}{hint}",
+        from_version=m.from_version,
+        to_version=m.to_version,
+        blocking={name: [str(s) for s in shards] for name, shards in blocking.items()},
+        groups_without_live_members=idle,
+    )
+
+
+_MAX_GROUPS_NAMED = 10
+
+
+def shard_ranges(shards: Iterable[Shard]) -> str:
+    """``v1:0, v1:1, v1:2, v1:5`` written as ``v1:0..v1:2, v1:5`` (shards sorted first)."""
+    runs: list[list[Shard]] = []
+    for shard in sorted(shards):
+        last = runs[-1][-1] if runs else None
+        if last is not None and last.version == shard.version and last.index + 1 == shard.index:
+            runs[-1].append(shard)
+        else:
+            runs.append([shard])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in runs)
 
 
 def mark_drained(
@@ -100,6 +150,54 @@ def mark_drained(
     return complete_migration_if_drained(
         replace(state, groups={**state.groups, consumer_group: group}), now_ms
     )
+
+
+def undrained_shards(state: PrefixState, consumer_group: str) -> tuple[Shard, ...]:
+    """The draining versions' shards that ``consumer_group`` has not drained yet, in shard order."""
+    group = state.groups[consumer_group]
+    return tuple(
+        sorted(s for v in state.topology.draining_versions for s in v.shards() if s not in group.drained)
+    )
+
+
+def release_drain(state: PrefixState, consumer_group: str, now_ms: int) -> PrefixState:
+    """An operator gives up on ``consumer_group`` draining the old version (it has no live members).
+
+    Checked in this order, each refusal changing nothing: the group has live members
+    (``GroupHasLiveMembers``); no migration is active, or the group has drained everything already
+    (``MigrationNotActive``). Otherwise every undrained shard is marked drained for the group (one
+    bump), which completes the migration if no other group holds it back.
+
+    Why only without live members: a live member may be reading those shards right now; releasing them
+    under it would drop entries it is about to handle. With nobody reading, the drain can never finish
+    on its own and would block every later shard-count change of the prefix.
+    """
+    group = state.groups[consumer_group]
+    live = sorted(m.member_id for m in group.live_members())
+    if live:
+        raise GroupHasLiveMembers(
+            f"group {consumer_group!r} still has {len(live)} live member(s) ({', '.join(live[:5])}"
+            f"{', ...' if len(live) > 5 else ''}): they drain the old shards themselves; stop them (or "
+            "wait for their leases to expire) before releasing the group from the drain",
+            consumer_group=consumer_group,
+            live_members=live,
+        )
+    migration = state.topology.migration
+    if migration is None or not migration.active:
+        raise MigrationNotActive(
+            f"stream prefix {state.topology.stream_prefix!r} has no active migration: nothing to release",
+            stream_prefix=state.topology.stream_prefix,
+            consumer_group=consumer_group,
+        )
+    undrained = undrained_shards(state, consumer_group)
+    if not undrained:
+        raise MigrationNotActive(
+            f"group {consumer_group!r} has nothing left to drain in the migration from version "
+            f"{migration.from_version} to {migration.to_version}",
+            stream_prefix=state.topology.stream_prefix,
+            consumer_group=consumer_group,
+        )
+    return mark_drained(state, consumer_group, undrained, now_ms)
 
 
 def complete_migration_if_drained(state: PrefixState, now_ms: int) -> PrefixState:

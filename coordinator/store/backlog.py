@@ -1,22 +1,558 @@
-"""Entries of a group's shards, seen and handled by operators: backlog figures, skip, redeliver, release
-from a migration's drain, and the dead-letter stream (docs/protocol.md section 14).
+"""Entries of a group's shards, seen and handled by operators: backlog figures, skip, redeliver and release
+from a migration's drain (docs/protocol.md section 14). Dead letters are in ``dead_letters.py``.
 
 A mixin of :class:`coordinator.store.redis_store.MetadataStore` (it uses ``self.client``, ``self._read``
-and ``self._execute``). Placeholder: the implementation follows.
+and ``self._execute``).
+
+Theory of operation
+-------------------
+The metadata hash knows who owns a shard; only the stream knows how far a group got in it. The figures
+therefore come from Redis per shard, in two pipelined round trips whatever the shard count: ``XINFO
+GROUPS`` (pending count, last-delivered id, ``lag``: entries not yet delivered, which Redis 7 may
+report as nil when it cannot compute it) and ``XLEN`` for every shard, then ``XPENDING - + n`` only
+for the shards that have pending entries (the oldest one's id, idle time, consumer, and the highest
+delivery count among the oldest ``n``). Ages are Redis ``TIME`` (read with the metadata) minus the ms
+part of the entry id: the clock the ids are made from, never this host's.
+
+The actions that change entries are Lua scripts that check, in the same script, that the group still
+exists and the shard's version is still ACTIVE or DRAINING (``operator_checks.lua``), so a refused
+action changes nothing and an action racing a group deletion leaves nothing behind:
+
+* ``skip_entries``: acknowledge listed ids (all must be pending, or none is acked) or every pending
+  entry older than an age, returning their fields for the audit record (``skip.lua``);
+* ``redeliver``: bump the shard's counter in ``rsc:{P}:rd:<G>``; the owner re-reads its pending entries
+  when its fenced read returns a new value (``redeliver.lua``);
+* ``release_drain``: the core command :class:`ReleaseDrain`, after the count the operator confirmed is
+  checked against the current one; then the group's Redis consumer groups on the released shards are
+  destroyed (the group will never read them again, and they would hold back the deletion of the
+  retired version's streams).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import logging
+import re
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from coordinator.protocol.model import PrefixState
+import redis
+from redis.commands.core import Script
+
+from coordinator.protocol.commands import ReleaseDrain
+from coordinator.protocol.errors import (
+    ConfirmationMismatch,
+    CoordinatorError,
+    EntryNotPending,
+    GroupNotFound,
+    InvalidRequest,
+    MetadataCorrupt,
+    UnknownShard,
+)
+from coordinator.protocol.model import (
+    Group,
+    PrefixState,
+    Shard,
+    VersionState,
+    require_int_in_range,
+    validate_identifier,
+)
+from coordinator.protocol.resharding import release_drain, undrained_shards
+
+from . import codec
+
+log = logging.getLogger(__name__)
+_DIR = Path(__file__).resolve().parent
+ENTRY_ID_RE = re.compile(r"\d+-\d+", re.ASCII)  # not other scripts' digits: Redis takes ASCII only
+MAX_ENTRY_IDS = 1000
+MAX_AGE_MS = 31_536_000_000  # one year: the largest older_than_ms
+MAX_FIELD_CHARS = 4096
+PENDING_SAMPLE = 100  # the oldest pending entries read per shard for the backlog's max_deliveries
+_U64 = 2**64
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def redis_errors() -> AbstractContextManager[None]:
+    """``redis_store._translate_redis_errors``, imported at call time: redis_store imports this module
+    while its own module body is still running."""
+    from .redis_store import _translate_redis_errors
+
+    return _translate_redis_errors()
+
+
+@functools.cache
+def _script_text(name: str) -> str:
+    return (_DIR / "operator_checks.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+
+
+def operator_script(store: Any, name: str) -> Script:
+    """``<name>.lua`` with ``operator_checks.lua`` in front, registered once per store (EVALSHA)."""
+    scripts: dict[str, Script] = store.__dict__.setdefault("_operator_scripts", {})
+    script = scripts.get(name)
+    if script is None:
+        script = scripts[name] = store.client.register_script(_script_text(name))
+    return script
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def entry_id_ms(entry_id: str) -> int:
+    return int(entry_id.partition("-")[0])
+
+
+def entry_id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
+
+def validate_entry_ids(ids: object, field: str) -> list[str]:
+    """1..1000 stream ids ``<ms>-<seq>`` (fullmatch, each part < 2**64); duplicates dropped, order kept."""
+    if not isinstance(ids, list | tuple) or not 1 <= len(ids) <= MAX_ENTRY_IDS:
+        raise InvalidRequest(f"{field} must be a list of 1 to {MAX_ENTRY_IDS} entry ids", field=field)
+    for value in ids:
+        if not isinstance(value, str) or not ENTRY_ID_RE.fullmatch(value) or max(entry_id_key(value)) >= _U64:
+            raise InvalidRequest(
+                f"{field}: an entry id is written '<ms>-<seq>', like '1718000000000-0'; got {value!r}",
+                field=field,
+            )
+    return list(dict.fromkeys(ids))
+
+
+def decode_fields(flat_or_pairs: Iterable[Any]) -> dict[str, str]:
+    """Entry fields for people: UTF-8 with replacement characters, each value cut at 4096 characters."""
+    items = list(flat_or_pairs)
+    pairs = zip(items[0::2], items[1::2], strict=True) if items and not isinstance(items[0], tuple) else items
+    return {text(k): text(v)[:MAX_FIELD_CHARS] for k, v in pairs}
+
+
+def require_group(state: PrefixState | None, stream_prefix: str, consumer_group: str) -> Group:
+    group = state.groups.get(consumer_group) if state is not None else None
+    if group is None:
+        raise GroupNotFound(
+            f"group {consumer_group!r} does not exist on stream prefix {stream_prefix!r}",
+            stream_prefix=stream_prefix,
+            consumer_group=consumer_group,
+        )
+    return group
+
+
+def load_group(store: Any, stream_prefix: str, consumer_group: str) -> tuple[int, PrefixState, Group]:
+    """Redis time, the prefix's state with this one group loaded, and the group (or GROUP_NOT_FOUND)."""
+    validate_identifier(consumer_group, "consumer_group")
+    now_ms, state = store._read(stream_prefix, [consumer_group])
+    group = require_group(state, stream_prefix, consumer_group)
+    assert state is not None
+    return now_ms, state, group
+
+
+def require_shard(state: PrefixState, shard: object) -> Shard:
+    """A shard of the prefix's ACTIVE or DRAINING version, from its wire form ``v<version>:<index>``."""
+    try:
+        parsed = Shard.parse(shard)  # type: ignore[arg-type]
+    except InvalidRequest as e:
+        raise InvalidRequest(e.message, field="shard") from e
+    if parsed not in state.topology.live_shards():
+        live = ", ".join(
+            f"v{v.version}:0..v{v.version}:{v.shard_count - 1} ({v.state.value})"
+            for v in state.topology.versions
+            if v.state is not VersionState.RETIRED
+        )
+        raise UnknownShard(
+            f"{parsed} is not a shard of stream prefix {state.topology.stream_prefix!r}; its shards are "
+            f"{live}",
+            field="shard",
+            shard=str(parsed),
+        )
+    return parsed
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Figures:
+    """One group on one shard, as Redis reports it."""
+
+    length: int = 0
+    lag: int | None = None
+    pending: int = 0
+    last_delivered_id: str = ""  # "" when the Redis consumer group is missing
+    oldest_pending_id: str | None = None
+    oldest_pending_idle_ms: int | None = None
+    oldest_pending_consumer: str | None = None
+    max_deliveries: int = 0
+
+    @property
+    def unconsumed(self) -> int:
+        """Entries the group has not finished: not yet delivered (or the whole stream when Redis cannot
+        tell) plus pending."""
+        return (self.length if self.lag is None else self.lag) + self.pending
+
+    def oldest_pending_age_ms(self, now_ms: int) -> int | None:
+        if self.oldest_pending_id is None:
+            return None
+        return max(0, now_ms - entry_id_ms(self.oldest_pending_id))
+
+
+def _group_info(reply: Any, consumer_group: str) -> dict[str, Any] | None:
+    if isinstance(reply, Exception):
+        return None  # no such stream
+    for info in reply:
+        if text(info.get("name", b"")) == consumer_group:
+            return dict(info)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- mixin
 
 
 class BacklogMixin:
+    client: redis.Redis
+
+    if TYPE_CHECKING:  # provided by MetadataStore
+
+        def _read(self, stream_prefix: str, groups: list[str] | None) -> tuple[int, PrefixState | None]: ...
+        def _execute(self, command: Any, groups: list[str] | None) -> Any: ...
+        def describe_prefix(self, stream_prefix: str) -> dict[str, Any]: ...
+
+    # -- figures ---------------------------------------------------------------------------------------
+
+    def _figures(
+        self,
+        stream_prefix: str,
+        pairs: list[tuple[str, Shard]],
+        *,
+        sample: int,
+        extra: list[tuple[str, tuple[Any, ...]]] | None = None,
+    ) -> tuple[dict[tuple[str, Shard], _Figures], list[Any]]:
+        """Figures of each (group, shard), in two round trips: XINFO GROUPS + XLEN per shard (plus the
+        ``extra`` commands, whose replies are returned), then XPENDING - + ``sample`` per pair with
+        pending entries (``sample=0``: not read)."""
+        shards = sorted({s for _, s in pairs})
+        keys = {s: codec.stream_key(stream_prefix, s) for s in shards}
+        with redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for shard in shards:
+                pipe.xinfo_groups(keys[shard])
+                pipe.xlen(keys[shard])
+            for method, args in extra or []:
+                getattr(pipe, method)(*args)
+            replies = pipe.execute(raise_on_error=False)
+        extra_replies = replies[2 * len(shards) :]
+        at = {shard: 2 * k for k, shard in enumerate(shards)}
+        base: dict[tuple[str, Shard], _Figures] = {}
+        for name, shard in pairs:
+            length = replies[at[shard] + 1]
+            length = 0 if isinstance(length, Exception) else int(length)
+            info = _group_info(replies[at[shard]], name)
+            if info is None:
+                base[(name, shard)] = _Figures(length=length)
+                continue
+            lag = info.get("lag")
+            base[(name, shard)] = _Figures(
+                length=length,
+                lag=None if lag is None else int(lag),
+                pending=int(info.get("pending") or 0),
+                last_delivered_id=text(info.get("last-delivered-id", b"0-0")),
+            )
+        with_pending = [p for p in pairs if base[p].pending > 0] if sample > 0 else []
+        if with_pending:
+            with redis_errors():
+                pipe = self.client.pipeline(transaction=False)
+                for name, shard in with_pending:
+                    pipe.xpending_range(keys[shard], name, "-", "+", sample)
+                details = pipe.execute(raise_on_error=False)
+            for pair, rows in zip(with_pending, details, strict=True):
+                if isinstance(rows, Exception) or not rows:
+                    continue  # acked or destroyed between the two round trips
+                oldest = rows[0]
+                base[pair] = _Figures(
+                    length=base[pair].length,
+                    lag=base[pair].lag,
+                    pending=base[pair].pending,
+                    last_delivered_id=base[pair].last_delivered_id,
+                    oldest_pending_id=text(oldest["message_id"]),
+                    oldest_pending_idle_ms=int(oldest["time_since_delivered"]),
+                    oldest_pending_consumer=text(oldest["consumer"]),
+                    max_deliveries=max(int(r["times_delivered"]) for r in rows),
+                )
+        return base, extra_replies
+
+    def _backlog_rows(
+        self, state: PrefixState, consumer_group: str, now_ms: int, extra: list[tuple[str, tuple[Any, ...]]]
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        prefix = state.topology.stream_prefix
+        group = state.groups[consumer_group]
+        versions = {v.version: v.state for v in state.topology.versions}
+        shards = sorted(state.topology.live_shards())
+        rd_key = codec.redeliver_key(prefix, consumer_group)
+        figures, replies = self._figures(
+            prefix,
+            [(consumer_group, s) for s in shards],
+            sample=PENDING_SAMPLE,
+            extra=[("hgetall", (rd_key,)), *extra],
+        )
+        tokens = {} if isinstance(replies[0], Exception) else {text(k): v for k, v in replies[0].items()}
+        owners = group.owners()
+        rows = []
+        for shard in shards:
+            f = figures[(consumer_group, shard)]
+            rows.append(
+                {
+                    "shard": str(shard),
+                    "stream_key": codec.stream_key(prefix, shard),
+                    "version_state": versions[shard.version].value,
+                    "owner": owners.get(shard),
+                    "length": f.length,
+                    "lag": f.lag,
+                    "pending": f.pending,
+                    "last_delivered_id": f.last_delivered_id,
+                    "oldest_pending_id": f.oldest_pending_id,
+                    "oldest_pending_age_ms": f.oldest_pending_age_ms(now_ms),
+                    "oldest_pending_idle_ms": f.oldest_pending_idle_ms,
+                    "oldest_pending_consumer": f.oldest_pending_consumer,
+                    "max_deliveries": f.max_deliveries,
+                    "redeliver_token": int(tokens.get(str(shard), 0)),
+                }
+            )
+        return rows, replies[1:]
+
+    def backlog(self, stream_prefix: str, consumer_group: str) -> list[dict[str, Any]]:
+        """One row per shard of the ACTIVE and DRAINING versions, in shard order (docs/protocol.md 14)."""
+        now_ms, state, _group = self._load_group(stream_prefix, consumer_group)
+        return self._backlog_rows(state, consumer_group, now_ms, [])[0]
+
+    # -- describe decorations --------------------------------------------------------------------------
+
     def _decorate_group_view(
         self, view: dict[str, Any], state: PrefixState, consumer_group: str, now_ms: int
     ) -> None:
         """Add ``backlog``, ``dead_letters`` and the migration's ``undrained`` rows to a group view."""
+        parent = getattr(super(), "_decorate_group_view", None)
+        if parent is not None:  # cooperative: another mixin may decorate the same view
+            parent(view, state, consumer_group, now_ms)
+        prefix = state.topology.stream_prefix
+        dlq_key = codec.dead_letter_key(prefix, consumer_group)
+        rows, (dlq_length,) = self._backlog_rows(state, consumer_group, now_ms, [("xlen", (dlq_key,))])
+        view["backlog"] = rows
+        view["dead_letters"] = {
+            "stream_key": dlq_key,
+            "length": 0 if isinstance(dlq_length, Exception) else int(dlq_length),
+        }
+        if isinstance(view.get("migration"), dict):
+            undrained = {str(s) for s in self._undrained(state, consumer_group)}
+            live = _live_count(state.groups[consumer_group])
+            view["migration"]["undrained"] = [
+                {
+                    "shard": row["shard"],
+                    "owner": row["owner"],
+                    "live_members": live,
+                    "lag": row["lag"],
+                    "pending": row["pending"],
+                    "oldest_pending_age_ms": row["oldest_pending_age_ms"],
+                }
+                for row in rows
+                if row["shard"] in undrained
+            ]
 
     def _decorate_prefix_view(self, view: dict[str, Any], state: PrefixState, now_ms: int) -> None:
-        """Add the migration's ``blocking`` rows to a prefix view."""
+        """Add the migration's ``blocking`` rows to a prefix view: every undrained old shard of every
+        group, with what holds it back (docs/operations.md tells an operator what to do about each)."""
+        parent = getattr(super(), "_decorate_prefix_view", None)
+        if parent is not None:  # cooperative: another mixin may decorate the same view
+            parent(view, state, now_ms)
+        if not isinstance(view.get("migration"), dict):
+            return
+        pairs = [(name, s) for name in sorted(state.groups) for s in self._undrained(state, name)]
+        figures = self._figures(state.topology.stream_prefix, pairs, sample=1)[0] if pairs else {}
+        owners = {name: g.owners() for name, g in state.groups.items()}
+        live = {name: _live_count(g) for name, g in state.groups.items()}
+        blocking = []
+        for name, shard in pairs:
+            f = figures[(name, shard)]
+            blocking.append(
+                {
+                    "consumer_group": name,
+                    "shard": str(shard),
+                    "owner": owners[name].get(shard),
+                    "live_members": live[name],
+                    "lag": f.lag,
+                    "pending": f.pending,
+                    "oldest_pending_age_ms": f.oldest_pending_age_ms(now_ms),
+                }
+            )
+        view["migration"]["blocking"] = blocking
+
+    @staticmethod
+    def _undrained(state: PrefixState, consumer_group: str) -> tuple[Shard, ...]:
+        m = state.topology.migration
+        if m is None or not m.active:
+            return ()
+        return undrained_shards(state, consumer_group)
+
+    # -- skip ------------------------------------------------------------------------------------------
+
+    def skip_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        """Acknowledge pending entries without handling them; returns each one's id, consumer, delivery
+        count and fields. ``entry_ids``: all of them must be pending, else ``ENTRY_NOT_PENDING`` and
+        nothing is acknowledged. ``older_than_ms``: the oldest pending entries whose id is at least that
+        old by Redis ``TIME``, at most ``limit``."""
+        if (entry_ids is None) == (older_than_ms is None):
+            raise InvalidRequest("give exactly one of entry_ids and older_than_ms", field="entry_ids")
+        require_int_in_range(limit, "limit", 1, MAX_ENTRY_IDS)
+        if entry_ids is not None:
+            ids = validate_entry_ids(entry_ids, "entry_ids")
+            if len(ids) > limit:
+                raise InvalidRequest(f"at most limit={limit} entry ids", field="entry_ids")
+            mode_args = ["ids", str(limit), *ids]
+        else:
+            require_int_in_range(older_than_ms, "older_than_ms", 0, MAX_AGE_MS)
+            mode_args = ["older", str(limit), str(older_than_ms)]
+        _now, state, _group = self._load_group(stream_prefix, consumer_group)
+        parsed = require_shard(state, shard)
+        keys = [codec.meta_key(stream_prefix), codec.stream_key(stream_prefix, parsed)]
+        with redis_errors():
+            reply = operator_script(self, "skip")(
+                keys=keys, args=[consumer_group, str(parsed.version), *mode_args]
+            )
+        status = text(reply[0])
+        if status == "NOT_PENDING":
+            missing = [text(i) for i in reply[1]]
+            raise EntryNotPending(
+                f"not pending for group {consumer_group!r} on {parsed}: {', '.join(missing[:10])}"
+                f"{', ...' if len(missing) > 10 else ''}; nothing was skipped",
+                entry_ids=missing,
+                shard=str(parsed),
+            )
+        self._raise_for_status(status, stream_prefix, consumer_group, parsed)
+        skipped = [
+            {
+                "id": text(entry_id),
+                "consumer": text(consumer),
+                "deliveries": int(deliveries),
+                "fields": decode_fields(flat),
+            }
+            for entry_id, consumer, deliveries, flat in reply[1]
+        ]
+        return {"shard": str(parsed), "skipped": skipped}
+
+    # -- redeliver -------------------------------------------------------------------------------------
+
+    def redeliver(self, stream_prefix: str, consumer_group: str, shard: str) -> dict[str, Any]:
+        """Ask the shard's owner to re-read its own pending entries now (``HINCRBY rsc:{P}:rd:<G>``)."""
+        _now, state, group = self._load_group(stream_prefix, consumer_group)
+        parsed = require_shard(state, shard)
+        keys = [codec.meta_key(stream_prefix), codec.redeliver_key(stream_prefix, consumer_group)]
+        with redis_errors():
+            reply = operator_script(self, "redeliver")(
+                keys=keys, args=[consumer_group, str(parsed), str(parsed.version)]
+            )
+        self._raise_for_status(text(reply[0]), stream_prefix, consumer_group, parsed)
+        return {"shard": str(parsed), "redeliver_token": int(reply[1]), "owner": group.owners().get(parsed)}
+
+    # -- release from a migration's drain -------------------------------------------------------------
+
+    def unconsumed_for_release(self, stream_prefix: str, consumer_group: str) -> int:
+        """How many entries releasing the group from the drain would abandon (what a confirmation shows).
+        Raises what :meth:`release_drain` would: ``GROUP_HAS_LIVE_MEMBERS``, ``MIGRATION_NOT_ACTIVE``."""
+        now_ms, state, _group = self._load_group(stream_prefix, consumer_group)
+        release_drain(state, consumer_group, now_ms)  # the core's refusal, if any; the result is dropped
+        return self._unconsumed(state, consumer_group)[1]
+
+    def release_drain(
+        self, stream_prefix: str, consumer_group: str, *, confirm_unconsumed: int
+    ) -> dict[str, Any]:
+        """Stop waiting for a group without live members in the active migration: its undrained old
+        shards are marked drained (completing the migration if it was the last group holding it back).
+        ``confirm_unconsumed`` must equal :meth:`unconsumed_for_release` (else
+        ``CONFIRMATION_MISMATCH``, details ``unconsumed_entries``): nothing is abandoned unseen."""
+        require_int_in_range(confirm_unconsumed, "confirm_unconsumed", 0, 2**63 - 1)
+        now_ms, state, _group = self._load_group(stream_prefix, consumer_group)
+        release_drain(state, consumer_group, now_ms)  # refuse before counting, as the commit would
+        shards, unconsumed = self._unconsumed(state, consumer_group)
+        if unconsumed != confirm_unconsumed:
+            raise ConfirmationMismatch(
+                f"group {consumer_group!r} has {unconsumed} unconsumed entries on the old shards, not "
+                f"{confirm_unconsumed}: look again and confirm the current figure",
+                unconsumed_entries=unconsumed,
+                confirm_unconsumed=confirm_unconsumed,
+            )
+        # The core re-checks live members and the migration atomically with the commit: a member that
+        # joined meanwhile makes this refuse, having written nothing.
+        self._execute(ReleaseDrain(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+        self._forget_released(stream_prefix, consumer_group, shards)
+        return {
+            "released": [str(s) for s in shards],
+            "unconsumed_entries": unconsumed,
+            "prefix": self.describe_prefix(stream_prefix),
+        }
+
+    def _unconsumed(self, state: PrefixState, consumer_group: str) -> tuple[tuple[Shard, ...], int]:
+        shards = undrained_shards(state, consumer_group)
+        pairs = [(consumer_group, s) for s in shards]
+        figures = self._figures(state.topology.stream_prefix, pairs, sample=0)[0] if pairs else {}
+        return shards, sum(f.unconsumed for f in figures.values())
+
+    def _forget_released(self, stream_prefix: str, consumer_group: str, shards: Iterable[Shard]) -> None:
+        """Destroy the group's Redis consumer groups on the released shards: it never reads them again,
+        and their pending lists would otherwise keep the retired streams from being deleted. Best effort
+        after the commit (like ``delete_group``): the release stands if this fails."""
+        try:
+            with redis_errors():
+                pipe = self.client.pipeline(transaction=False)
+                for shard in shards:
+                    pipe.xgroup_destroy(codec.stream_key(stream_prefix, shard), consumer_group)
+                pipe.execute(raise_on_error=False)
+        except CoordinatorError as e:
+            log.warning(
+                "group %r of %r released from the drain; its consumer groups on %s were not destroyed: %s",
+                consumer_group,
+                stream_prefix,
+                [str(s) for s in shards],
+                e,
+            )
+
+    # -- shared ----------------------------------------------------------------------------------------
+
+    def _load_group(self, stream_prefix: str, consumer_group: str) -> tuple[int, PrefixState, Group]:
+        return load_group(self, stream_prefix, consumer_group)
+
+    @staticmethod
+    def _raise_for_status(status: str, stream_prefix: str, consumer_group: str, shard: Shard) -> None:
+        """The refusals the operator scripts share (``operator_checks.lua``)."""
+        if status == "OK":
+            return
+        if status == "NO_GROUP":
+            raise GroupNotFound(
+                f"group {consumer_group!r} does not exist on stream prefix {stream_prefix!r} (or has no "
+                f"consumer group on {shard})",
+                stream_prefix=stream_prefix,
+                consumer_group=consumer_group,
+            )
+        if status == "RETIRED":
+            raise UnknownShard(
+                f"{shard} was retired meanwhile: it is no longer a shard of {stream_prefix!r}",
+                field="shard",
+                shard=str(shard),
+            )
+        raise MetadataCorrupt(f"unexpected reply {status!r} from an operator script")
+
+
+def _live_count(group: Group) -> int:
+    return sum(1 for _ in group.live_members())

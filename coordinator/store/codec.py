@@ -2,7 +2,7 @@
 
 Documents (the source of truth), each with a revision used for compare-and-set:
 
-* ``t`` / ``t#``: the topology plus the list of group names;
+* ``t`` / ``t#``: the topology (versions, migration, retention policy) plus the list of group names;
 * ``g:<group>`` / ``g#:<group>``: one group (config, epochs, target, members without their leases);
 * ``l:<group>:<member>``: a member's lease deadline (ms, Redis clock). Kept apart from the group document
   so that a steady-state heartbeat renews it without rewriting the group.
@@ -34,6 +34,7 @@ from coordinator.protocol.describe import (
     HeartbeatResponse,
     heartbeat_response,
     migration_fields,
+    retention_view,
     topology_from_views,
     version_view,
 )
@@ -98,14 +99,17 @@ def encode_topology(topology: Topology, group_names: list[str]) -> str:
             "stream_prefix": topology.stream_prefix,
             "versions": [version_view(v) for v in topology.versions],
             "migration": None if m is None else migration_fields(m),
+            "retention": retention_view(topology.retention),
             "groups": sorted(group_names),
         }
     )
 
 
 def decode_topology(text: str | bytes) -> tuple[Topology, list[str]]:
+    """A document written before retention existed has no ``retention``: the default policy."""
     d = orjson.loads(text)
-    return topology_from_views(d["stream_prefix"], d["versions"], d["migration"]), list(d["groups"])
+    topology = topology_from_views(d["stream_prefix"], d["versions"], d["migration"], d.get("retention"))
+    return topology, list(d["groups"])
 
 
 # ---------------------------------------------------------------------------------------------- groups

@@ -12,9 +12,11 @@ The coordinator keeps no state between requests; every command is
    revisions). On a conflict the command is re-run on fresh state, with jittered backoff.
 
 Two coordinators racing therefore never lose an update: one commit wins, the other re-decides on the
-winner's state. A rejected command (the core raises) writes nothing. Stream keys and Redis consumer
-groups are created before the commit that makes them visible (idempotently), so a member never gets a
-shard whose stream does not exist.
+winner's state. A rejected command (the core raises) writes nothing. A command whose outcome state is
+``None`` for an existing prefix (``DeletePrefix``) commits by deleting the prefix's keys instead
+(``delete_prefix.lua``, in ``retention.py``), under the same compare-and-set on the topology revision.
+Stream keys and Redis consumer groups are created before the commit that makes them visible
+(idempotently), so a member never gets a shard whose stream does not exist.
 """
 
 from __future__ import annotations
@@ -44,7 +46,13 @@ from coordinator.protocol.commands import (
     TickReport,
     apply,
 )
-from coordinator.protocol.describe import HeartbeatResponse, describe_group, migration_fields, topology_view
+from coordinator.protocol.describe import (
+    HeartbeatResponse,
+    describe_group,
+    migration_fields,
+    retention_view,
+    topology_view,
+)
 from coordinator.protocol.errors import (
     ConcurrentUpdate,
     CoordinatorError,
@@ -69,6 +77,7 @@ from coordinator.protocol.model import (
 
 from . import codec
 from .backlog import BacklogMixin
+from .dead_letters import DeadLetterMixin
 from .retention import RetentionMixin
 
 log = logging.getLogger(__name__)
@@ -129,7 +138,7 @@ class StoreTickReport:
     error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
-class MetadataStore(BacklogMixin, RetentionMixin):
+class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
 
     max_attempts = 64
@@ -195,11 +204,16 @@ class MetadataStore(BacklogMixin, RetentionMixin):
             self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
 
         self._execute(command, [command.consumer_group], before_commit=before_commit)
+        with _translate_redis_errors():
+            # Again after the commit: a deletion of the prefix that raced this creation may have removed
+            # the index entry after the first SADD (delete_prefix re-adds it if the metadata exists).
+            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
         return self.describe_group(command.stream_prefix, command.consumer_group)
 
     def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
         """Forget the group: its metadata, then its Redis consumer groups (offsets and pending lists), so
-        a group created again with the same name starts where its ``start_from`` says. Streams stay."""
+        a group created again with the same name starts where its ``start_from`` says, then its dead
+        letters and redeliver counters. Streams stay."""
         outcome = self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
         if outcome.state is None:
             return
@@ -209,6 +223,11 @@ class MetadataStore(BacklogMixin, RetentionMixin):
                 for shard in version.shards():
                     pipe.xgroup_destroy(codec.stream_key(stream_prefix, shard), consumer_group)
             pipe.execute(raise_on_error=False)
+            keys = (
+                codec.dead_letter_key(stream_prefix, consumer_group),
+                codec.redeliver_key(stream_prefix, consumer_group),
+            )
+            self.client.unlink(*keys)
 
     def set_max_concurrency(self, stream_prefix: str, consumer_group: str, value: int) -> dict[str, Any]:
         cmd = SetMaxConcurrency(
@@ -265,6 +284,7 @@ class MetadataStore(BacklogMixin, RetentionMixin):
                 },
             },
             "groups": sorted(state.groups),
+            "retention": retention_view(state.topology.retention),
             "now_ms": now_ms,
         }
         self._decorate_prefix_view(view, state, now_ms)
@@ -304,7 +324,7 @@ class MetadataStore(BacklogMixin, RetentionMixin):
 
     # ------------------------------------------------------------------------------------------ tick
 
-    def tick(self, retention_ms: int = 600_000) -> list[StoreTickReport]:
+    def tick(self, retention_ms: int = 600_000, max_ended_members: int = 100) -> list[StoreTickReport]:
         """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement.
 
         Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
@@ -313,7 +333,7 @@ class MetadataStore(BacklogMixin, RetentionMixin):
         reports = []
         for prefix in self.stream_prefixes():
             try:
-                report = self._tick_prefix(prefix, retention_ms)
+                report = self._tick_prefix(prefix, retention_ms, max_ended_members)
             except CoordinatorError as e:
                 log.warning("tick of stream prefix %r failed: %s", prefix, e)
                 report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)
@@ -321,8 +341,9 @@ class MetadataStore(BacklogMixin, RetentionMixin):
                 reports.append(report)
         return reports
 
-    def _tick_prefix(self, prefix: str, retention_ms: int) -> StoreTickReport | None:
-        outcome = self._execute(Tick(stream_prefix=prefix, retention_ms=retention_ms), None)
+    def _tick_prefix(self, prefix: str, retention_ms: int, max_ended_members: int) -> StoreTickReport | None:
+        tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
+        outcome = self._execute(tick, None)
         if outcome.state is None:
             return None
         assert isinstance(outcome.result, TickReport)
@@ -349,33 +370,6 @@ class MetadataStore(BacklogMixin, RetentionMixin):
             drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
             retired_versions=tuple(sorted(set(retired))),
         )
-
-    def _observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
-        """Shards of draining versions that a group has read to the end and acked (sealed: final)."""
-        candidates = [
-            (name, shard)
-            for v in state.topology.draining_versions
-            for shard in v.shards()
-            for name, group in state.groups.items()
-            if shard not in group.drained
-        ]
-        if not candidates:
-            return {}
-        prefix = state.topology.stream_prefix
-        with _translate_redis_errors():
-            pipe = self.client.pipeline(transaction=False)
-            for _name, shard in candidates:
-                pipe.xinfo_stream(codec.stream_key(prefix, shard))
-                pipe.xinfo_groups(codec.stream_key(prefix, shard))
-            replies = pipe.execute(raise_on_error=False)
-        found: dict[str, list[Shard]] = {}
-        for k, (name, shard) in enumerate(candidates):
-            stream_info, groups_info = replies[2 * k], replies[2 * k + 1]
-            if isinstance(stream_info, Exception) or isinstance(groups_info, Exception):
-                continue  # a missing stream is not evidence of anything
-            if _group_has_drained(name, stream_info, groups_info):
-                found.setdefault(name, []).append(shard)
-        return found
 
     # ------------------------------------------------------------------------------------------ raw
 
@@ -444,12 +438,17 @@ class MetadataStore(BacklogMixin, RetentionMixin):
         for _attempt in range(self.max_attempts):
             loaded = self._load(command.stream_prefix, groups)
             outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
-            if outcome.state is None or outcome.state == loaded.state:
+            if outcome.state is None and loaded.state is not None:
+                # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
+                deleted = self._commit_deletion(command, loaded.topology_rev, outcome)
+                if deleted is not None:
+                    return deleted
+            elif outcome.state is None or outcome.state == loaded.state:
                 return outcome
-            if before_commit is not None:
+            elif before_commit is not None:
                 with _translate_redis_errors():
                     before_commit(outcome.state)
-            if self._commit(command.stream_prefix, loaded, outcome.state):
+            if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
                 return outcome
             time.sleep(random.uniform(0, delay_s))
             delay_s = min(delay_s * 2, 0.05)
@@ -578,24 +577,6 @@ class MetadataStore(BacklogMixin, RetentionMixin):
         for reply in pipe.execute(raise_on_error=False):
             if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
                 raise reply
-
-
-def _stream_id(value: Any) -> tuple[int, int]:
-    text = value.decode() if isinstance(value, bytes) else str(value)
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _group_has_drained(name: str, stream_info: dict[Any, Any], groups_info: list[dict[Any, Any]]) -> bool:
-    last = _stream_id(stream_info.get("last-generated-id", "0-0"))
-    for info in groups_info:
-        group_name = info.get("name")
-        group_name = group_name.decode() if isinstance(group_name, bytes) else group_name
-        if group_name == name:
-            return (
-                int(info.get("pending", 0)) == 0 and _stream_id(info.get("last-delivered-id", "0-0")) >= last
-            )
-    return False
 
 
 def default_config_from_settings(settings: Any) -> GroupConfig:

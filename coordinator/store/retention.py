@@ -1,11 +1,455 @@
-"""Retention: trimming what every group has finished with, deleting retired versions' streams and empty
-stream prefixes (docs/protocol.md section 15).
+"""Retention: trimming what every group has finished with, deleting retired versions' streams and
+deleting stream prefixes (docs/store.md, "Retention"; docs/protocol.md, retention).
 
-A mixin of :class:`coordinator.store.redis_store.MetadataStore`. Placeholder: the implementation follows.
+Theory of operation
+-------------------
+Streams only grow unless something trims them. The retention pass (a Celery beat task of its own,
+``coordinator.tasks.retention``, never part of the tick, so it can never slow lease expiry) visits, per
+stream prefix, every stream of its non-retired versions and runs ``trim.lua`` on each: one atomic script
+that reads the stream's consumer groups and trims below the oldest entry any of them still needs (its
+oldest pending entry, or its first undelivered one). That is the ``acked`` mode, always on; the prefix's
+opt-in caps (``max_age_ms``, ``max_len``) trim further, at the price of dropping unconsumed entries.
+
+A RETIRED version is no longer read by anyone the coordinator knows of; ``delete_retired.lua`` deletes
+each of its streams once the grace period has passed *and* every consumer group on the stream has
+nothing pending and nothing undelivered (checked in the same script). Its record stays in the topology.
+
+Work per run is bounded: at most ``max_streams`` streams are visited, in a fixed order (prefix, then
+shard), and ``rsc:retention:cursor`` remembers where the run stopped so the next continues there. Every
+script decides on what it reads itself, so two passes at once are harmless (the second finds nothing).
+
+Deleting a prefix is a core command (``DeletePrefix``) whose outcome state is ``None``: the store's
+commit for it is ``delete_prefix.lua``, which deletes the metadata key, every stream, dead-letter
+stream and redeliver counter of the prefix in one script, only if the topology revision is the one
+decided on (and, unless forced, only if those streams are still empty).
+
+The end of a version's life starts with the tick's drain observation (:meth:`_observe_drained`, kept
+here with the rest of the streams' life cycle): a draining shard that a group read to its end and acked.
+
+A mixin of :class:`coordinator.store.redis_store.MetadataStore` (it uses ``self.client``, ``self._load``,
+``self._execute``, ``self.describe_prefix`` and ``self.stream_prefixes``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from coordinator.protocol.commands import DeletePrefix, Outcome, PrefixDeleted, SetRetention
+from coordinator.protocol.errors import (
+    CoordinatorError,
+    InvalidRequest,
+    StoreUnavailable,
+    StreamPrefixNotEmpty,
+    StreamPrefixNotFound,
+)
+from coordinator.protocol.model import (
+    PrefixState,
+    RetentionPolicy,
+    RoutingVersion,
+    Shard,
+    Topology,
+    VersionState,
+    validate_identifier,
+)
+
+from . import codec
+
+if TYPE_CHECKING:
+    import redis
+
+log = logging.getLogger(__name__)
+_LUA = Path(__file__).with_name
+
+CURSOR_KEY = "rsc:retention:cursor"
+DEFAULT_MAX_STREAMS = 2000
+_PIPELINE_CHUNK = 500  # script calls per round trip
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionReport:
+    """What one retention pass did to one stream prefix."""
+
+    stream_prefix: str
+    streams_visited: int = 0
+    # stream key -> entries trimmed from it (acked floor and caps together); streams with 0 are left out
+    trimmed: Mapping[str, int] = field(default_factory=dict)
+    # stream key -> the part of ``trimmed`` removed by the opt-in caps: entries a group may not have handled
+    trimmed_by_caps: Mapping[str, int] = field(default_factory=dict)
+    deleted_keys: tuple[str, ...] = ()  # streams of retired versions deleted
+    waiting: tuple[str, ...] = ()  # why retired versions' streams are still kept
+    error: CoordinatorError | None = None  # this prefix failed; the others were visited
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.trimmed or self.deleted_keys)
+
+
+@dataclass(slots=True)
+class _Progress:
+    """A report being built (the frozen :class:`RetentionReport` is made from it at the end)."""
+
+    stream_prefix: str
+    streams_visited: int = 0
+    trimmed: dict[str, int] = field(default_factory=dict)
+    trimmed_by_caps: dict[str, int] = field(default_factory=dict)
+    deleted_keys: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    error: CoordinatorError | None = None
+
+    def report(self) -> RetentionReport:
+        return RetentionReport(
+            stream_prefix=self.stream_prefix,
+            streams_visited=self.streams_visited,
+            trimmed=dict(self.trimmed),
+            trimmed_by_caps=dict(self.trimmed_by_caps),
+            deleted_keys=tuple(self.deleted_keys),
+            waiting=tuple(dict.fromkeys(self.waiting)),  # a prefix visited in two segments: once each
+            error=self.error,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Part of the visiting order: the shards of ``stream_prefix`` after ``after`` and up to ``upto``."""
+
+    stream_prefix: str
+    after: Shard | None = None
+    upto: Shard | None = None
+
+    def covers(self, shard: Shard) -> bool:
+        return (self.after is None or shard > self.after) and (self.upto is None or shard <= self.upto)
+
 
 class RetentionMixin:
-    pass
+    if TYPE_CHECKING:
+        client: redis.Redis
+        _load: Any
+        _execute: Any
+        describe_prefix: Any
+        stream_prefixes: Any
+
+    @cached_property
+    def _retention_scripts(self) -> dict[str, Any]:
+        return {
+            name: self.client.register_script(_LUA(f"{name}.lua").read_text())
+            for name in ("trim", "delete_retired", "delete_prefix")
+        }
+
+    # ------------------------------------------------------------------------------------ drain
+
+    def _observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
+        """Shards of draining versions that a group has read to the end and acked (sealed: final)."""
+        candidates = [
+            (name, shard)
+            for v in state.topology.draining_versions
+            for shard in v.shards()
+            for name, group in state.groups.items()
+            if shard not in group.drained
+        ]
+        if not candidates:
+            return {}
+        prefix = state.topology.stream_prefix
+        with _redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for _name, shard in candidates:
+                pipe.xinfo_stream(codec.stream_key(prefix, shard))
+                pipe.xinfo_groups(codec.stream_key(prefix, shard))
+            replies = pipe.execute(raise_on_error=False)
+        found: dict[str, list[Shard]] = {}
+        for k, (name, shard) in enumerate(candidates):
+            stream_info, groups_info = replies[2 * k], replies[2 * k + 1]
+            if isinstance(stream_info, Exception) or isinstance(groups_info, Exception):
+                continue  # a missing stream is not evidence of anything
+            if _group_has_drained(name, stream_info, groups_info):
+                found.setdefault(name, []).append(shard)
+        return found
+
+    # ------------------------------------------------------------------------------------ policy
+
+    def set_retention(self, stream_prefix: str, policy: RetentionPolicy) -> dict[str, Any]:
+        """Set the prefix's retention policy (validated by the core: INVALID_REQUEST names the field)."""
+        self._execute(SetRetention(stream_prefix=stream_prefix, policy=policy), [])
+        return dict(self.describe_prefix(stream_prefix))
+
+    # ------------------------------------------------------------------------------------ deletion
+
+    def prefix_usage(self, stream_prefix: str) -> dict[str, Any]:
+        """What deleting the prefix would remove: its groups, the entries of its streams and dead-letter
+        streams (``unconsumed_entries``: everything still in them) and how many shard streams exist."""
+        validate_identifier(stream_prefix, "stream_prefix")
+        loaded = self._load(stream_prefix, [])
+        if loaded.state is None:
+            raise StreamPrefixNotFound(
+                f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
+            )
+        shard_keys = [codec.stream_key(stream_prefix, s) for s in _all_shards(loaded.state.topology)]
+        dlq_keys = [codec.dead_letter_key(stream_prefix, g) for g in loaded.group_names]
+        with _redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for key in shard_keys + dlq_keys:
+                pipe.xlen(key)
+            for key in shard_keys:
+                pipe.exists(key)
+            replies = pipe.execute()
+        lengths, exists = (
+            replies[: len(shard_keys) + len(dlq_keys)],
+            replies[len(shard_keys) + len(dlq_keys) :],
+        )
+        return {
+            "groups": sorted(loaded.group_names),
+            "unconsumed_entries": sum(int(n) for n in lengths),
+            "streams": sum(int(e) for e in exists),
+        }
+
+    def delete_prefix(self, stream_prefix: str, *, force: bool = False) -> dict[str, Any]:
+        """Delete the prefix: metadata, every version's streams, dead letters, redeliver counters.
+
+        Without ``force`` it is refused (STREAM_PREFIX_NOT_EMPTY, nothing changed) while the prefix has
+        groups or any of its streams or dead-letter streams holds an entry; the script checks the
+        entries again, atomically with the deletion, so an append that raced the check is not lost."""
+        if not isinstance(force, bool):
+            raise InvalidRequest("force must be true or false", field="force")
+        usage = self.prefix_usage(stream_prefix)
+        if not force and (usage["groups"] or usage["unconsumed_entries"]):
+            raise _not_empty(stream_prefix, usage["groups"], usage["unconsumed_entries"])
+        try:
+            outcome = self._execute(DeletePrefix(stream_prefix=stream_prefix, force=force), None)
+        except StreamPrefixNotEmpty as e:  # a group was created meanwhile
+            e.details.setdefault("unconsumed_entries", usage["unconsumed_entries"])
+            raise
+        assert isinstance(outcome.result, PrefixDeleted)
+        with _redis_errors():
+            self.client.srem(codec.PREFIXES_KEY, stream_prefix)
+            if self.client.exists(codec.meta_key(stream_prefix)):
+                # Created again meanwhile (create_group indexes before and after its commit).
+                self.client.sadd(codec.PREFIXES_KEY, stream_prefix)
+        return {"deleted_keys": outcome.result.deleted_keys}
+
+    def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
+        """The commit of a command whose outcome state is ``None``: ``delete_prefix.lua``. Returns the
+        outcome (with the number of keys deleted), or ``None`` on a conflict (decide again)."""
+        result = outcome.result
+        assert isinstance(command, DeletePrefix) and isinstance(result, PrefixDeleted)
+        prefix = command.stream_prefix
+        streams = [codec.stream_key(prefix, s) for s in _all_shards(result.topology)]
+        streams += [codec.dead_letter_key(prefix, g) for g in result.consumer_groups]
+        others = [codec.redeliver_key(prefix, g) for g in result.consumer_groups]
+        with _redis_errors():
+            reply = self._retention_scripts["delete_prefix"](
+                keys=[codec.meta_key(prefix), *streams, *others],
+                args=[topology_rev, str(len(streams)), "0" if command.force else "1"],
+            )
+        status = int(reply[0])
+        if status == -1:
+            return None
+        if status == 0:
+            raise _not_empty(prefix, list(result.consumer_groups), int(reply[1]))
+        return replace(outcome, result=replace(result, deleted_keys=int(reply[1])))
+
+    # ------------------------------------------------------------------------------------ the pass
+
+    def retention_pass(self, *, max_streams: int = DEFAULT_MAX_STREAMS) -> list[RetentionReport]:
+        """Visit at most ``max_streams`` streams, continuing where the previous pass stopped: trim the
+        streams of non-retired versions, delete the finished streams of retired versions. One report
+        per stream prefix visited. A prefix that fails (unreadable metadata) is reported in its ``error``
+        and the others are visited; ``StoreUnavailable`` (Redis gone) ends the pass and raises, without
+        moving the cursor."""
+        if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+            raise InvalidRequest("max_streams must be a positive integer", field="max_streams")
+        prefixes = self.stream_prefixes()
+        with _redis_errors():
+            raw = self.client.get(CURSOR_KEY)
+        budget = max_streams
+        progress: dict[str, _Progress] = {}
+        last: tuple[str, Shard] | None = None
+        for segment in _visiting_order(prefixes, _parse_cursor(raw)):
+            if budget <= 0:
+                break
+            p = progress.setdefault(segment.stream_prefix, _Progress(segment.stream_prefix))
+            try:
+                visited = self._retain_segment(segment, budget, p)
+            except StoreUnavailable:
+                raise  # Redis is gone: every other prefix would wait for its timeout too
+            except CoordinatorError as e:
+                log.warning("retention of stream prefix %r failed: %s", segment.stream_prefix, e)
+                p.error = e
+                continue
+            budget -= len(visited)
+            if visited:
+                last = (segment.stream_prefix, visited[-1])
+        if last is not None:
+            with _redis_errors():
+                self.client.set(CURSOR_KEY, f"{last[0]} {last[1]}")
+        return [p.report() for p in progress.values() if p.streams_visited or p.error]
+
+    def _retain_segment(self, segment: _Segment, budget: int, progress: _Progress) -> list[Shard]:
+        """Trim or delete the streams of one segment, at most ``budget`` of them; returns those visited."""
+        prefix = segment.stream_prefix
+        loaded = self._load(prefix, [])
+        if loaded.state is None:
+            return []  # deleted meanwhile, or an index entry without metadata
+        topology: Topology = loaded.state.topology
+        versions = {v.version: v for v in topology.versions}
+        candidates = [s for s in _all_shards(topology) if segment.covers(s)]
+        retired = [s for s in candidates if versions[s.version].state is VersionState.RETIRED]
+        existing = self._existing(prefix, retired)
+        visit = [
+            s for s in candidates if versions[s.version].state is not VersionState.RETIRED or s in existing
+        ]
+        visit = visit[:budget]
+        progress.streams_visited += len(visit)
+        live = [s for s in visit if versions[s.version].state is not VersionState.RETIRED]
+        self._trim(prefix, live, topology.retention, progress)
+        due, waiting = _split_by_grace(
+            [s for s in visit if s in existing], versions, topology.retention, loaded.now_ms
+        )
+        progress.waiting += waiting
+        self._delete_retired(prefix, due, progress)
+        return visit
+
+    def _existing(self, prefix: str, shards: list[Shard]) -> set[Shard]:
+        """The retired shards whose stream still exists: one cheap EXISTS each, not counted as work."""
+        if not shards:
+            return set()
+        with _redis_errors():
+            pipe = self.client.pipeline(transaction=False)
+            for shard in shards:
+                pipe.exists(codec.stream_key(prefix, shard))
+            return {s for s, n in zip(shards, pipe.execute(), strict=True) if int(n)}
+
+    def _trim(self, prefix: str, shards: list[Shard], policy: RetentionPolicy, progress: _Progress) -> None:
+        args = ["" if policy.max_age_ms is None else str(policy.max_age_ms)]
+        args.append("" if policy.max_len is None else str(policy.max_len))
+        keys = [codec.stream_key(prefix, s) for s in shards]
+        for key, reply in zip(keys, self._run_each("trim", keys, args), strict=True):
+            acked, capped = int(reply[0]), int(reply[1])
+            if acked > 0 or capped > 0:
+                progress.trimmed[key] = progress.trimmed.get(key, 0) + max(acked, 0) + capped
+            if capped > 0:
+                progress.trimmed_by_caps[key] = progress.trimmed_by_caps.get(key, 0) + capped
+                log.warning(
+                    "retention cap trimmed entries regardless of consumption: stream=%s entries=%d",
+                    key,
+                    capped,
+                )
+
+    def _delete_retired(self, prefix: str, shards: list[Shard], progress: _Progress) -> None:
+        keys = [codec.stream_key(prefix, s) for s in shards]
+        for shard, key, reply in zip(shards, keys, self._run_each("delete_retired", keys, []), strict=True):
+            status = int(reply[0])
+            if status == 1:
+                progress.deleted_keys.append(key)
+            elif status == 0:
+                group, pending, delivered, last = (_text(x) for x in reply[1:5])
+                progress.waiting.append(
+                    f"{shard}: group {group} has not finished with it ({pending} pending, last delivered "
+                    f"{delivered}, last entry {last})"
+                )
+
+    def _run_each(self, script: str, keys: list[str], args: list[str]) -> Iterator[Any]:
+        """Run one script per key, pipelined in chunks (each call is atomic on its own)."""
+        run = self._retention_scripts[script]
+        for start in range(0, len(keys), _PIPELINE_CHUNK):
+            with _redis_errors():
+                pipe = self.client.pipeline(transaction=False)
+                for key in keys[start : start + _PIPELINE_CHUNK]:
+                    run(keys=[key], args=args, client=pipe)
+                replies = pipe.execute()
+            yield from replies
+
+
+def _stream_id(value: Any) -> tuple[int, int]:
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _group_has_drained(name: str, stream_info: dict[Any, Any], groups_info: list[dict[Any, Any]]) -> bool:
+    last = _stream_id(stream_info.get("last-generated-id", "0-0"))
+    for info in groups_info:
+        group_name = info.get("name")
+        group_name = group_name.decode() if isinstance(group_name, bytes) else group_name
+        if group_name == name:
+            return (
+                int(info.get("pending", 0)) == 0 and _stream_id(info.get("last-delivered-id", "0-0")) >= last
+            )
+    return False
+
+
+def _redis_errors() -> AbstractContextManager[None]:
+    """``redis_store._translate_redis_errors``, imported at call time (redis_store imports this module)."""
+    from .redis_store import _translate_redis_errors
+
+    return _translate_redis_errors()
+
+
+def _all_shards(topology: Topology) -> list[Shard]:
+    return [s for v in topology.versions for s in v.shards()]
+
+
+def _split_by_grace(
+    shards: list[Shard], versions: Mapping[int, RoutingVersion], policy: RetentionPolicy, now_ms: int
+) -> tuple[list[Shard], list[str]]:
+    """Retired shards whose grace period is over, and one waiting reason per version still in it."""
+    due: list[Shard] = []
+    waiting: dict[int, str] = {}
+    for shard in shards:
+        version = versions[shard.version]
+        until = (version.retired_at_ms or 0) + policy.retired_grace_ms
+        if until <= now_ms:
+            due.append(shard)
+        else:
+            waiting[version.version] = (
+                f"v{version.version}: retired, its streams are kept until the grace period ends at {until} "
+                f"(in {until - now_ms} ms)"
+            )
+    return due, list(waiting.values())
+
+
+def _visiting_order(prefixes: list[str], cursor: tuple[str, Shard] | None) -> list[_Segment]:
+    """Every prefix once, starting right after the cursor and wrapping around to it."""
+    ordered = sorted(prefixes)
+    if cursor is None:
+        return [_Segment(p) for p in ordered]
+    at, shard = cursor
+    head = [_Segment(at, after=shard)] if at in ordered else []
+    tail = [_Segment(at, upto=shard)] if at in ordered else []
+    later = [_Segment(p) for p in ordered if p > at]
+    earlier = [_Segment(p) for p in ordered if p < at]
+    return head + later + earlier + tail
+
+
+def _parse_cursor(raw: Any) -> tuple[str, Shard] | None:
+    """``"<prefix> <shard>"``; anything unreadable restarts from the beginning."""
+    if raw is None:
+        return None
+    prefix, _, shard = _text(raw).partition(" ")
+    try:
+        return prefix, Shard.parse(shard)
+    except InvalidRequest:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _not_empty(stream_prefix: str, groups: list[str], entries: int) -> StreamPrefixNotEmpty:
+    reasons = []
+    if groups:
+        reasons.append(f"consumer groups {', '.join(groups)}")
+    if entries:
+        reasons.append(f"{entries} entries in its streams and dead-letter streams")
+    return StreamPrefixNotEmpty(
+        f"stream prefix {stream_prefix!r} still has {' and '.join(reasons)}: delete the groups first, or "
+        "force the deletion (everything in it is lost)",
+        stream_prefix=stream_prefix,
+        consumer_groups=groups,
+        unconsumed_entries=entries,
+    )

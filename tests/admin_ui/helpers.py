@@ -11,7 +11,7 @@ from django.urls import reverse
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import ClientInfo, GroupConfig, OrderingMode, Shard
-from coordinator.store import MetadataStore
+from coordinator.store import MetadataStore, codec
 
 PREFIX, GROUP, OTHER_GROUP = "orders", "billing", "audit"
 LIST_URL = "/admin/admin_ui/consumergroup/"
@@ -83,3 +83,66 @@ def table_rows(response: Any, table_id: str) -> list[list[str]]:
 
 def messages_of(response: Any) -> list[str]:
     return [str(m) for m in response.context["messages"]] if response.context else []
+
+
+# ------------------------------------------------------------------------------------------ entries
+
+
+def stream(shard: str, prefix: str = PREFIX) -> str:
+    return codec.stream_key(prefix, Shard.parse(shard))
+
+
+def redis_now_ms(store: MetadataStore) -> int:
+    seconds, micros = store.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def pend(
+    store: MetadataStore,
+    shard: str,
+    count: int = 1,
+    *,
+    consumer: str = "a",
+    deliveries: int = 1,
+    age_ms: int = 0,
+    group: str = GROUP,
+) -> list[str]:
+    """Append ``count`` entries to ``shard`` (ids ``age_ms`` in the past when given) and deliver them to
+    ``consumer`` of ``group`` ``deliveries`` times without acknowledging them: pending entries, as a
+    handler that keeps failing leaves them. Returns their ids."""
+    key = stream(shard)
+    base_ms = redis_now_ms(store) - age_ms
+    ids = []
+    for n in range(count):
+        fields = {"event_id": f"e-{shard}-{n}", "partition_key": f"k{n}", "payload": f"body {n} " + "x" * 100}
+        entry_id = store.client.xadd(key, fields, id=f"{base_ms}-{n}" if age_ms else "*")
+        ids.append(entry_id.decode())
+    store.client.xreadgroup(group, consumer, {key: ">"}, count=count)
+    for _ in range(deliveries - 1):
+        store.client.xclaim(key, group, consumer, 0, ids)
+    return ids
+
+
+def pending_ids(store: MetadataStore, shard: str, group: str = GROUP) -> list[str]:
+    return [
+        p["message_id"].decode() for p in store.client.xpending_range(stream(shard), group, "-", "+", 100)
+    ]
+
+
+def add_dead_letter(store: MetadataStore, n: int, *, group: str = GROUP, error: str = "") -> str:
+    """A dead letter as the data plane's dead_letter.lua writes it: the source entry's fields, then the
+    ``dlq_*`` bookkeeping. Returns its id."""
+    fields = {
+        "event_id": f"dead-{n}",
+        "partition_key": f"key-{n}",
+        "content_type": "application/json",
+        "payload": f'{{"n": {n}}}',
+        "headers": "{}",
+        "dlq_source_shard": "v1:1",
+        "dlq_source_id": f"1700000000000-{n}",
+        "dlq_deliveries": "5",
+        "dlq_error": error or f"ValueError: poison {n}",
+        "dlq_member_id": "a",
+        "dlq_at_ms": "1700000000500",
+    }
+    return store.client.xadd(codec.dead_letter_key(PREFIX, group), fields).decode()

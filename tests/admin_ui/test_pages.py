@@ -125,9 +125,12 @@ def test_a_live_member_whose_lease_ran_out_is_flagged_until_the_tick_expires_it(
     (row,) = table_rows(viewer.get(url("group_detail")), "members")
     assert row[4] == "ran out the next tick expires it"
     store.tick()
-    (row,) = table_rows(viewer.get(url("group_detail")), "members")
+    r = viewer.get(url("group_detail"))
+    assert "No live members." in text(r)  # ended members are folded away, under the live ones
+    (row,) = table_rows(r, "ended-members-table")
     assert (row[1], row[4]) == ("EXPIRED", "—")
     assert "ended: LEASE_EXPIRED" in row[0]
+    assert "1 ended member (kept for a while, then forgotten)" in text(r)
 
 
 def test_auto_refresh_can_be_paused(viewer: Client, store: MetadataStore) -> None:

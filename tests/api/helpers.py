@@ -87,3 +87,51 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     if status == 401:
         assert response["WWW-Authenticate"].startswith("Bearer")
     return dict(body)
+
+
+# ---------------------------------------------------------------------------------------------- lifecycle
+
+
+def redis_snapshot(client: Any) -> dict[bytes, bytes]:
+    """Every key of the private Redis with its DUMP: streams with their consumer groups and pending
+    lists, hashes, sets. Equal snapshots mean that not a byte changed."""
+    return {key: client.dump(key) for key in sorted(client.keys("*"))}
+
+
+def envelope(index: int, key: str | None = None) -> dict[str, str]:
+    """The fields a producer appends (consumers/producer.py)."""
+    return {
+        "event_id": f"evt-{index}",
+        "partition_key": key or f"key-{index}",
+        "content_type": "application/json",
+        "payload": f'{{"n": {index}}}',
+        "headers": "{}",
+        "routing_version": "1",
+        "produced_at_ms": "1700000000000",
+    }
+
+
+def make_pending(client: Any, count: int, *, shard: str = "v1:0", member: str = "m1",
+                 prefix: str = PREFIX, group: str = GROUP) -> list[str]:  # fmt: skip
+    """Append ``count`` entries to the shard's stream and deliver them to ``member`` (XREADGROUP), so
+    that they are pending for the group. Returns their ids, oldest first."""
+    version, index = shard[1:].split(":")
+    stream = f"rsc:{{{prefix}}}:v{version}:{index}"
+    ids = [client.xadd(stream, envelope(i)).decode() for i in range(count)]
+    client.xreadgroup(group, member, {stream: ">"}, count=count)
+    return ids
+
+
+def add_dead_letter(client: Any, index: int, *, prefix: str = PREFIX, group: str = GROUP,
+                    source_shard: str = "v1:0", key: str | None = None) -> str:  # fmt: skip
+    """A dead letter in the format dead_letter.lua writes (docs/protocol.md, "Dead-letter entry format")."""
+    fields = {
+        **envelope(index, key),
+        "dlq_source_shard": source_shard,
+        "dlq_source_id": f"1700000000000-{index}",
+        "dlq_deliveries": "5",
+        "dlq_error": "ValueError: bad payload",
+        "dlq_member_id": "m1",
+        "dlq_at_ms": "1700000001000",
+    }
+    return str(client.xadd(f"rsc:{{{prefix}}}:dlq:{group}", fields).decode())

@@ -189,7 +189,11 @@ def test_shard_count_change_and_prefix_description(api: Api) -> None:
         409,
         "MIGRATION_IN_PROGRESS",
     )
-    assert problem["details"] == {"from_version": 1, "to_version": 2}
+    # It names what holds the migration back: every group with old shards left to drain.
+    details = problem["details"]
+    assert (details["from_version"], details["to_version"]) == (1, 2)
+    assert details["blocking"] == {GROUP: ["v1:0", "v1:1", "v1:2", "v1:3"]}
+    assert f"group {GROUP}" in problem["detail"]
 
     routing = api.get(f"routing/{PREFIX}").json()
     assert (

@@ -157,7 +157,15 @@ def test_unknown_api_routes_are_a_404_problem(api: Api, method: str, path: str) 
         ("POST", f"admin/groups/{PREFIX}/{GROUP}", "GET, DELETE, HEAD"),
         ("GET", f"admin/groups/{PREFIX}/{GROUP}/max-concurrency", "PUT"),
         ("PUT", f"admin/stream-prefixes/{PREFIX}/shard-count", "POST"),
-        ("TRACE", f"admin/stream-prefixes/{PREFIX}", "GET, HEAD"),
+        ("TRACE", f"admin/stream-prefixes/{PREFIX}", "GET, DELETE, HEAD"),
+        ("GET", f"admin/groups/{PREFIX}/{GROUP}/shards/v1:0/skip", "POST"),
+        ("DELETE", f"admin/groups/{PREFIX}/{GROUP}/shards/v1:0/redeliver", "POST"),
+        ("PUT", f"admin/groups/{PREFIX}/{GROUP}/release-drain", "POST"),
+        ("POST", f"admin/groups/{PREFIX}/{GROUP}/dead-letters", "GET, HEAD"),
+        ("GET", f"admin/groups/{PREFIX}/{GROUP}/dead-letters/replay", "POST"),
+        ("GET", f"admin/groups/{PREFIX}/{GROUP}/dead-letters/purge", "POST"),
+        ("DELETE", f"admin/groups/{PREFIX}/{GROUP}/dead-letters/1-0", "GET, HEAD"),
+        ("POST", f"admin/stream-prefixes/{PREFIX}/retention", "PUT"),
     ],
 )
 def test_methods_a_route_lacks_are_a_405_with_allow(api: Api, method: str, path: str, allow: str) -> None:

@@ -117,6 +117,36 @@ max_concurrency_bodies = near_valid({"max_concurrency": small_ints}, {})
 shard_count_bodies = near_valid(
     {"shard_count": small_ints}, {"ordering": st.sampled_from(["strict", "relaxed", "STRICT"])}
 )
+entry_ids = st.one_of(
+    st.sampled_from(["1-0", "0-1", "1700000000000-0", "99999999999999999999-0", "1-x", "", "-", "1"]),
+    st.from_regex(r"[0-9]{1,14}-[0-9]{1,3}", fullmatch=True),
+)
+reasons = st.one_of(st.sampled_from(["", " ", "poison", "x" * 501]), st.text(max_size=20))
+skip_bodies = near_valid(
+    {"reason": reasons},
+    {
+        "entry_ids": st.lists(entry_ids, max_size=3),
+        "older_than_ms": st.sampled_from([0, -1, 60_000, 31_536_000_000, 31_536_000_001]),
+    },
+)
+redeliver_bodies = near_valid({}, {"reason": reasons})
+release_bodies = near_valid({"confirm_unconsumed": small_ints, "reason": reasons}, {})
+replay_bodies = near_valid({"ids": st.lists(entry_ids, max_size=3)}, {"reason": reasons})
+purge_bodies = near_valid(
+    {"reason": reasons},
+    {"ids": st.lists(entry_ids, max_size=3), "all": st.sampled_from([True, False, "true"])},
+)
+retention_bodies = near_valid(
+    {
+        "max_age_ms": st.none() | st.sampled_from([59_999, 60_000, 31_536_000_000, 31_536_000_001]),
+        "max_len": st.none() | st.sampled_from([999, 1_000, 1_000_000_000, 1_000_000_001]),
+    },
+    {"retired_grace_ms": st.sampled_from([-1, 0, 31_536_000_000, 31_536_000_001]), "reason": reasons},
+)
+queries = st.sampled_from(
+    ["", "", "?force=true", "?force=false", "?force=yes", "?count=0", "?count=10", "?after=1-0", "?x=1",
+     "?count=1&count=2", "?reason=cleanup"]
+)  # fmt: skip
 
 # (method, path template, body strategy or None)
 ENDPOINTS: list[tuple[str, str, st.SearchStrategy[Any] | None]] = [
@@ -129,6 +159,15 @@ ENDPOINTS: list[tuple[str, str, st.SearchStrategy[Any] | None]] = [
     ("PUT", "admin/groups/{p}/{g}/max-concurrency", max_concurrency_bodies),
     ("POST", "admin/stream-prefixes/{p}/shard-count", shard_count_bodies),
     ("GET", "admin/stream-prefixes/{p}", None),
+    ("POST", "admin/groups/{p}/{g}/shards/{s}/redeliver", redeliver_bodies),
+    ("POST", "admin/groups/{p}/{g}/shards/{s}/skip", skip_bodies),
+    ("POST", "admin/groups/{p}/{g}/release-drain", release_bodies),
+    ("GET", "admin/groups/{p}/{g}/dead-letters", None),
+    ("GET", "admin/groups/{p}/{g}/dead-letters/{i}", None),
+    ("POST", "admin/groups/{p}/{g}/dead-letters/replay", replay_bodies),
+    ("POST", "admin/groups/{p}/{g}/dead-letters/purge", purge_bodies),
+    ("PUT", "admin/stream-prefixes/{p}/retention", retention_bodies),
+    ("DELETE", "admin/stream-prefixes/{p}", None),
 ]
 
 segments = st.one_of(
@@ -153,7 +192,16 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
         method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]))
     prefix = draw(st.one_of(st.just(PREFIX), segments))  # the live group half of the time
     group = draw(st.one_of(st.just(GROUP), segments))
-    path = template.format(p=quote(prefix, safe=""), g=quote(group, safe=""))
+    shard = draw(st.one_of(st.sampled_from([*SHARDS, "v1-0", "v0:0", "v1:01"]), segments))
+    dead_letter = draw(st.one_of(entry_ids, segments))
+    path = template.format(
+        p=quote(prefix, safe=""),
+        g=quote(group, safe=""),
+        s=quote(shard, safe=":"),
+        i=quote(dead_letter, safe=""),
+    )
+    if bodies is None:
+        path += draw(queries)
     kind = draw(
         st.sampled_from(
             ["near", "near", "near", "json", "bytes"] if bodies is not None else ["none", "json", "bytes"]

@@ -15,13 +15,15 @@ import jsonschema
 import pytest
 import yaml
 from django.core.management import call_command
+from django.db import DatabaseError
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
+from admin_ui.models import AuditEntry
 from coordinator.protocol.errors import StoreUnavailable
-from coordinator.store import MetadataStore
+from coordinator.store import MetadataStore, get_store
 
-from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
+from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, add_dead_letter, make_pending
 
 ALL = ["v1:0", "v1:1", "v1:2", "v1:3"]
 
@@ -50,6 +52,15 @@ def test_spectacular_validates_the_schema_without_warnings(tmp_path: Path) -> No
         ("PUT", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/max-concurrency"),
         ("POST", "/api/v1/admin/stream-prefixes/{stream_prefix}/shard-count"),
         ("GET", "/api/v1/admin/stream-prefixes/{stream_prefix}"),
+        ("DELETE", "/api/v1/admin/stream-prefixes/{stream_prefix}"),
+        ("PUT", "/api/v1/admin/stream-prefixes/{stream_prefix}/retention"),
+        ("POST", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/shards/{shard}/redeliver"),
+        ("POST", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/shards/{shard}/skip"),
+        ("POST", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/release-drain"),
+        ("GET", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/dead-letters"),
+        ("GET", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/dead-letters/{dead_letter_id}"),
+        ("POST", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/dead-letters/replay"),
+        ("POST", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}/dead-letters/purge"),
     }
     for (method, path), op in operations.items():
         assert op["security"] == [{"bearerAuth": []}, {"staffSession": []}], (method, path)
@@ -201,3 +212,56 @@ def test_the_conformance_check_is_not_vacuous(openapi: dict[str, Any]) -> None:
             jsonschema.validate(bad, routing)
     member = to_json_schema({"$ref": "#/components/schemas/MemberView"}, components)
     assert member["properties"]["end_reason"]["anyOf"][-1] == {"type": "null"}
+
+
+def test_lifecycle_responses_match_the_documented_schemas(
+    api: Api, openapi: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator actions and dead-letter reads, success and problem, against their schemas."""
+    call = Recorder(api, openapi)
+    client = get_store().client
+    group_t = "admin/groups/{stream_prefix}/{consumer_group}"
+    shard_t, dlq_t = group_t + "/shards/{shard}", group_t + "/dead-letters"
+    prefix_t = "admin/stream-prefixes/{stream_prefix}"
+    group_path = f"admin/groups/{PREFIX}/{GROUP}"
+    shard_path, dlq_path = f"{group_path}/shards/v1:0", f"{group_path}/dead-letters"
+
+    api.create_group(shard_count=2)
+    api.create_group(group="idle", shard_count=2)
+    api.join("m1")
+    ids = make_pending(client, 3)
+    call("POST", f"{shard_path}/redeliver", shard_t + "/redeliver", {"reason": "r"})
+    call("POST", f"{shard_path}/skip", shard_t + "/skip", {"entry_ids": ids[:1], "reason": "r"})
+    call("POST", f"{shard_path}/skip", shard_t + "/skip", {"entry_ids": ids[:1], "reason": "r"})  # 409
+    call("POST", f"{group_path}/shards/v1-0/skip", shard_t + "/skip", {"older_than_ms": 0, "reason": "r"})
+    call("POST", f"{group_path}/shards/v9:0/redeliver", shard_t + "/redeliver", {})  # UNKNOWN_SHARD
+    call("POST", f"{shard_path}/redeliver", shard_t + "/redeliver", {}, token=MEMBER_TOKEN)
+
+    dead = [add_dead_letter(client, i) for i in range(3)]
+    call("GET", f"{dlq_path}?count=2", dlq_t)
+    call("GET", f"{dlq_path}?count=0", dlq_t)
+    call("GET", f"{dlq_path}/{dead[0]}", dlq_t + "/{dead_letter_id}")
+    call("GET", f"{dlq_path}/1-0", dlq_t + "/{dead_letter_id}")
+    call("POST", f"{dlq_path}/replay", dlq_t + "/replay", {"ids": dead[:1]})
+    call("POST", f"{dlq_path}/purge", dlq_t + "/purge", {"all": True, "reason": "r"})
+
+    call("PUT", f"admin/stream-prefixes/{PREFIX}/retention", prefix_t + "/retention", {
+        "max_age_ms": 3_600_000, "max_len": None})  # fmt: skip
+    call("POST", f"admin/stream-prefixes/{PREFIX}/shard-count", prefix_t + "/shard-count", {"shard_count": 4})
+    call("GET", group_path, group_t)  # the migration's undrained rows, the backlog
+    call("GET", f"admin/stream-prefixes/{PREFIX}", prefix_t)  # blocking rows, retention
+    release = {"confirm_unconsumed": 0, "reason": "idle is gone"}
+    call("POST", f"{group_path}/release-drain", group_t + "/release-drain", release)  # live members: 409
+    call("POST", f"admin/groups/{PREFIX}/idle/release-drain", group_t + "/release-drain", release)
+    call("DELETE", f"admin/stream-prefixes/{PREFIX}", prefix_t)  # 409: groups
+
+    def refuse(**fields: Any) -> Any:
+        raise DatabaseError("disk I/O error")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(AuditEntry.objects, "create", refuse)
+        call("DELETE", f"admin/stream-prefixes/{PREFIX}?force=true", prefix_t)  # 503
+    call("DELETE", f"admin/stream-prefixes/{PREFIX}?force=true", prefix_t)  # 204
+
+    statuses = {status for _m, _t, status in call.seen}
+    assert statuses == {200, 202, 204, 400, 403, 404, 409, 503}

@@ -146,6 +146,7 @@ class Stack:
         api_workers: int = 1,
         api_threads: int = 8,
         member_env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._own_dir = workdir is None
         self.dir = Path(tempfile.mkdtemp(prefix="rsc-e2e-")) if workdir is None else workdir
@@ -153,6 +154,7 @@ class Stack:
         self.tick_interval_ms = tick_interval_ms
         self.api_workers, self.api_threads = api_workers, api_threads
         self.member_env = dict(member_env or {})
+        self.extra_env = dict(env or {})  # every process: API, tick and members (e.g. RSC_RETENTION_*)
         self.redis = RedisServer()
         self.api_port = free_port()
         self.api_proc: Proc | None = None
@@ -209,6 +211,7 @@ class Stack:
             DEBUG="false",
             LOG_LEVEL="INFO",
         )
+        base.update(self.extra_env)
         base.update(extra)
         return base
 
@@ -294,9 +297,9 @@ class Stack:
 
     # -- members ------------------------------------------------------------------------------------
 
-    def start_member(self, name: str, **extra: str) -> Proc:
-        """``manage.py run_member e2e`` as process ``name`` (one member: the listener's concurrency is 1).
-        ``extra`` overrides the environment (``E2E_HANDLED_LOG=""``: a no-op handler)."""
+    def start_member(self, name: str, listener: str = "e2e", **extra: str) -> Proc:
+        """``manage.py run_member <listener>`` as process ``name`` (one member: the listener's concurrency
+        is 1). ``extra`` overrides the environment (``E2E_HANDLED_LOG=""``: a no-op handler)."""
         settings = {
             "DJANGO_SETTINGS_MODULE": "tests.e2e.settings",
             "RSC_COORDINATOR_URL": f"http://127.0.0.1:{self.api_port}",
@@ -308,7 +311,7 @@ class Stack:
         env = self.env(**{**settings, **self.member_env, **extra})
         if not env["E2E_HANDLED_LOG"]:
             del env["E2E_HANDLED_LOG"]
-        proc = self.spawn(f"member-{name}", [sys.executable, "manage.py", "run_member", "e2e"], env)
+        proc = self.spawn(f"member-{name}", [sys.executable, "manage.py", "run_member", listener], env)
         self.members[name] = proc
         return proc
 

@@ -9,16 +9,27 @@ from coordinator.protocol.commands import (
     ChangeShardCount,
     Command,
     CreateGroup,
+    DeleteGroup,
     MemberHeartbeat,
+    ReleaseDrain,
     ReportDrained,
     SetMaxConcurrency,
+    SetRetention,
     Tick,
     TickReport,
     apply,
 )
 from coordinator.protocol.describe import HeartbeatResponse
 from coordinator.protocol.group import Heartbeat
-from coordinator.protocol.model import Group, GroupConfig, Member, OrderingMode, PrefixState, Shard
+from coordinator.protocol.model import (
+    Group,
+    GroupConfig,
+    Member,
+    OrderingMode,
+    PrefixState,
+    RetentionPolicy,
+    Shard,
+)
 
 PREFIX = "orders"
 GROUP = "billing"
@@ -82,9 +93,9 @@ class Context:
         owned = frozenset(a.shard for a in response.shards)
         return self.heartbeat(response.member_id, response.member_epoch, owned)
 
-    def tick(self, advance_ms: int = 0) -> TickReport:
+    def tick(self, advance_ms: int = 0, **options: int) -> TickReport:
         self.now += advance_ms
-        result = self.run(Tick(stream_prefix=PREFIX))
+        result = self.run(Tick(stream_prefix=PREFIX, **options))
         assert isinstance(result, TickReport)
         return result
 
@@ -96,3 +107,15 @@ class Context:
 
     def set_max_concurrency(self, value: int) -> None:
         self.run(SetMaxConcurrency(stream_prefix=PREFIX, consumer_group=GROUP, max_concurrency=value))
+
+    def create_group(self, name: str) -> None:
+        self.run(CreateGroup(stream_prefix=PREFIX, consumer_group=name, config=self.config))
+
+    def delete_group(self, name: str) -> None:
+        self.run(DeleteGroup(stream_prefix=PREFIX, consumer_group=name))
+
+    def release_drain(self, group: str = GROUP) -> None:
+        self.run(ReleaseDrain(stream_prefix=PREFIX, consumer_group=group))
+
+    def set_retention(self, **policy: int | None) -> None:
+        self.run(SetRetention(stream_prefix=PREFIX, policy=RetentionPolicy(**policy)))  # type: ignore[arg-type]

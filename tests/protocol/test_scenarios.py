@@ -322,7 +322,13 @@ def test_a_second_migration_is_refused_while_one_is_active() -> None:
     before = ctx.state
     with pytest.raises(MigrationInProgress) as refused:
         ctx.reshard(8)
-    assert refused.value.details == {"from_version": 1, "to_version": 2}
+    assert refused.value.details == {
+        "from_version": 1,
+        "to_version": 2,
+        "blocking": {GROUP: ["v1:0", "v1:1", "v1:2", "v1:3"]},
+        "groups_without_live_members": [],
+    }
+    assert "still draining: group billing (v1:0..v1:3)" in refused.value.message
     assert ctx.state == before
     ctx.drained(*(f"v1:{i}" for i in range(4)))
     ctx.reshard(8)  # allowed once the first one completed

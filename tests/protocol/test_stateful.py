@@ -3,14 +3,15 @@
 Simulated members behave like the real runtime: they remember the last response they received, report
 what they own, acknowledge revocations (or dawdle), lose responses, go silent, leave and rejoin. After
 every step the invariants of docs/protocol.md ("Invariants") are checked against the coordinator state
-*and* against what the members believe: no shard is ever readable by two members at once.
+*and* against what the members believe: no shard is ever readable by two members at once. Operators
+release the group from a drain (refused while it has live members), and the tick caps ended members.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -18,6 +19,7 @@ from coordinator.protocol.commands import (
     ChangeShardCount,
     CreateGroup,
     MemberHeartbeat,
+    ReleaseDrain,
     ReportDrained,
     SetMaxConcurrency,
     Tick,
@@ -27,11 +29,14 @@ from coordinator.protocol.describe import HeartbeatResponse
 from coordinator.protocol.errors import (
     CoordinatorError,
     FencedMemberEpoch,
+    GroupHasLiveMembers,
     MigrationInProgress,
+    MigrationNotActive,
     UnknownMemberId,
 )
 from coordinator.protocol.group import Heartbeat, assignable_shards
 from coordinator.protocol.model import GroupConfig, OrderingMode, PrefixState, Shard, VersionState
+from coordinator.protocol.resharding import undrained_shards
 
 PREFIX, GROUP = "orders", "billing"
 LEASE_TTL_MS, HB_MS, REVOKE_MS = 10_000, 1_000, 30_000
@@ -152,10 +157,48 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def leave(self, member_id: str) -> None:
         self.send(member_id, -1, None)
 
-    @rule(ms=st.sampled_from([100, 1_000, 5_000, 11_000, 31_000]))
-    def advance_time_and_tick(self, ms: int) -> None:
+    @rule(ms=st.sampled_from([100, 1_000, 5_000, 11_000, 31_000]), cap=st.sampled_from([0, 1, 3, 100]))
+    def advance_time_and_tick(self, ms: int, cap: int) -> None:
         self.now += ms
-        self.state = apply(self.state, Tick(stream_prefix=PREFIX), self.now).state  # type: ignore[assignment]
+        tick = Tick(stream_prefix=PREFIX, max_ended_members=cap)
+        before = self.state.groups[GROUP]
+        self.state = apply(self.state, tick, self.now).state  # type: ignore[assignment]
+        group = self.state.groups[GROUP]
+        ended = [m for m in group.members.values() if not m.state.is_live]
+        assert len(ended) <= cap
+        # Only ended members are forgotten (some may have ended in this very tick), never a live one.
+        survivors = {
+            m.member_id
+            for m in before.live_members()
+            if m.lease_deadline_ms > self.now
+            and (m.revocation_deadline_ms is None or m.revocation_deadline_ms > self.now)
+        }
+        assert survivors <= {m.member_id for m in group.live_members()}
+
+    @rule()
+    def release_drain(self) -> None:
+        """An operator releases the group from the drain; only allowed without live members."""
+        before = self.state
+        group = before.groups[GROUP]
+        try:
+            self.state = apply(
+                before, ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP), self.now
+            ).state  # type: ignore[assignment]
+        except GroupHasLiveMembers:
+            assert any(True for _ in group.live_members())
+            event("release-drain: refused, live members")
+            return
+        except MigrationNotActive:
+            m = before.topology.migration
+            assert m is None or not m.active or not undrained_shards(before, GROUP)
+            event("release-drain: refused, no migration to release")
+            return
+        assert not any(True for _ in group.live_members())
+        # The only group was released: nothing holds the migration back any more.
+        assert not self.state.topology.draining_versions
+        assert self.state.topology.migration is not None and not self.state.topology.migration.active
+        assert self.state.groups[GROUP].group_epoch == group.group_epoch + 1
+        event("release-drain: released")
 
     @rule(value=st.integers(1, 6))
     def set_max_concurrency(self, value: int) -> None:

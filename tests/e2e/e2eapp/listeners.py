@@ -8,7 +8,10 @@ Environment (set per member process by tests/e2e/stack.py):
 * ``E2E_MEMBER_NAME``: the name the test gave this process, the ``member_id`` of its lines (with the
   member's label, so a process running several members keeps them apart);
 * ``E2E_HANDLER_SLEEP_MS``: simulated work per entry, so that a member holds read-but-unacked entries
-  when a test kills or freezes it.
+  when a test kills or freezes it;
+* ``E2E_CURE_FILE``: a *poison* event (payload ``{"poison": true}``) makes the handler raise until this
+  file exists (never, when unset). Every failed attempt is one JSON line in ``<handled log>.attempts``
+  (not a ``*.jsonl`` file: the delivery checker sees only successful handlings).
 
 A line is written with one ``write(2)`` on an ``O_APPEND`` descriptor *before the handler returns*, i.e.
 before the entry can be acked: every acked entry is in the log, even if the process is SIGKILLed right
@@ -34,7 +37,23 @@ CONSUMER_GROUP = os.environ.get("E2E_CONSUMER_GROUP", "e2e-workers")
 _NAME = os.environ.get("E2E_MEMBER_NAME", f"pid{os.getpid()}")
 _SLEEP_S = float(os.environ.get("E2E_HANDLER_SLEEP_MS", "0")) / 1000
 _LOG_PATH = os.environ.get("E2E_HANDLED_LOG", "")
-_fd = os.open(_LOG_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if _LOG_PATH else None
+_CURE_FILE = os.environ.get("E2E_CURE_FILE", "")
+_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+_fd = os.open(_LOG_PATH, _FLAGS, 0o644) if _LOG_PATH else None
+_attempts_fd = os.open(_LOG_PATH + ".attempts", _FLAGS, 0o644) if _LOG_PATH else None
+
+
+class PoisonError(RuntimeError):
+    """The handler's failure on a poison event (tests of stuck entries, redelivery and dead letters)."""
+
+
+def _fail_if_poison(entry: Any, payload: dict[str, Any]) -> None:
+    if not payload.get("poison") or (_CURE_FILE and os.path.exists(_CURE_FILE)):
+        return
+    if _attempts_fd is not None:
+        line = {"event_id": entry.event_id, "entry_id": entry.entry_id, "shard": str(entry.shard)}
+        os.write(_attempts_fd, (json.dumps(line) + "\n").encode())
+    raise PoisonError(f"poison event {entry.event_id}")
 
 
 def _member_label() -> str:
@@ -48,9 +67,10 @@ def handle(entry: Any) -> None:
     wall_ns = time.time_ns()
     if _SLEEP_S:
         time.sleep(_SLEEP_S)
+    payload = entry.payload if isinstance(entry.payload, dict) else {}
+    _fail_if_poison(entry, payload)
     if _fd is None:
         return
-    payload = entry.payload if isinstance(entry.payload, dict) else {}
     record = {
         "event_id": entry.event_id,
         "partition_key": entry.partition_key,

@@ -1,0 +1,411 @@
+"""Operator actions on entries, migrations and stream prefixes: one function per action, and the one door
+through which the HTTP API, the operator pages and management commands make them.
+
+Theory of operation
+-------------------
+Every action takes the same steps, in this order, and the order is the point:
+
+1. **Authorize.** The caller's adapter (:func:`actor_from_api_request`, :func:`actor_from_admin_request`)
+   turns its request into an :class:`Actor` and decides ``is_admin`` by its own rules (an admin
+   credential or staff session for the API, ``coordinator.manage_groups`` for the pages). An actor that
+   is not an admin gets :class:`PermissionDeniedError`; nothing is written, nothing is changed.
+2. **Validate.** Identifiers, the shard, entry ids, the reason and the cross-field rules, here, so that
+   every entry point applies the same rules (the API's serializers call these validators to report
+   per-field errors; the entry-id rule is the store's own). A malformed request raises
+   ``InvalidRequest`` before any audit row: it is not an attempted change, and a row must never be
+   refused by the database for a value it cannot hold.
+3. **Audit first.** An ``AuditEntry`` with the outcome ``pending`` is committed, in its own transaction,
+   *before* the store is touched. If that write fails, :class:`AuditUnavailable` (503, retriable) and
+   the store is never called: we fail closed, because an operator action that leaves no trace (a skip
+   that acknowledged entries nobody handled) is worse than one that waits for the database to return.
+4. **Act, then record.** The store call (``coordinator.store.get_store()``; the store enforces the
+   protocol's rules atomically in Redis), preceded for some actions by a read of what the record should
+   keep (the previous retention policy, the prefix's usage). The outcome replaces ``pending``: ``ok`` or
+   the error's code,
+   with the message and the details an operator needs afterwards (a skip's entries with their fields, a
+   release's abandoned count, a deleted prefix's usage). If recording the outcome fails, the change has
+   already happened: the failure is logged and the result returned, and the row stays ``pending``,
+   which reads as "may have happened". Failing the request instead would invite a retry of an action
+   that was done.
+
+Why one place: before this module the API views and the operator pages each called the store, and only
+the pages audited (STYLE.md, "a rule that lives twice"). Now views, pages and commands stay thin and
+cannot disagree about who may act, what is valid, or what is recorded. Reads (listings, backlog, the
+usage a confirmation shows) are not actions; callers read the store directly.
+
+``prune_audit`` applies the audit trail's retention (``RSC_AUDIT_RETENTION_DAYS``, default 365); the
+``prune_audit`` command and the retention beat task call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import DatabaseError
+from django.utils import timezone
+
+from admin_ui import access, audit
+from admin_ui.models import AuditEntry
+from coordinator.api.auth import Role, TokenPrincipal, role_of
+from coordinator.api.errors import ApiErrorCode
+from coordinator.protocol.errors import CoordinatorError, InvalidRequest
+from coordinator.protocol.model import RetentionPolicy, Shard, validate_identifier
+from coordinator.store import MetadataStore, get_store
+from coordinator.store.backlog import MAX_AGE_MS, MAX_ENTRY_IDS, validate_entry_ids
+
+log = logging.getLogger(__name__)
+
+Action = AuditEntry.Action
+Source = AuditEntry.Source
+
+MAX_REASON_CHARS = 500
+MAX_IDS = MAX_ENTRY_IDS  # entry ids of one skip, dead-letter ids of one replay or purge (1000)
+MAX_SKIP_AGE_MS = MAX_AGE_MS  # one year
+MAX_CONFIRM_UNCONSUMED = 2**53  # the largest integer every JSON implementation represents exactly
+DEFAULT_AUDIT_RETENTION_DAYS = 365
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+class PermissionDeniedError(CoordinatorError):
+    """The actor may not make operator changes (403)."""
+
+    code = ApiErrorCode.PERMISSION_DENIED  # type: ignore[assignment]
+
+
+class AuditUnavailable(CoordinatorError):
+    """The audit row could not be written, so nothing was changed (503, retriable)."""
+
+    code = ApiErrorCode.AUDIT_UNAVAILABLE  # type: ignore[assignment]
+    retriable = True
+
+
+# ------------------------------------------------------------------------------------------ actors
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Actor:
+    """Who acts. Built by the caller's adapter, which alone decides ``is_admin``."""
+
+    username: str  # a Django username or "credential:<name>" for API tokens; never a token
+    user: Any = None  # the Django user, when there is one (AuditEntry.user)
+    source: str  # "api" | "admin_ui" | "command"
+    is_admin: bool
+
+
+def actor_from_api_request(request: Any) -> Actor:
+    """A DRF request: a bearer-token principal (admin if its role is) or a staff session (admin with
+    ``coordinator.manage_groups``), by the same rule as the API's permission classes."""
+    user: Any = request.user
+    is_admin = role_of(request) is Role.ADMIN
+    if isinstance(user, TokenPrincipal):
+        return Actor(username=f"credential:{user.name}", source=Source.API, is_admin=is_admin)
+    return Actor(username=_username(user), user=_django_user(user), source=Source.API, is_admin=is_admin)
+
+
+def actor_from_admin_request(request: Any) -> Actor:
+    """A Django admin request: admin if the user may manage groups (admin_ui/access.py)."""
+    user: Any = request.user
+    return Actor(
+        username=_username(user),
+        user=_django_user(user),
+        source=Source.ADMIN_UI,
+        is_admin=access.can_manage(user),
+    )
+
+
+def _username(user: Any) -> str:
+    return str(user.get_username()) if user is not None and user.is_authenticated else ""
+
+
+def _django_user(user: Any) -> Any:
+    return user if isinstance(user, AbstractBaseUser) and user.is_authenticated else None
+
+
+# ------------------------------------------------------------------------------------------ validators
+
+
+def validate_reason(reason: Any, *, required: bool) -> str:
+    """The operator's reason, stripped: 1..500 characters where required, at most 500 otherwise."""
+    if not isinstance(reason, str):
+        raise InvalidRequest("reason must be a string", field="reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidRequest(
+            f"reason must be at most {MAX_REASON_CHARS} characters, got {len(reason)}", field="reason"
+        )
+    reason = reason.strip()
+    if required and not reason:
+        raise InvalidRequest(
+            f"a reason is required for this action (1-{MAX_REASON_CHARS} characters)", field="reason"
+        )
+    return reason
+
+
+def validate_entry_id(value: Any, field: str = "entry_id") -> str:
+    """A Redis stream entry id ``<ms>-<seq>`` (the store's rule: both parts decimal, below 2**64)."""
+    return validate_entry_ids([value], field)[0]
+
+
+def validate_int(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{field} must be an integer in {low}..{high}, got {value!r}", field=field)
+    return value
+
+
+def _shard(shard: Any) -> str:
+    """The shard's wire form; InvalidRequest (field ``shard``) when malformed."""
+    try:
+        return str(shard if isinstance(shard, Shard) else Shard.parse(shard))
+    except InvalidRequest as e:
+        raise InvalidRequest(e.message, field="shard") from e
+
+
+def _group_target(stream_prefix: str, consumer_group: str) -> tuple[str, str]:
+    return (
+        validate_identifier(stream_prefix, "stream_prefix"),
+        validate_identifier(consumer_group, "consumer_group"),
+    )
+
+
+# ------------------------------------------------------------------------------------------ the steps
+
+
+def raise_unless_admin(actor: Actor, action: AuditEntry.Action) -> None:
+    if not actor.is_admin:
+        log.warning(
+            "%s %s refused: %s is not an admin", actor.source, action.value, actor.username or "anonymous"
+        )
+        raise PermissionDeniedError(
+            f"{action.label} needs the admin role (an admin credential, or a staff user with the "
+            f"permission coordinator.manage_groups)",
+            action=action.value,
+        )
+
+
+# act(store, details) -> result. It may add to ``details`` before it fails (what it read first).
+_Act = Callable[[MetadataStore, dict[str, Any]], dict[str, Any]]
+
+
+def _audited(
+    actor: Actor,
+    action: AuditEntry.Action,
+    stream_prefix: str,
+    consumer_group: str,
+    requested: dict[str, Any],
+    act: _Act,
+) -> dict[str, Any]:
+    """Steps 3 and 4: the pending row, the store call, the outcome."""
+    try:
+        entry = audit.begin(
+            username=actor.username,
+            user=actor.user,
+            source=actor.source,
+            action=action,
+            stream_prefix=stream_prefix,
+            consumer_group=consumer_group,
+            details=requested,
+        )
+    except DatabaseError as e:
+        log.error("%s %s refused: the audit trail cannot be written", actor.source, action.value, exc_info=e)
+        raise AuditUnavailable(
+            "the audit trail cannot be written, so nothing was changed; retry shortly",
+            action=action.value,
+        ) from e
+    details = dict(requested)
+    try:
+        result = act(get_store(), details)
+    except CoordinatorError as e:
+        _settle(entry, str(e.code), message=e.message, details={**details, "error": e.details})
+        raise
+    except Exception as e:  # a bug: recorded as such, then the caller's usual 500
+        _settle(entry, ApiErrorCode.INTERNAL_ERROR, message=type(e).__name__, details=details)
+        raise
+    _settle(entry, AuditEntry.OK, details=details)
+    return result
+
+
+def _settle(entry: AuditEntry, outcome: str, *, message: str = "", details: dict[str, Any]) -> None:
+    try:
+        audit.settle(entry, str(outcome), message=message, details=details)
+    except Exception as e:  # whatever it is, it must not turn a change already made into an error
+        # The action has happened (or failed) already; the row stays "pending" = "may have happened".
+        log.error(
+            "audit entry %s (%s on %s) stays pending: its outcome %s could not be recorded",
+            entry.pk,
+            entry.action,
+            entry.stream_prefix,
+            outcome,
+            exc_info=e,
+        )
+
+
+# ------------------------------------------------------------------------------------------ actions
+
+
+def skip_entries(
+    actor: Actor,
+    stream_prefix: str,
+    consumer_group: str,
+    shard: str,
+    *,
+    entry_ids: list[str] | None = None,
+    older_than_ms: int | None = None,
+    reason: str,
+) -> dict[str, Any]:
+    """Acknowledge pending entries of one shard without handling them: the listed ids (every one must be
+    pending, else nothing is acked) or every pending entry older than ``older_than_ms``. The audit row
+    keeps each skipped entry's id, consumer, delivery count and fields."""
+    raise_unless_admin(actor, Action.SKIP_ENTRIES)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    wire = _shard(shard)
+    reason = validate_reason(reason, required=True)
+    if (entry_ids is None) == (older_than_ms is None):
+        raise InvalidRequest("give exactly one of entry_ids and older_than_ms", field="entry_ids")
+    requested: dict[str, Any] = {"shard": wire, "reason": reason}
+    if entry_ids is not None:
+        requested["entry_ids"] = ids = validate_entry_ids(entry_ids, "entry_ids")
+    else:
+        requested["older_than_ms"] = validate_int(older_than_ms, "older_than_ms", 0, MAX_SKIP_AGE_MS)
+        ids = None
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        result = store.skip_entries(prefix, group, wire, entry_ids=ids, older_than_ms=older_than_ms)
+        details["skipped"] = result["skipped"]
+        details["count"] = len(result["skipped"])
+        return result
+
+    return _audited(actor, Action.SKIP_ENTRIES, prefix, group, requested, act)
+
+
+def redeliver(
+    actor: Actor, stream_prefix: str, consumer_group: str, shard: str, *, reason: str = ""
+) -> dict[str, Any]:
+    """Ask the shard's owner to re-read its pending entries now (the redeliver token moves on)."""
+    raise_unless_admin(actor, Action.REDELIVER)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    wire = _shard(shard)
+    requested = {"shard": wire, "reason": validate_reason(reason, required=False)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        result = store.redeliver(prefix, group, wire)
+        details.update(redeliver_token=result["redeliver_token"], owner=result["owner"])
+        return result
+
+    return _audited(actor, Action.REDELIVER, prefix, group, requested, act)
+
+
+def release_drain(
+    actor: Actor, stream_prefix: str, consumer_group: str, *, confirm_unconsumed: int, reason: str
+) -> dict[str, Any]:
+    """Stop waiting for a group without live members in the active migration, abandoning its unconsumed
+    entries there; ``confirm_unconsumed`` must equal their current count (what the operator saw)."""
+    raise_unless_admin(actor, Action.RELEASE_DRAIN)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    confirm = validate_int(confirm_unconsumed, "confirm_unconsumed", 0, MAX_CONFIRM_UNCONSUMED)
+    requested = {"confirm_unconsumed": confirm, "reason": validate_reason(reason, required=True)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        result = store.release_drain(prefix, group, confirm_unconsumed=confirm)
+        details.update(released=result["released"], unconsumed_entries=result["unconsumed_entries"])
+        return result
+
+    return _audited(actor, Action.RELEASE_DRAIN, prefix, group, requested, act)
+
+
+def replay_dead_letters(
+    actor: Actor, stream_prefix: str, consumer_group: str, ids: list[str], *, reason: str = ""
+) -> dict[str, Any]:
+    """Re-append dead letters to the active version (every group of the prefix sees them again)."""
+    raise_unless_admin(actor, Action.REPLAY_DEAD_LETTERS)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    dlq_ids = validate_entry_ids(ids, "ids")
+    requested = {"ids": dlq_ids, "reason": validate_reason(reason, required=False)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        result = store.replay_dead_letters(prefix, group, dlq_ids)
+        details["replayed"] = result["replayed"]
+        return result
+
+    return _audited(actor, Action.REPLAY_DEAD_LETTERS, prefix, group, requested, act)
+
+
+def purge_dead_letters(
+    actor: Actor, stream_prefix: str, consumer_group: str, ids: list[str] | None, *, reason: str
+) -> dict[str, Any]:
+    """Delete the listed dead letters, or (``ids=None``) every dead letter of the group."""
+    raise_unless_admin(actor, Action.PURGE_DEAD_LETTERS)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    dlq_ids = None if ids is None else validate_entry_ids(ids, "ids")
+    requested: dict[str, Any] = {
+        "ids": dlq_ids,
+        "all": dlq_ids is None,
+        "reason": validate_reason(reason, required=True),
+    }
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        result = store.purge_dead_letters(prefix, group, dlq_ids)
+        details["purged"] = result["purged"]
+        return result
+
+    return _audited(actor, Action.PURGE_DEAD_LETTERS, prefix, group, requested, act)
+
+
+def set_retention(
+    actor: Actor, stream_prefix: str, policy: RetentionPolicy, *, reason: str = ""
+) -> dict[str, Any]:
+    """Set the prefix's retention policy; returns the prefix description. The caps are opt-in data
+    loss: the audit row keeps the previous policy next to the new one."""
+    raise_unless_admin(actor, Action.SET_RETENTION)
+    prefix = validate_identifier(stream_prefix, "stream_prefix")
+    if not isinstance(policy, RetentionPolicy):
+        raise InvalidRequest("policy must be a RetentionPolicy", field="policy")
+    policy = policy.validated()
+    requested = {"policy": dataclasses.asdict(policy), "reason": validate_reason(reason, required=False)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        details["previous"] = store.describe_prefix(prefix).get("retention")
+        return store.set_retention(prefix, policy)
+
+    return _audited(actor, Action.SET_RETENTION, prefix, "", requested, act)
+
+
+def delete_prefix(
+    actor: Actor, stream_prefix: str, *, force: bool = False, reason: str = ""
+) -> dict[str, Any]:
+    """Delete the stream prefix: its metadata, every stream, dead-letter and redeliver key. Refused
+    (STREAM_PREFIX_NOT_EMPTY) while it has groups or unconsumed entries, unless ``force``. The audit
+    row keeps the usage it had (groups, unconsumed entries, streams) just before."""
+    raise_unless_admin(actor, Action.DELETE_PREFIX)
+    prefix = validate_identifier(stream_prefix, "stream_prefix")
+    if not isinstance(force, bool):
+        raise InvalidRequest("force must be true or false", field="force")
+    requested = {"force": force, "reason": validate_reason(reason, required=False)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        details["usage"] = store.prefix_usage(prefix)
+        result = store.delete_prefix(prefix, force=force)
+        details["deleted_keys"] = result["deleted_keys"]
+        return result
+
+    return _audited(actor, Action.DELETE_PREFIX, prefix, "", requested, act)
+
+
+# ------------------------------------------------------------------------------------------ audit retention
+
+
+def prune_audit(*, older_than_days: int | None = None, dry_run: bool = False) -> int:
+    """Delete audit rows older than ``older_than_days`` (default ``RSC_AUDIT_RETENTION_DAYS``, 365);
+    with ``dry_run`` only count them. Returns the number of rows (to be) deleted."""
+    name = "older_than_days"
+    if older_than_days is None:
+        name = "RSC_AUDIT_RETENTION_DAYS"
+        older_than_days = getattr(settings, name, DEFAULT_AUDIT_RETENTION_DAYS)
+    days = validate_int(older_than_days, name, 1, 100 * 365)
+    return audit.prune(before=timezone.now() - timedelta(days=days), dry_run=dry_run)

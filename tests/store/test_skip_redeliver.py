@@ -1,0 +1,181 @@
+"""Operator actions on one shard: skip pending entries, ask the owner to redeliver; real Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from coordinator.protocol.errors import (
+    EntryNotPending,
+    GroupNotFound,
+    InvalidRequest,
+    UnknownShard,
+)
+from coordinator.protocol.model import OrderingMode, Shard
+from coordinator.store import MetadataStore, codec
+
+from .conftest import GROUP, PREFIX, create
+from .test_backlog import join, produce, read, stream_state
+
+
+def test_skip_by_ids_acks_exactly_those_and_returns_their_fields(store: MetadataStore) -> None:
+    create(store, shard_count=2)
+    join(store, "a")
+    ids = produce(store, "v1:1", 3, 2)
+    read(store, "v1:1", "a", 2)
+    read(store, "v1:1", "ghost", 1)
+    read(store, "v1:1", "a", 10, after="0")  # a's entries delivered twice now
+
+    result = store.skip_entries(PREFIX, GROUP, "v1:1", entry_ids=[ids[2], ids[0]])
+
+    assert result["shard"] == "v1:1"
+    skipped = {s["id"]: s for s in result["skipped"]}
+    assert [s["id"] for s in result["skipped"]] == [ids[2], ids[0]]
+    assert (skipped[ids[0]]["consumer"], skipped[ids[0]]["deliveries"]) == ("a", 2)
+    assert (skipped[ids[2]]["consumer"], skipped[ids[2]]["deliveries"]) == ("ghost", 1)
+    fields = skipped[ids[0]]["fields"]
+    assert list(fields) == [
+        "event_id",
+        "partition_key",
+        "routing_version",
+        "produced_at_ms",
+        "content_type",
+        "payload",
+        "headers",
+    ]
+    assert json.loads(fields["payload"]) == {"n": 0}
+    assert (fields["routing_version"], fields["headers"]) == ("1", "{}")
+    length, _groups, pending = stream_state(store, "v1:1")
+    assert (length, pending) == (3, [(ids[1].encode(), b"a")])  # acked, not deleted; ids[1] untouched
+
+
+def test_skip_refuses_all_when_one_id_is_not_pending(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    join(store, "a")
+    ids = produce(store, "v1:0", 4, 1)
+    read(store, "v1:0", "a", 2)
+    store.client.xack(codec.stream_key(PREFIX, Shard.parse("v1:0")), GROUP, ids[1])
+    before = stream_state(store, "v1:0")
+
+    with pytest.raises(EntryNotPending) as refused:
+        store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=[ids[0], ids[1], ids[3], "1-1"])
+
+    assert refused.value.details["entry_ids"] == [ids[1], ids[3], "1-1"]  # acked, never read, never existed
+    assert refused.value.details["shard"] == "v1:0"
+    assert stream_state(store, "v1:0") == before
+
+
+def test_skip_older_than_takes_the_oldest_pending_up_to_the_limit(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    join(store, "a")
+    key = codec.stream_key(PREFIX, Shard.parse("v1:0"))
+    old = [store.client.xadd(key, {"n": str(i)}, id=f"{1000 + i}-0").decode() for i in range(3)]
+    recent = produce(store, "v1:0", 2, 1)
+    read(store, "v1:0", "a", 10)
+
+    first = store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=3_600_000, limit=2)
+    assert [s["id"] for s in first["skipped"]] == old[:2]
+    assert first["skipped"][0]["fields"] == {"n": "0"}
+    rest = store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=3_600_000)
+    assert [s["id"] for s in rest["skipped"]] == old[2:]  # recent entries are younger than an hour
+    assert store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=3_600_000)["skipped"] == []
+    everything = store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=0)
+    assert [s["id"] for s in everything["skipped"]] == recent
+    assert stream_state(store, "v1:0")[2] == []
+
+
+def test_skip_returns_an_entry_trimmed_while_pending_with_no_fields(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    join(store, "a")
+    ids = produce(store, "v1:0", 2, 1)
+    read(store, "v1:0", "a", 2)
+    store.client.xdel(codec.stream_key(PREFIX, Shard.parse("v1:0")), ids[0])
+    result = store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=ids)
+    assert [(s["id"], s["fields"] == {}) for s in result["skipped"]] == [(ids[0], True), (ids[1], False)]
+
+
+def test_skipped_field_values_are_decoded_and_cut_for_people(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    join(store, "a")
+    key = codec.stream_key(PREFIX, Shard.parse("v1:0"))
+    entry_id = store.client.xadd(key, {"payload": b"\xff" + b"x" * 5000}).decode()
+    read(store, "v1:0", "a", 1)
+    (skipped,) = store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=[entry_id])["skipped"]
+    assert skipped["fields"]["payload"] == "\ufffd" + "x" * 4095
+
+
+@pytest.mark.parametrize(
+    ("shard", "kwargs", "error", "field"),
+    [
+        ("v1", {"entry_ids": ["1-0"]}, InvalidRequest, "shard"),
+        ("v1:01", {"entry_ids": ["1-0"]}, InvalidRequest, "shard"),
+        ("v1:4", {"entry_ids": ["1-0"]}, UnknownShard, "shard"),
+        ("v2:0", {"entry_ids": ["1-0"]}, UnknownShard, "shard"),
+        ("v1:0", {"entry_ids": ["abc"]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["1-2-3"]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": [" 1-0"]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["\u0663-0"]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["18446744073709551616-0"]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": []}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["1-0"] * 2 + [f"{i}-0" for i in range(1000)]}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["1-0", "2-0"], "limit": 1}, InvalidRequest, "entry_ids"),
+        ("v1:0", {}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"entry_ids": ["1-0"], "older_than_ms": 0}, InvalidRequest, "entry_ids"),
+        ("v1:0", {"older_than_ms": -1}, InvalidRequest, "older_than_ms"),
+        ("v1:0", {"older_than_ms": 31_536_000_001}, InvalidRequest, "older_than_ms"),
+        ("v1:0", {"older_than_ms": True}, InvalidRequest, "older_than_ms"),
+        ("v1:0", {"older_than_ms": 0, "limit": 0}, InvalidRequest, "limit"),
+        ("v1:0", {"older_than_ms": 0, "limit": 1001}, InvalidRequest, "limit"),
+    ],
+)
+def test_bad_skips_are_refused_and_change_nothing(
+    store: MetadataStore, shard: str, kwargs: dict[str, Any], error: type[Exception], field: str
+) -> None:
+    create(store, shard_count=4)
+    join(store, "a")
+    produce(store, "v1:0", 2, 4)
+    read(store, "v1:0", "a", 2)
+    before = stream_state(store, "v1:0"), store.raw_metadata(PREFIX)
+    with pytest.raises(error) as refused:
+        store.skip_entries(PREFIX, GROUP, shard, **kwargs)
+    assert type(refused.value) is error and refused.value.details.get("field") == field
+    assert (stream_state(store, "v1:0"), store.raw_metadata(PREFIX)) == before
+
+
+def test_skip_and_redeliver_refuse_a_retired_shard_and_a_missing_group(store: MetadataStore) -> None:
+    create(store, shard_count=2)
+    store.change_shard_count(PREFIX, 3, OrderingMode.STRICT)
+    store.tick()  # v1 drained at once (empty) and retired
+    with pytest.raises(UnknownShard):
+        store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=0)
+    with pytest.raises(UnknownShard):
+        store.redeliver(PREFIX, GROUP, "v1:0")
+    with pytest.raises(GroupNotFound):
+        store.skip_entries(PREFIX, "audit", "v2:0", older_than_ms=0)
+    with pytest.raises(GroupNotFound):
+        store.redeliver(PREFIX, "audit", "v2:0")
+    assert not store.client.exists(codec.redeliver_key(PREFIX, GROUP), codec.redeliver_key(PREFIX, "audit"))
+
+
+def test_skip_refuses_when_the_redis_consumer_group_is_gone(store: MetadataStore) -> None:
+    create(store, shard_count=1)
+    store.client.xgroup_destroy(codec.stream_key(PREFIX, Shard.parse("v1:0")), GROUP)
+    with pytest.raises(GroupNotFound):
+        store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=0)
+
+
+def test_redeliver_bumps_the_shards_token_and_names_the_owner(store: MetadataStore) -> None:
+    create(store, shard_count=2)
+    assert store.redeliver(PREFIX, GROUP, "v1:1") == {"shard": "v1:1", "redeliver_token": 1, "owner": None}
+    join(store, "a")
+    assert store.redeliver(PREFIX, GROUP, "v1:1") == {"shard": "v1:1", "redeliver_token": 2, "owner": "a"}
+    assert store.redeliver(PREFIX, GROUP, "v1:0")["redeliver_token"] == 1
+    assert store.client.hgetall(codec.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
+    assert [r["redeliver_token"] for r in store.backlog(PREFIX, GROUP)] == [1, 2]
+    with pytest.raises(InvalidRequest):
+        store.redeliver(PREFIX, GROUP, "1:0")
+    with pytest.raises(UnknownShard):
+        store.redeliver(PREFIX, GROUP, "v1:2")
+    assert store.client.hgetall(codec.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
