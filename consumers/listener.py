@@ -22,9 +22,23 @@ Everything is validated when the decorator runs (at import time), with a message
 The result is a :class:`Listener`, still callable like the function.
 
 The handler gets one :class:`consumers.dataplane.Entry` per call, in stream order within a shard. An
-entry is acked once the handler returns; if it raises, the error is logged and counted and the entry
-stays pending (no retry, no dead-letter queue: docs/protocol.md, non-goals). Delivery is at-least-once,
-so a handler must tolerate seeing an event twice.
+entry is acked once the handler returns. Delivery is at-least-once, so a handler must tolerate seeing an
+event twice.
+
+When the handler raises, the listener's *error policy* decides (:class:`ErrorPolicy`):
+
+* ``on_error="keep"`` (the default, and the only behaviour unless asked otherwise): the error is logged
+  and counted, the entry stays pending and the shard goes on (no retry, no dead-letter queue). It is
+  delivered again on a take-over, a rejoin, or an operator's "redeliver".
+* ``on_error="redeliver"`` (opt-in): the shard stops at the failed entry, waits ``redeliver_backoff_ms``
+  (doubling per consecutive failure, capped at 60 s), and hands the entry out again, up to
+  ``max_deliveries`` deliveries (Redis's delivery count); later entries of the shard wait, so per-shard
+  order holds. After the last one it gives up: with ``dead_letter=True`` the entry is copied to the
+  group's dead-letter stream and acked (atomically); without, it stays pending and an ERROR is logged.
+
+These are validated here, at import time: ``max_deliveries`` 1..1000 (default 5),
+``redeliver_backoff_ms`` 10..600000 (default 1000), both only with ``on_error="redeliver"``, and
+``dead_letter=True`` only with ``on_error="redeliver"``.
 
 Discovery: ``run_member`` imports each installed app's ``listeners`` module (like the admin's
 autodiscover); nothing is imported in ``AppConfig.ready()``.
@@ -32,9 +46,12 @@ autodiscover); nothing is imported in ``AppConfig.ready()``.
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, overload
 
 from consumers.errors import InvalidRequest
@@ -65,8 +82,95 @@ def parse_concurrency(value: object, where: str) -> int:
     return number
 
 
+class OnError(StrEnum):
+    KEEP = "keep"  # log, count, leave the entry pending and go on (the default)
+    REDELIVER = "redeliver"  # stop the shard at the entry, back off, hand it out again (opt-in)
+
+
+_ON_ERROR = {mode.value: mode for mode in OnError}
+MAX_DELIVERIES_RANGE = (1, 1_000)
+REDELIVER_BACKOFF_RANGE_MS = (10, 600_000)
+REDELIVER_BACKOFF_CAP_MS = 60_000  # doubling stops here (a larger configured backoff is used as is)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorPolicy:
+    """What a member does with an entry whose handler raised (module docstring)."""
+
+    on_error: OnError = OnError.KEEP
+    max_deliveries: int = 5
+    dead_letter: bool = False
+    redeliver_backoff_ms: int = 1_000
+
+    @property
+    def redeliver(self) -> bool:
+        return self.on_error is OnError.REDELIVER
+
+    def backoff_ms(self, failures: int) -> int:
+        """The pause before the ``failures``-th consecutive redelivery of one entry (1, 2, ...)."""
+        cap = max(REDELIVER_BACKOFF_CAP_MS, self.redeliver_backoff_ms)
+        doublings = min(max(failures, 1) - 1, 30)
+        return min(self.redeliver_backoff_ms << doublings, cap)
+
+
+def parse_error_policy(
+    where: str,
+    on_error: object = "keep",
+    max_deliveries: object = None,
+    dead_letter: object = False,
+    redeliver_backoff_ms: object = None,
+) -> ErrorPolicy:
+    """Validate the listener options of an error policy; ``None`` means "not given" (the default)."""
+    mode = _ON_ERROR.get(on_error) if isinstance(on_error, str) else None
+    if mode is None:
+        raise ListenerConfigError(
+            f"{where}: on_error must be 'keep' (the default) or 'redeliver'; got {on_error!r}"
+        )
+    if not isinstance(dead_letter, bool):
+        raise ListenerConfigError(f"{where}: dead_letter must be True or False; got {dead_letter!r}")
+    if mode is OnError.KEEP:
+        _refuse_redeliver_options(where, max_deliveries, redeliver_backoff_ms, dead_letter)
+        return ErrorPolicy()
+    defaults = ErrorPolicy()
+    return ErrorPolicy(
+        on_error=mode,
+        max_deliveries=_int_option(where, "max_deliveries", max_deliveries, defaults.max_deliveries,
+                                   MAX_DELIVERIES_RANGE),
+        dead_letter=dead_letter,
+        redeliver_backoff_ms=_int_option(where, "redeliver_backoff_ms", redeliver_backoff_ms,
+                                         defaults.redeliver_backoff_ms, REDELIVER_BACKOFF_RANGE_MS),
+    )  # fmt: skip
+
+
+def _refuse_redeliver_options(
+    where: str, max_deliveries: object, backoff_ms: object, dead_letter: bool
+) -> None:
+    """Options that do nothing under on_error='keep' are a mistake, not a silent no-op."""
+    options = (
+        ("max_deliveries", max_deliveries),
+        ("redeliver_backoff_ms", backoff_ms),
+        ("dead_letter=True", dead_letter or None),
+    )
+    given = [name for name, value in options if value is not None]
+    if given:
+        raise ListenerConfigError(
+            f"{where}: {' and '.join(given)} {'requires' if len(given) == 1 else 'require'} "
+            "on_error='redeliver' (with the default on_error='keep' a failed entry stays pending and is "
+            "never retried)"
+        )
+
+
+def _int_option(where: str, what: str, value: object, default: int, bounds: tuple[int, int]) -> int:
+    if value is None:
+        return default
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ListenerConfigError(f"{where}: {what} must be an integer in [{low}, {high}]; got {value!r}")
+    return value
+
+
 class Listener:
-    """A declared handler: its group identity, its member fan-out, and the function itself."""
+    """A declared handler: its group identity, its member fan-out, its error policy, and the function."""
 
     def __init__(
         self,
@@ -76,6 +180,10 @@ class Listener:
         consumer_group: str,
         concurrency: int | str = 1,
         name: str | None = None,
+        on_error: str = "keep",
+        max_deliveries: int | None = None,
+        dead_letter: bool = False,
+        redeliver_backoff_ms: int | None = None,
     ) -> None:
         if not callable(fn):
             raise ListenerConfigError(f"a listener wraps a function; got {fn!r}")
@@ -96,6 +204,9 @@ class Listener:
         self.stream_prefix = stream_prefix
         self.consumer_group = consumer_group
         self.concurrency = parse_concurrency(concurrency, where)
+        self.error_policy = parse_error_policy(
+            where, on_error, max_deliveries, dead_letter, redeliver_backoff_ms
+        )
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
 
@@ -103,9 +214,16 @@ class Listener:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
+        policy = self.error_policy
+        extra = ""
+        if policy.redeliver:
+            extra = (
+                f", on_error='redeliver', max_deliveries={policy.max_deliveries}, "
+                f"dead_letter={policy.dead_letter}, redeliver_backoff_ms={policy.redeliver_backoff_ms}"
+            )
         return (
             f"Listener({self.name!r}, stream_prefix={self.stream_prefix!r}, "
-            f"consumer_group={self.consumer_group!r}, concurrency={self.concurrency})"
+            f"consumer_group={self.consumer_group!r}, concurrency={self.concurrency}{extra})"
         )
 
     @property
@@ -113,14 +231,10 @@ class Listener:
         return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.name)}"
 
     def with_concurrency(self, concurrency: int | str) -> Listener:
-        """A copy with another member fan-out (a settings override)."""
-        return Listener(
-            self.fn,
-            stream_prefix=self.stream_prefix,
-            consumer_group=self.consumer_group,
-            concurrency=concurrency,
-            name=self.name,
-        )
+        """A copy with another member fan-out (a settings override); everything else is kept."""
+        clone = copy.copy(self)
+        clone.concurrency = parse_concurrency(concurrency, f"listener {self.name!r}")
+        return clone
 
 
 class ListenerRegistry:
@@ -180,6 +294,10 @@ def listener(
     consumer_group: str,
     concurrency: int | str = 1,
     name: str | None = None,
+    on_error: str = "keep",
+    max_deliveries: int | None = None,
+    dead_letter: bool = False,
+    redeliver_backoff_ms: int | None = None,
     registry: ListenerRegistry | None = None,
 ) -> Callable[[Handler], Listener]: ...
 
@@ -192,6 +310,10 @@ def listener(
     consumer_group: str | None = None,
     concurrency: int | str = 1,
     name: str | None = None,
+    on_error: str = "keep",
+    max_deliveries: int | None = None,
+    dead_letter: bool = False,
+    redeliver_backoff_ms: int | None = None,
     registry: ListenerRegistry | None = None,
 ) -> Listener | Callable[[Handler], Listener]:
     """Declare a listener; see the module docstring. ``registry`` defaults to the process registry."""
@@ -211,6 +333,10 @@ def listener(
             consumer_group=consumer_group,
             concurrency=concurrency,
             name=name,
+            on_error=on_error,
+            max_deliveries=max_deliveries,
+            dead_letter=dead_letter,
+            redeliver_backoff_ms=redeliver_backoff_ms,
         )
         return target.register(declared)
 

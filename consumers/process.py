@@ -136,16 +136,11 @@ def dataplane_factory_for(redis_client: Any) -> Callable[[str, str], Any]:
 
 
 def redis_client_for(url: str) -> Any:
-    """The data plane's Redis client: bytes replies (payloads are bytes), bounded timeouts."""
-    import redis
+    """The data plane's Redis client: bytes replies (payloads are bytes), bounded timeouts, and no
+    re-sends after a connection error (:mod:`consumers.dataplane.connection` says why)."""
+    from consumers.dataplane.connection import redis_client
 
-    return redis.Redis.from_url(
-        url,
-        decode_responses=False,
-        socket_timeout=5,
-        socket_connect_timeout=2,
-        health_check_interval=30,
-    )
+    return redis_client(url)
 
 
 def run(

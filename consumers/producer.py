@@ -11,10 +11,12 @@ the current route in the same reply, recomputes and retries. In the steady state
 trip; an append can never land in a sealed version, since the check and the append are one script.
 
 Guarantee: **at-least-once**. A send that raises :class:`~consumers.errors.DataPlaneUnavailable` may or
-may not have been appended (the reply was lost, or redis-py's own retry policy re-sent the call), so a
-caller that retries may write the event twice. Each call appends with a fresh ``event_id``; consumers
-that must de-duplicate use their own business keys. A stale-route refusal is not ambiguous (nothing
-was written) and is retried here, up to ``max_retries`` times.
+may not have been appended (the reply was lost after the append), so a caller that retries may write the
+event twice. Each call appends with a fresh ``event_id``; consumers that must de-duplicate use their own
+business keys. A stale-route refusal is not ambiguous (nothing was written) and is retried here, up to
+``max_retries`` times; a connection error never is. Nor should the client re-send on its own: build it
+with :func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a warning,
+see :mod:`consumers.dataplane.connection`).
 
 Batches: the entries of ``send_batch`` are grouped by shard and sent as one script call per shard
 (in chunks of at most ``max_entries_per_call``), all in one pipeline; refused groups are re-routed and
@@ -33,7 +35,7 @@ from typing import Any
 
 import redis
 
-from consumers.dataplane import checks, scripts
+from consumers.dataplane import checks, connection, scripts
 from consumers.dataplane.envelope import EncodedEvent, encode_event
 from consumers.errors import DataPlaneError, InvalidRequest, RoutingUnstable, StreamPrefixNotFound
 from coordinator.protocol.model import Shard
@@ -83,6 +85,7 @@ class Producer:
     def __init__(self, client: redis.Redis, *, max_retries: int = 5) -> None:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise InvalidRequest(f"max_retries must be a non-negative int; got {max_retries!r}")
+        connection.warn_if_resending(client, "Producer")
         self.client = client
         self.max_retries = max_retries
         self._produce = scripts.register(client, "produce")

@@ -9,9 +9,10 @@
 -- ARGV[5]  count (pending entries scanned per call)
 -- ARGV[6]  cursor: '0-0' to start, else the cursor the previous call returned (exclusive)
 --
--- Returns {status} when fenced, else {'OK', {{id, {field, value, ...}}, ...}, next cursor}; the next
--- cursor is '0-0' when the scan is complete. Entries deleted from the stream are dropped from the
--- pending list by XCLAIM (Redis >= 7) and not returned.
+-- Returns {status} when fenced, else {'OK', {{id, {field, value, ...}}, ...}, next cursor, {deliveries,
+-- ...}}; the next cursor is '0-0' when the scan is complete; deliveries[i] is claimed entry i's delivery
+-- count after the claim (the scan's count plus the one XCLAIM adds: no second XPENDING call). Entries
+-- deleted from the stream are dropped from the pending list by XCLAIM (Redis >= 7) and not returned.
 -- Touches: the fence's fields (read); only when OK: XPENDING and XCLAIM on KEYS[2] (moves the entries
 -- to the member's pending list and bumps their delivery counts).
 local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read')
@@ -25,17 +26,21 @@ if ARGV[6] ~= '0-0' then
 end
 local pending = redis.call('XPENDING', KEYS[2], ARGV[1], low, '+', count)
 local orphans = {}
+local counts = {}
 for _, p in ipairs(pending) do
   if p[2] ~= ARGV[2] then
     orphans[#orphans + 1] = p[1]
+    counts[p[1]] = p[4] + 1
   end
 end
 local claimed = {}
+local deliveries = {}
 if #orphans > 0 then
   for _, reply in ipairs(call_chunked({'XCLAIM', KEYS[2], ARGV[1], ARGV[2], 0}, orphans)) do
     for _, entry in ipairs(reply) do
       if entry[2] then
         claimed[#claimed + 1] = entry
+        deliveries[#claimed] = counts[entry[1]]
       end
     end
   end
@@ -44,4 +49,4 @@ local cursor = '0-0'
 if #pending >= count then
   cursor = pending[#pending][1]
 end
-return {status, claimed, cursor}
+return {status, claimed, cursor, deliveries}

@@ -13,6 +13,10 @@ Fields of every entry (all Redis strings):
 ``headers``        a JSON object of string to string
 =================  ==========================================================================
 
+Besides the fields, an :class:`Entry` carries how it reached the member (``delivery``: new, re-read
+from its own pending list, or claimed from a previous owner) and Redis's delivery count
+(``deliveries``), which the opt-in ``on_error="redeliver"`` policy compares with ``max_deliveries``.
+
 Decoding is lenient, because one undecodable entry must not wedge a shard (there is no dead-letter
 queue in the default mode): an entry not written by :class:`consumers.producer.Producer` is delivered
 with defaults for what it lacks, and a JSON payload that does not parse is delivered as raw bytes with
@@ -57,6 +61,9 @@ class Entry:
     payload: Any  # JSON value for JSON content types, str for text/*, else bytes
     headers: dict[str, str]
     delivery: str  # a Delivery: "new" | "pending" | "claimed"
+    # Redis's delivery count, this delivery included: 1 for a new entry; for a re-read or claimed one,
+    # what XPENDING says after that read (it also counts reads whose handling never started).
+    deliveries: int = 1
 
     @property
     def partition_key_bytes(self) -> bytes:
@@ -157,12 +164,22 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
-def decode_entries(raw: Sequence[Any], shard: Shard, delivery: Delivery) -> list[Entry]:
-    """Decode ``[[id, [field, value, ...]], ...]`` as returned by the scripts."""
-    return [decode_entry(item[0], item[1], shard, delivery) for item in raw]
+def decode_entries(
+    raw: Sequence[Any], shard: Shard, delivery: Delivery, deliveries: Sequence[Any] = ()
+) -> list[Entry]:
+    """Decode ``[[id, [field, value, ...]], ...]`` as returned by the scripts; ``deliveries`` holds the
+    delivery counts in the same order (absent for new entries: each is 1)."""
+    if not deliveries:
+        return [decode_entry(item[0], item[1], shard, delivery) for item in raw]
+    return [
+        decode_entry(item[0], item[1], shard, delivery, _int(deliveries[i] if i < len(deliveries) else 1, 1))
+        for i, item in enumerate(raw)
+    ]
 
 
-def decode_entry(entry_id: Any, flat_fields: Sequence[Any], shard: Shard, delivery: Delivery) -> Entry:
+def decode_entry(
+    entry_id: Any, flat_fields: Sequence[Any], shard: Shard, delivery: Delivery, deliveries: int = 1
+) -> Entry:
     fields = {_text(flat_fields[i]): flat_fields[i + 1] for i in range(0, len(flat_fields) - 1, 2)}
     eid = _text(entry_id)
     content_type = _text(fields.get("content_type", OCTET_STREAM))
@@ -178,6 +195,7 @@ def decode_entry(entry_id: Any, flat_fields: Sequence[Any], shard: Shard, delive
         payload=payload,
         headers=_decode_headers(fields.get("headers"), eid),
         delivery=delivery,
+        deliveries=deliveries,
     )
 
 

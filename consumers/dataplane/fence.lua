@@ -1,8 +1,9 @@
 -- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
 --
 -- Not a script on its own: consumers/dataplane/scripts.py prepends this text to read_new.lua,
--- read_pending.lua, claim.lua, ack.lua and delete_ghosts.lua before registering them, so every one of
--- them decides, inside Redis and before it touches the stream, whether the caller may act.
+-- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
+-- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
+-- act.
 --
 -- fence(meta, stream, group, member, epoch, shard, op)
 --   meta    KEYS[1] of the caller: rsc:{P}:meta
@@ -11,7 +12,7 @@
 --   member  the member id (also the Redis consumer's name)
 --   epoch   the member epoch the caller presents (decimal)
 --   shard   the shard in wire form, v<version>:<index>
---   op      'read' (reads, claims, ghost deletion: shard must be R) or 'ack' (R, B or V)
+--   op      'read' (reads, claims, ghost deletion: shard must be R) or 'ack' (acks, dead letters: R, B or V)
 -- Returns 'OK', 'MEMBER_FENCED', 'NOT_OWNER', 'STALE_EPOCH' or 'NOT_READABLE', checked in this order:
 --   1. m:<group>:<member> absent (member not live)                              -> MEMBER_FENCED
 --   2. l:<group>:<member> <= Redis TIME in ms (lease ended, even before a tick) -> MEMBER_FENCED

@@ -21,6 +21,15 @@ id, so the pending list of a consumer is exactly what that member read and has n
 
 Reads never block (Lua cannot): members poll. Every call is one round trip. This class holds no state
 but the client and the registered scripts, so one instance may serve every thread of a member.
+
+Every call is sent once: the client must not re-send commands after a connection error (see
+:mod:`consumers.dataplane.connection`). When a call raises ``DataPlaneUnavailable`` its outcome is
+unknown, and the caller recovers: a member re-reads its own pending entries before it reads new ones.
+
+Besides entries, a read of new entries returns the shard's *redeliver token* (``rsc:{P}:rd:<group>``,
+bumped by an operator's "redeliver"): a member that sees it change re-reads its own pending entries.
+The opt-in dead-letter policy uses :meth:`DataPlane.dead_letter`, which copies an entry to the group's
+dead-letter stream ``rsc:{P}:dlq:<group>`` and acks it in one fenced script.
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, InvalidRequest
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import meta_key, stream_key
+from coordinator.store.codec import dead_letter_key, meta_key, redeliver_key, stream_key
 
-from . import checks, scripts
+from . import checks, connection, scripts
 from .envelope import Delivery, Entry, decode_entries
+
+MAX_ERROR_CHARS = 1000  # a dead letter's dlq_error (docs/protocol.md, "Dead-letter entry format")
 
 
 class FenceStatus(StrEnum):
@@ -62,31 +73,61 @@ class FenceStatus(StrEnum):
 class ReadResult:
     status: FenceStatus
     entries: list[Entry]
+    # The shard's redeliver counter as a read of new entries saw it ("0" before any redeliver request);
+    # "" for the other reads, which do not look at it.
+    redeliver_token: str = ""
 
     @property
     def ok(self) -> bool:
         return self.status is FenceStatus.OK
 
 
+class DeadLetterOutcome(StrEnum):
+    DEAD_LETTERED = "DEAD_LETTERED"  # copied to the dead-letter stream and acked
+    NOT_PENDING = "NOT_PENDING"  # not pending for this member (already acked or skipped): nothing changed
+    GONE = "GONE"  # pending, but deleted from the stream (trimmed): nothing to copy; acked
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterResult:
+    status: FenceStatus
+    outcome: DeadLetterOutcome | None = None  # None when fenced
+    dead_letter_id: str | None = None  # the copy's id in the dead-letter stream
+    deliveries: int = 0  # the entry's delivery count, as recorded in the copy
+
+    @property
+    def ok(self) -> bool:
+        return self.status is FenceStatus.OK
+
+    @property
+    def dead_lettered(self) -> bool:
+        return self.outcome is DeadLetterOutcome.DEAD_LETTERED
+
+
 class DataPlane:
     """Fenced stream operations of one consumer group on one stream prefix.
 
-    ``client`` must not decode responses (payloads are bytes). Its retry policy applies to every call;
-    when it gives up, :class:`consumers.errors.DataPlaneUnavailable` (retriable) is raised and the
-    outcome of the call is unknown (see that class). Thread-safe.
+    ``client`` must not decode responses (payloads are bytes) and must not re-send commands (build it
+    with :func:`consumers.dataplane.redis_client`); both are refused here. A call that fails raises
+    :class:`consumers.errors.DataPlaneUnavailable` (retriable), and its outcome is unknown (see that
+    class). Thread-safe.
     """
 
     def __init__(self, client: redis.Redis, stream_prefix: str, consumer_group: str) -> None:
         scripts.require_bytes_client(client)
+        connection.refuse_resending_client(client)
         self.client = client
         self.stream_prefix = checks.identifier(stream_prefix, "stream_prefix")
         self.consumer_group = checks.identifier(consumer_group, "consumer_group")
         self._meta = meta_key(self.stream_prefix)
+        self._redeliver = redeliver_key(self.stream_prefix, self.consumer_group)
+        self._dead_letters = dead_letter_key(self.stream_prefix, self.consumer_group)
         self._read_new = scripts.register(client, "read_new")
         self._read_pending = scripts.register(client, "read_pending")
         self._claim = scripts.register(client, "claim")
         self._ack = scripts.register(client, "ack")
         self._delete_ghosts = scripts.register(client, "delete_ghosts")
+        self._dead_letter = scripts.register(client, "dead_letter")
 
     def stream_key(self, shard: Shard) -> str:
         return stream_key(self.stream_prefix, shard)
@@ -94,9 +135,14 @@ class DataPlane:
     # ------------------------------------------------------------------------------------------ reads
 
     def read(self, member_id: str, member_epoch: int, shard: Shard, count: int) -> ReadResult:
-        """Up to ``count`` entries never delivered to this group (``XREADGROUP ... >``), non-blocking."""
-        reply = self._run(self._read_new, "read", member_id, member_epoch, shard, [checks.count(count)])
-        return _read_result(reply, shard, Delivery.NEW)
+        """Up to ``count`` entries never delivered to this group (``XREADGROUP ... >``), non-blocking,
+        with the shard's redeliver token."""
+        args = [checks.count(count)]
+        reply = self._run(self._read_new, "read", member_id, member_epoch, shard, args, self._redeliver)
+        result = _read_result(reply, shard, Delivery.NEW)
+        if not result.ok:
+            return result
+        return ReadResult(result.status, result.entries, _text(reply[2]) if len(reply) > 2 else "0")
 
     def read_own_pending(
         self, member_id: str, member_epoch: int, shard: Shard, count: int, after_id: str = "0-0"
@@ -104,12 +150,14 @@ class DataPlane:
         """Up to ``count`` of this member's own pending entries with ids above ``after_id``, in id order.
 
         For a member that lost what it read (a reconnect after ``DataPlaneUnavailable``, a restart that
-        kept its member id). Page on with the last entry id; an empty result means nothing is left.
-        Entries deleted from the stream while pending are acked and skipped.
+        kept its member id), or that hands an entry out again (a failed handler under the "redeliver"
+        policy, an operator's redeliver). Page on with the last entry id; an empty result means nothing
+        is left. Entries deleted from the stream while pending are acked and skipped. Each entry's
+        ``deliveries`` is its delivery count after this read (which bumps it).
         """
         args = [checks.count(count), checks.entry_id(after_id, "after_id")]
         reply = self._run(self._read_pending, "read_own_pending", member_id, member_epoch, shard, args)
-        return _read_result(reply, shard, Delivery.PENDING)
+        return _read_result(reply, shard, Delivery.PENDING, counts_at=2)
 
     def claim_orphans(
         self, member_id: str, member_epoch: int, shard: Shard, count: int, start_id: str = "0-0"
@@ -123,7 +171,7 @@ class DataPlane:
         """
         args = [checks.count(count), checks.entry_id(start_id, "start_id")]
         reply = self._run(self._claim, "claim_orphans", member_id, member_epoch, shard, args)
-        result = _read_result(reply, shard, Delivery.CLAIMED)
+        result = _read_result(reply, shard, Delivery.CLAIMED, counts_at=3)
         cursor = _text(reply[2]) if result.ok else "0-0"
         return result, cursor
 
@@ -144,10 +192,41 @@ class DataPlane:
         reply = self._run(self._delete_ghosts, "delete_ghost_consumers", member_id, member_epoch, shard, [])
         return int(reply[1]) if _status(reply) is FenceStatus.OK else 0
 
+    def dead_letter(
+        self, member_id: str, member_epoch: int, shard: Shard, entry_id: str, error: str
+    ) -> DeadLetterResult:
+        """Copy one of this member's pending entries to the group's dead-letter stream and ack it, in one
+        fenced script (fenced like an ack). ``error`` is the handler's exception, ``"<Type>: <message>"``;
+        it is truncated to :data:`MAX_ERROR_CHARS`. The copy records Redis's delivery count of the entry.
+        An entry that is not pending for this member is left alone (``NOT_PENDING``), so a call repeated
+        after a lost reply changes nothing more."""
+        if not isinstance(error, str):
+            raise InvalidRequest(f"error must be a str; got {type(error).__name__}", field="error")
+        # "replace": an exception message may carry lone surrogates (a bytes key decoded leniently).
+        text = error[:MAX_ERROR_CHARS].encode("utf-8", "replace")
+        args = [checks.entry_id(entry_id, "entry_id"), text]
+        reply = self._run(
+            self._dead_letter, "dead_letter", member_id, member_epoch, shard, args, self._dead_letters
+        )
+        status = _status(reply)
+        if status is not FenceStatus.OK:
+            return DeadLetterResult(status)
+        outcome = DeadLetterOutcome(_text(reply[1]))
+        if outcome is not DeadLetterOutcome.DEAD_LETTERED:
+            return DeadLetterResult(status, outcome)
+        return DeadLetterResult(status, outcome, _text(reply[2]), int(reply[3]))
+
     # ------------------------------------------------------------------------------------------ internals
 
     def _run(
-        self, script: Script, what: str, member_id: str, member_epoch: int, shard: Shard, extra: list[Any]
+        self,
+        script: Script,
+        what: str,
+        member_id: str,
+        member_epoch: int,
+        shard: Shard,
+        extra: list[Any],
+        *extra_keys: str,
     ) -> list[Any]:
         if not isinstance(shard, Shard):
             raise InvalidRequest(f"shard must be a Shard; got {shard!r}", field="shard")
@@ -158,7 +237,7 @@ class DataPlane:
             str(shard),
         ]
         with scripts.translate_redis_errors(f"{what} of shard {shard} of {self.stream_prefix!r}"):
-            reply = script(keys=[self._meta, self.stream_key(shard)], args=[*args, *extra])
+            reply = script(keys=[self._meta, self.stream_key(shard), *extra_keys], args=[*args, *extra])
         if not isinstance(reply, list) or not reply:
             raise DataPlaneError(f"{what}: unexpected script reply {reply!r}")
         return reply
@@ -171,11 +250,15 @@ def _status(reply: list[Any]) -> FenceStatus:
         raise DataPlaneError(f"unexpected fence status {reply[0]!r}") from e
 
 
-def _read_result(reply: list[Any], shard: Shard, delivery: Delivery) -> ReadResult:
+def _read_result(
+    reply: list[Any], shard: Shard, delivery: Delivery, counts_at: int | None = None
+) -> ReadResult:
+    """``counts_at``: where the reply holds the delivery counts (absent for new entries: all 1)."""
     status = _status(reply)
     if status is not FenceStatus.OK:
         return ReadResult(status, [])
-    return ReadResult(status, decode_entries(reply[1], shard, delivery))
+    counts = reply[counts_at] if counts_at is not None and len(reply) > counts_at else ()
+    return ReadResult(status, decode_entries(reply[1], shard, delivery, counts))
 
 
 def _text(value: Any) -> str:

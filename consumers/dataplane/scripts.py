@@ -19,7 +19,7 @@ from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidReques
 
 _DIR = Path(__file__).resolve().parent
 
-FENCED_SCRIPTS = ("read_new", "read_pending", "claim", "ack", "delete_ghosts")
+FENCED_SCRIPTS = ("read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
 
 # Replies that mean "not now", not "never": a failover, a loading replica, a long-running script.
 _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")

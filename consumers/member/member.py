@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from consumers.client import CoordinatorClient, CoordinatorRequestError
+from consumers.listener import ErrorPolicy
 from consumers.member.ids import host_address, make_member_id
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
@@ -66,8 +67,10 @@ def _version() -> str:
 @dataclass(slots=True)
 class MemberStats:
     handled: int = 0  # handler calls that returned
-    failed: int = 0  # handler calls that raised (the entries stay pending)
+    failed: int = 0  # handler calls that raised (left pending, or redelivered under on_error="redeliver")
     acked: int = 0
+    redelivered: int = 0  # failed entries handed out again (on_error="redeliver")
+    dead_lettered: int = 0  # entries copied to the dead-letter stream and acked (dead_letter=True)
     heartbeats: int = 0
     heartbeat_failures: int = 0
     fenced: int = 0  # times the member was fenced (by the coordinator or the data plane) and rejoined
@@ -79,7 +82,7 @@ class Member:
     def __init__(
         self,
         *,
-        listener: Any,  # consumers.listener.Listener (name, stream_prefix, consumer_group, fn)
+        listener: Any,  # consumers.listener.Listener (name, stream_prefix, consumer_group, fn, error_policy)
         index: int,
         coordinator: CoordinatorClient,
         dataplane: Any,
@@ -93,6 +96,8 @@ class Member:
         self.member_id = member_id or make_member_id(listener.name, index)
         self.stream_prefix = listener.stream_prefix
         self.consumer_group = listener.consumer_group
+        # The listener's on_error / max_deliveries / dead_letter options, applied by every shard unit.
+        self.error_policy: ErrorPolicy = getattr(listener, "error_policy", None) or ErrorPolicy()
         self.label = f"{listener.name}[{index}]"
         self.coordinator = coordinator
         self.dataplane = dataplane
@@ -126,12 +131,13 @@ class Member:
 
     def start(self) -> None:
         log.info(
-            "%s: starting member %s of %s/%s (runtime max concurrency %d)",
+            "%s: starting member %s of %s/%s (runtime max concurrency %d, on_error %s)",
             self.label,
             self.member_id,
             self.stream_prefix,
             self.consumer_group,
             self.runtime.max_concurrency,
+            self.error_policy.on_error,
         )
         self._thread.start()
 
@@ -207,11 +213,15 @@ class Member:
         with self._cond:
             self._apply(self._sm.on_stale_epoch(incarnation, self._clock_ms()))
 
-    def record(self, handled: int = 0, failed: int = 0, acked: int = 0) -> None:
+    def record(
+        self, handled: int = 0, failed: int = 0, acked: int = 0, dead_lettered: int = 0, redelivered: int = 0
+    ) -> None:
         with self._cond:
             self.stats.handled += handled
             self.stats.failed += failed
             self.stats.acked += acked
+            self.stats.dead_lettered += dead_lettered
+            self.stats.redelivered += redelivered
 
     def unit_stopped(self, unit: ShardUnit, failed: bool) -> None:
         with self._cond:
@@ -301,6 +311,7 @@ class Member:
                 pool=self.pool,
                 handler=self.listener.fn,
                 runtime=self.runtime,
+                policy=self.error_policy,
                 batch_hooks=self.batch_hooks,
             )
             self._units[start.shard] = unit

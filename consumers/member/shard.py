@@ -16,10 +16,30 @@ returns the ids it handled; the unit acks them and only then reads the next batc
 most one worker at a time and is handled in stream order, while different shards run in parallel. The
 worker does no I/O of its own beyond the handler (the unit reads and acks).
 
-A handler that raises: the error is logged with its traceback and counted, the entry stays pending, the
-batch goes on. Told to *drain* (revoked, shutting down): the unit reads nothing more, the worker stops
-after the entry in flight, the unit acks what was handled and stops; the unhandled rest of the batch
-stays pending for the next owner to claim. Told to *abandon* (fenced): the same, minus the ack.
+*Resync.* A call that raises ``DataPlaneUnavailable`` (a connection error or a timeout) has an unknown
+outcome: a read script may have run and moved entries into this member's pending list, with the reply
+lost on the way (the client never re-sends it: :mod:`consumers.dataplane.connection`). Those entries
+would be stranded, and later entries of their keys handled first, if the unit simply read on. So any
+such failure marks the unit "resync needed", a read of entries that failed is not retried as such, and
+before the next read (of new entries, or of the next page of orphans) the unit re-reads its own pending
+entries in id order and handles them. The same re-read happens when the shard's *redeliver token*
+(returned by every read of new entries) changes: an operator asked for it.
+
+Handler failures follow the listener's :class:`~consumers.listener.ErrorPolicy`:
+
+* ``keep`` (the default): the error is logged with its traceback and counted, the entry stays pending,
+  the batch goes on. The unit remembers the entry so that a resync after a connection error does not
+  hand it out again (only a take-over, a rejoin or an operator's redeliver does).
+* ``redeliver``: the worker stops at the failed entry; the unit acks what was handled before it, waits
+  the backoff (interruptible by a stop), re-reads that one entry from its pending list (which bumps
+  Redis's delivery count) and carries on from it with the rest of the batch, still in order. Once the
+  entry's delivery count has reached ``max_deliveries`` and it fails again, the unit gives up on it:
+  it dead-letters it (``dead_letter=True``: copy and ack in one fenced script) or leaves it pending
+  with one ERROR, and goes on with the later entries.
+
+Told to *drain* (revoked, shutting down): the unit reads nothing more, the worker stops after the entry
+in flight, the unit acks what was handled and stops; the unhandled rest of the batch stays pending for
+the next owner to claim. Told to *abandon* (fenced): the same, minus the ack.
 
 While the member cannot be sure its lease holds (no heartbeat accepted for the lease TTL), the unit
 starts no handler call and reads nothing; it probes the fence (an ack of no entries) until the lease is
@@ -38,10 +58,12 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from consumers.dataplane import FenceStatus
 from consumers.errors import DataPlaneUnavailable
+from consumers.listener import ErrorPolicy
 from consumers.member.pool import PoolClosed, WorkerPool
 from consumers.member.state import ShardStart
 from consumers.runtime import Runtime
@@ -52,6 +74,8 @@ log = logging.getLogger("consumers.member")
 STALE_EPOCH_PAUSE_S = 0.02  # a heartbeat is on its way; the next try will likely carry the new epoch
 LEASE_PAUSE_S = 0.1  # the lease may have ended: probe the fence at this pace until it is renewed
 NOT_READABLE_PAUSE_S = 0.25  # strict ordering: the old shards this one waits for are still draining
+UNAVAILABLE_PAUSE_MIN_S = 0.05  # Redis unreachable: the first retry, doubling up to retry_backoff_max_ms
+MAX_SEQ = 2**64 - 1  # the largest sequence part of a stream entry id
 
 
 class UnitHost(Protocol):
@@ -65,12 +89,24 @@ class UnitHost(Protocol):
     def report_member_fenced(self, incarnation: int) -> None: ...
     def report_not_owner(self, shard: Shard, incarnation: int) -> None: ...
     def report_stale_epoch(self, incarnation: int) -> None: ...
-    def record(self, handled: int = 0, failed: int = 0, acked: int = 0) -> None: ...
+    def record(
+        self, handled: int = 0, failed: int = 0, acked: int = 0, dead_lettered: int = 0, redelivered: int = 0
+    ) -> None: ...
     def unit_stopped(self, unit: ShardUnit, failed: bool) -> None: ...
 
 
 class _Stopped(Exception):
     """The unit must stop (told to, or the data plane said so)."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What a worker did with a batch."""
+
+    handled: list[str] = field(default_factory=list)  # ids whose handler returned (to ack)
+    failed: list[str] = field(default_factory=list)  # ids whose handler raised
+    attempted: int = 0  # entries handed to the handler (a prefix of the batch)
+    failure: tuple[Any, str] | None = None  # "redeliver": the entry the batch stopped at, and its error
 
 
 class ShardUnit:
@@ -83,6 +119,7 @@ class ShardUnit:
         pool: WorkerPool,
         handler: Callable[[Any], Any],
         runtime: Runtime,
+        policy: ErrorPolicy | None = None,
         batch_hooks: Sequence[Callable[[], None]] = (),
     ) -> None:
         self.host = host
@@ -92,9 +129,17 @@ class ShardUnit:
         self.pool = pool
         self.handler = handler
         self.runtime = runtime
+        self.policy = policy or ErrorPolicy()
         self.batch_hooks = tuple(batch_hooks)
         self._stopping = threading.Event()  # drain or abandon: read nothing more
         self._abandoned = threading.Event()  # fenced: ack nothing either
+        # Unit-thread state (only the unit's own thread touches these).
+        self._resync_needed = False  # a call failed with an unknown outcome: re-read own pending first
+        self._token: str | None = None  # the shard's redeliver token, as first seen
+        self._kept: set[str] = set()  # failed entries left pending on purpose: a resync skips them
+        self._streak = ("", 0)  # "redeliver": (entry id, its consecutive failures), for the backoff
+        self._unavailable = 0  # consecutive DataPlaneUnavailable failures
+        self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
         self.thread = threading.Thread(target=self._run, name=f"{host.label}-{self.shard}", daemon=True)
 
     def start(self) -> None:
@@ -121,30 +166,34 @@ class ShardUnit:
             self.host.unit_stopped(self, failed)
 
     def _take_over(self) -> None:
-        count = self.runtime.batch_size
-        attempted: set[str] = set()  # claimed entries whose handler failed are ours now: not twice
         cursor = "0-0"
         while True:
-            result, cursor = self._call(self.dataplane.claim_orphans, count, cursor)
-            attempted.update(e.entry_id for e in result.entries)
+            if self._resync_needed:  # a claim whose reply was lost made its entries our own pending ones
+                self._resync("a claim failed")
+            claimed = self._call(self.dataplane.claim_orphans, self.runtime.batch_size, cursor, read=True)
+            if claimed is None:
+                continue
+            result, cursor = claimed
             self._process(result.entries)
             if cursor == "0-0":
                 break
         deleted = self._call(self.dataplane.delete_ghost_consumers)
         if deleted:
             log.debug("%s: shard %s: deleted %d idle consumers", self.host.label, self.shard, deleted)
-        after = "0-0"
-        while True:
-            result = self._call(self.dataplane.read_own_pending, count, after)
-            if not result.entries:
-                break
-            self._process([e for e in result.entries if e.entry_id not in attempted])
-            after = result.entries[-1].entry_id
+        self._resync()  # a rejoin keeps the member id: what its previous incarnation read is ours
 
     def _consume(self) -> None:
         idle_s = self.runtime.idle_backoff_min_ms / 1000
         while True:
-            result = self._call(self.dataplane.read, self.runtime.batch_size)
+            if self._resync_needed:
+                self._resync("a call failed and its outcome is unknown")
+            result = self._call(self.dataplane.read, self.runtime.batch_size, read=True)
+            if result is None:
+                continue  # the read may have delivered entries: resync before reading anything new
+            if self._redeliver_requested(result.redeliver_token):
+                self._kept.clear()  # the operator asks for every pending entry, kept ones included
+                first_new = result.entries[0].entry_id if result.entries else None
+                self._resync("an operator asked to redeliver", stop_before=first_new)
             if result.entries:
                 self._process(result.entries)
                 idle_s = self.runtime.idle_backoff_min_ms / 1000
@@ -152,53 +201,92 @@ class ShardUnit:
                 self._pause(idle_s)
                 idle_s = min(idle_s * 2, self.runtime.idle_backoff_max_ms / 1000)
 
+    def _redeliver_requested(self, token: str) -> bool:
+        """True when the shard's redeliver token differs from the one this unit first saw."""
+        if not token or token == self._token:
+            return False
+        first = self._token is None
+        self._token = token
+        return not first  # a new unit has just re-read its pending entries in the take-over
+
+    def _resync(self, reason: str = "", *, stop_before: str | None = None) -> None:
+        """Hand this member's own pending entries of the shard to the handler again, in id order (those
+        below ``stop_before`` only), except the ones left pending on purpose."""
+        self._resync_needed = False
+        if reason:
+            log.info("%s: shard %s: %s; re-reading own pending entries", self.host.label, self.shard, reason)
+        limit = _id_key(stop_before) if stop_before else None
+        after = "0-0"
+        while True:
+            result = self._call(self.dataplane.read_own_pending, self.runtime.batch_size, after)
+            page = [e for e in result.entries if limit is None or _id_key(e.entry_id) < limit]
+            self._process([e for e in page if e.entry_id not in self._kept])
+            if not page or len(page) < len(result.entries):
+                return
+            after = page[-1].entry_id
+
     # ---------------------------------------------------------------------------------------- batches
 
     def _process(self, entries: list[Any]) -> None:
         """Hand ``entries`` (in stream order) to a worker, ack what it handled. A batch cut short
         because the lease may have ended resumes once the lease is renewed (still in order); one cut
-        short by a stop stays pending for the next owner."""
+        short by a stop stays pending for the next owner; one stopped by a failed entry under the
+        "redeliver" policy resumes from that entry after the backoff."""
         while entries:
             try:
-                handled, attempted = self.pool.submit(self._run_batch, entries).result()
+                batch = self.pool.submit(self._run_batch, entries).result()
             except (CancelledError, PoolClosed):
                 raise _Stopped() from None  # the member is finishing: its pool is gone
-            if handled and not self._abandoned.is_set():
-                self._call(self.dataplane.ack, handled, ack=True)
-                self.host.record(acked=len(handled))
-            entries = entries[attempted:]
+            if batch.handled and not self._abandoned.is_set():
+                self._call(self.dataplane.ack, batch.handled, ack=True)
+                self.host.record(acked=len(batch.handled))
+            entries = entries[batch.attempted :]
+            if batch.failure is not None:
+                entries = self._after_failure(*batch.failure, entries)
+                continue
+            self._kept.update(batch.failed)  # "keep": pending on purpose
             if entries:
                 self._call(_lease_confirmed)  # returns once renewed; raises _Stopped on stop or fence
 
-    def _run_batch(self, entries: list[Any]) -> tuple[list[str], int]:
-        """On a worker thread: the handler, entry by entry, until done, told to stop, or the lease may
-        have ended. Returns the ids handled (to ack) and how many entries were attempted."""
+    def _run_batch(self, entries: list[Any]) -> _Batch:
+        """On a worker thread: the handler, entry by entry, until done, told to stop, the lease may have
+        ended, or (under "redeliver") an entry failed."""
         self._run_hooks()
-        handled: list[str] = []
-        failed = 0
-        attempted = 0
+        batch = _Batch()
         try:
             for entry in entries:
                 if self._stopping.is_set() or not self.host.lease_valid(self.incarnation):
                     break
-                attempted += 1
+                batch.attempted += 1
                 try:
                     self.handler(entry)
-                except Exception:
-                    failed += 1
-                    log.exception(
-                        "%s: handler failed on entry %s of shard %s (event %s); it stays pending",
-                        self.host.label,
-                        entry.entry_id,
-                        self.shard,
-                        getattr(entry, "event_id", "?"),
-                    )
+                except Exception as e:
+                    batch.failed.append(entry.entry_id)
+                    self._log_failure(entry)
+                    if self.policy.redeliver:
+                        batch.failure = (entry, f"{type(e).__name__}: {e}")
+                        break
                 else:
-                    handled.append(entry.entry_id)
+                    batch.handled.append(entry.entry_id)
         finally:
-            self.host.record(handled=len(handled), failed=failed)
+            self.host.record(handled=len(batch.handled), failed=len(batch.failed))
             self._run_hooks()
-        return handled, attempted
+        return batch
+
+    def _log_failure(self, entry: Any) -> None:
+        """Called in the handler's ``except`` block, so the traceback goes with it."""
+        if self.policy.redeliver:
+            what = f"delivery {_deliveries(entry)} of at most {self.policy.max_deliveries}"
+        else:
+            what = "it stays pending"
+        log.exception(
+            "%s: handler failed on entry %s of shard %s (event %s); %s",
+            self.host.label,
+            entry.entry_id,
+            self.shard,
+            getattr(entry, "event_id", "?"),
+            what,
+        )
 
     def _run_hooks(self) -> None:
         for hook in self.batch_hooks:
@@ -207,18 +295,87 @@ class ShardUnit:
             except Exception:
                 log.exception("%s: batch hook %r failed", self.host.label, hook)
 
+    # ---------------------------------------------------------------------------------------- "redeliver"
+
+    def _after_failure(self, entry: Any, error: str, rest: list[Any]) -> list[Any]:
+        """The "redeliver" policy, after ``entry`` failed: what to hand out next (``rest`` follows it)."""
+        if _deliveries(entry) >= self.policy.max_deliveries:
+            self._give_up(entry, error)
+            return rest
+        entry_id, failures = self._streak
+        failures = failures + 1 if entry_id == entry.entry_id else 1
+        self._streak = (entry.entry_id, failures)
+        if self._stopping.wait(self.policy.backoff_ms(failures) / 1000):
+            raise _Stopped()  # the entry and the rest stay pending for the next owner
+        again = self._reread(entry)
+        return [again, *rest] if again is not None else rest
+
+    def _reread(self, entry: Any) -> Any | None:
+        """``entry`` again, from this member's pending list: the read bumps its delivery count in Redis,
+        which is what ``max_deliveries`` is checked against (it survives restarts). Only this one
+        entry is read, so the rest of the batch (still in memory) is not counted as redelivered."""
+        result = self._call(self.dataplane.read_own_pending, 1, _predecessor(entry.entry_id))
+        if result.entries and result.entries[0].entry_id == entry.entry_id:
+            self.host.record(redelivered=1)
+            return result.entries[0]
+        log.info(
+            "%s: shard %s: entry %s is no longer pending for this member (acked or skipped meanwhile)",
+            self.host.label,
+            self.shard,
+            entry.entry_id,
+        )
+        return None
+
+    def _give_up(self, entry: Any, error: str) -> None:
+        deliveries = _deliveries(entry)
+        if not self.policy.dead_letter:
+            self._kept.add(entry.entry_id)
+            log.error(
+                "%s: shard %s: entry %s (event %s) gave up after %d deliveries; it stays pending: skip it "
+                "or fix the handler",
+                self.host.label,
+                self.shard,
+                entry.entry_id,
+                getattr(entry, "event_id", "?"),
+                deliveries,
+            )
+            return
+        # Fenced like an ack (allowed while the shard drains): it finishes the entry.
+        result = self._call(self.dataplane.dead_letter, entry.entry_id, error, ack=True)
+        if result.dead_lettered:
+            self.host.record(dead_lettered=1)
+            log.warning(
+                "%s: shard %s: entry %s (event %s) dead-lettered after %d deliveries as %s",
+                self.host.label,
+                self.shard,
+                entry.entry_id,
+                getattr(entry, "event_id", "?"),
+                result.deliveries,
+                result.dead_letter_id,
+            )
+        else:
+            log.info(
+                "%s: shard %s: entry %s not dead-lettered: %s",
+                self.host.label,
+                self.shard,
+                entry.entry_id,
+                result.outcome,
+            )
+
     # ---------------------------------------------------------------------------------------- data plane
 
-    def _call(self, operation: Callable[..., Any], *args: Any, ack: bool = False) -> Any:
+    def _call(self, operation: Callable[..., Any], *args: Any, ack: bool = False, read: bool = False) -> Any:
         """One fenced data-plane call at the member's current epoch; returns its result once OK.
 
         Acks go on while draining (the data plane allows acking a shard being revoked); everything
         else stops as soon as the unit is told to. While the lease may have ended (no heartbeat accepted
         for its TTL) nothing is read: the unit only *probes* the fence (an ack of no entries, which
         changes nothing) until the heartbeat thread renews the lease or the data plane says we are
-        fenced."""
-        backoff_s = 0.05
-        failures = 0
+        fenced.
+
+        ``DataPlaneUnavailable`` marks the unit "resync needed" and is retried after a backoff, except
+        for a ``read`` (of new entries or orphans): that returns None after the backoff, so the caller
+        re-reads its own pending entries before it reads anything else."""
         while True:
             if self._abandoned.is_set() or (self._stopping.is_set() and not ack):
                 raise _Stopped()
@@ -232,40 +389,48 @@ class ShardUnit:
                 else:
                     result = operation(self.host.member_id, epoch, self.shard, *args)
             except DataPlaneUnavailable as e:
-                failures += 1
-                level = logging.WARNING if failures & (failures - 1) == 0 else logging.DEBUG
-                log.log(
-                    level,
-                    "%s: shard %s: %s; retry %d in %.0f ms",
-                    self.host.label,
-                    self.shard,
-                    e,
-                    failures,
-                    backoff_s * 1000,
-                )
-                self._pause(backoff_s, ack=ack)
-                backoff_s = min(backoff_s * 2, self.runtime.retry_backoff_max_ms / 1000)
+                self._resync_needed = True
+                self._wait_out_unavailable(e, ack=ack)
+                if read:
+                    return None
                 continue
-            if failures:
-                log.info("%s: shard %s: Redis answers again", self.host.label, self.shard)
-                failures = 0
+            self._available_again()
             status = _status(result)
             if status is FenceStatus.OK:
                 if probing:
                     self._pause(LEASE_PAUSE_S)
                     continue
                 return result
-            if status is FenceStatus.MEMBER_FENCED:
-                self.host.report_member_fenced(self.incarnation)
-                raise _Stopped()
-            if status is FenceStatus.NOT_OWNER:
-                self.host.report_not_owner(self.shard, self.incarnation)
-                raise _Stopped()
-            if status is FenceStatus.STALE_EPOCH:
-                self.host.report_stale_epoch(self.incarnation)
-                self._pause(STALE_EPOCH_PAUSE_S, ack=ack)
-            else:  # NOT_READABLE
-                self._pause(NOT_READABLE_PAUSE_S, ack=ack)
+            self._on_refusal(status, ack=ack)
+
+    def _on_refusal(self, status: FenceStatus, *, ack: bool) -> None:
+        if status is FenceStatus.MEMBER_FENCED:
+            self.host.report_member_fenced(self.incarnation)
+            raise _Stopped()
+        if status is FenceStatus.NOT_OWNER:
+            self.host.report_not_owner(self.shard, self.incarnation)
+            raise _Stopped()
+        if status is FenceStatus.STALE_EPOCH:
+            self.host.report_stale_epoch(self.incarnation)
+            self._pause(STALE_EPOCH_PAUSE_S, ack=ack)
+        else:  # NOT_READABLE
+            self._pause(NOT_READABLE_PAUSE_S, ack=ack)
+
+    def _wait_out_unavailable(self, error: DataPlaneUnavailable, *, ack: bool) -> None:
+        self._unavailable += 1
+        n = self._unavailable
+        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG  # 1st, 2nd, 4th, 8th, ...
+        pause_s = self._unavailable_pause_s
+        log.log(level, "%s: shard %s: %s; retry %d in %.0f ms", self.host.label, self.shard, error, n,
+                pause_s * 1000)  # fmt: skip
+        self._pause(pause_s, ack=ack)
+        self._unavailable_pause_s = min(pause_s * 2, self.runtime.retry_backoff_max_ms / 1000)
+
+    def _available_again(self) -> None:
+        if self._unavailable:
+            log.info("%s: shard %s: Redis answers again", self.host.label, self.shard)
+            self._unavailable = 0
+            self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
 
     def _pause(self, seconds: float, *, ack: bool = False) -> None:
         """Sleep, waking early when the unit must stop (an ack retry wakes only when abandoned)."""
@@ -284,4 +449,21 @@ def _status(result: Any) -> FenceStatus:
         return _status(result[0])
     if isinstance(result, int):  # delete_ghost_consumers: a count (0 when fenced)
         return FenceStatus.OK
-    return FenceStatus(result.status)
+    return FenceStatus(result.status)  # ReadResult, DeadLetterResult
+
+
+def _deliveries(entry: Any) -> int:
+    return int(getattr(entry, "deliveries", 1))
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _predecessor(entry_id: str) -> str:
+    """The largest id below ``entry_id``: reading pending entries "after" it starts at ``entry_id``."""
+    ms, seq = _id_key(entry_id)
+    if seq:
+        return f"{ms}-{seq - 1}"
+    return f"{ms - 1}-{MAX_SEQ}" if ms else "0-0"

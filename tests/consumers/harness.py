@@ -139,10 +139,12 @@ class Cluster:
         coordinator: Any = None,
         client: redis.Redis | None = None,
         start: bool = True,
+        **listener_options: Any,
     ) -> Member:
+        """A member of the group; ``listener_options`` (``on_error=...``, ...) go to its Listener."""
         index = self._next
         self._next += 1
-        item = Listener(handler, stream_prefix=PREFIX, consumer_group=GROUP, name="bill")
+        item = Listener(handler, stream_prefix=PREFIX, consumer_group=GROUP, name="bill", **listener_options)
         m = Member(
             listener=item,
             index=index,

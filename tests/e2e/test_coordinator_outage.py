@@ -155,7 +155,8 @@ def test_a_coordinator_outage_longer_than_the_lease_stops_consumption_until_it_r
     after = stack.describe()
     old = {m["member_id"]: m["member_epoch"] for m in live(before)}
     assert {m["member_id"] for m in live(after)} == set(old)  # same ids, new incarnations
-    assert all(m["member_epoch"] > old[m["member_id"]] for m in live(after))
+    epochs = {m["member_id"]: (old[m["member_id"]], m["member_epoch"]) for m in live(after)}
+    assert all(new > was for was, new in epochs.values()), (epochs, before, after)
 
     report = finish(producer, logs)
     assert (report.lost, report.out_of_order, report.overlaps) == ([], [], []), report.summary()

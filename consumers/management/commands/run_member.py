@@ -114,11 +114,19 @@ def _coordinator_factory(runtime: Runtime) -> Callable[[], CoordinatorClient]:
 
 def _describe(selected: list[Listener], runtime: Runtime) -> None:
     for item in selected:
+        policy = item.error_policy
+        on_error = (
+            f"redeliver (max_deliveries {policy.max_deliveries}, backoff {policy.redeliver_backoff_ms} ms, "
+            f"dead_letter {policy.dead_letter})"
+            if policy.redeliver
+            else "keep"
+        )
         log.info(
-            "listener %s: %s/%s, %d member(s), runtime max concurrency %d",
+            "listener %s: %s/%s, %d member(s), runtime max concurrency %d, on_error %s",
             item.name,
             item.stream_prefix,
             item.consumer_group,
             item.concurrency,
             runtime.max_concurrency,
+            on_error,
         )

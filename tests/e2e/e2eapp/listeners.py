@@ -88,3 +88,16 @@ def handle(entry: Any) -> None:
         "sent_ns": payload.get("sent_ns"),  # the producer's wall clock, when it stamps its events
     }
     os.write(_fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+# The opt-in error policies (docs/protocol.md section 14): a poison event is tried three times, then
+# dead-lettered; the same handler otherwise.
+handle_with_dead_letters = listener(
+    stream_prefix=STREAM_PREFIX,
+    consumer_group=CONSUMER_GROUP,
+    name="e2e_dlq",
+    on_error="redeliver",
+    max_deliveries=3,
+    dead_letter=True,
+    redeliver_backoff_ms=50,
+)(handle.fn)

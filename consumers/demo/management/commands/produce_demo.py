@@ -6,10 +6,10 @@ import signal
 import threading
 from typing import Any
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from consumers.dataplane import redis_client
 from consumers.errors import ConsumersError
 from consumers.producer import Producer
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        producer = Producer(redis.Redis.from_url(settings.REDIS_URL))
+        producer = Producer(redis_client(settings.REDIS_URL))
         n = 0
         while not stop.wait(interval_ms / 1000):
             try:
