@@ -9,7 +9,9 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from coordinator.protocol.errors import InvalidRequest
 from coordinator.protocol.model import (
+    MAX_ENTRY_IDS,
     MAX_MAX_CONCURRENCY,
     MAX_MAX_LEN,
     MAX_RETENTION_MS,
@@ -18,6 +20,7 @@ from coordinator.protocol.model import (
     MIN_MAX_LEN,
     OrderingMode,
     RetentionPolicy,
+    validate_entry_ids,
 )
 
 
@@ -60,8 +63,6 @@ class ShardCountForm(forms.Form):
 # ------------------------------------------------------------------------------------------ entry lifecycle
 # Each action's reason is stored in the audit trail by coordinator/operations.py (1..500 characters).
 
-ENTRY_ID_RE = re.compile(r"\d+-\d+")
-MAX_ENTRY_IDS = 1000  # per skip, replay or purge request: the Admin API's bound
 MAX_REASON_CHARS = 500
 MAX_OLDER_THAN_S = MAX_RETENTION_MS // 1000
 
@@ -77,17 +78,20 @@ def reason_field(*, required: bool) -> forms.CharField:
 
 def parse_entry_ids(values: list[str]) -> list[str]:
     """Stream entry ids (``1700000000000-0``) from inputs that may each hold several, separated by
-    spaces, commas or new lines; order kept, duplicates dropped. ValidationError on anything else."""
+    spaces, commas or new lines; order kept, duplicates dropped, each checked and written the way the
+    protocol core does (``validate_entry_ids``). ValidationError on anything else."""
     ids: dict[str, None] = {}
     for value in values:
         for token in re.split(r"[\s,]+", value.strip()):
             if not token:
                 continue
-            if not ENTRY_ID_RE.fullmatch(token):
+            try:
+                (canonical,) = validate_entry_ids([token], "entry_ids")
+            except InvalidRequest as e:
                 raise ValidationError(
                     f"{token!r} is not a stream entry id (written like 1700000000000-0)", code="invalid"
-                )
-            ids[token] = None
+                ) from e
+            ids[canonical] = None
     if len(ids) > MAX_ENTRY_IDS:
         raise ValidationError(f"at most {MAX_ENTRY_IDS} entry ids at a time; got {len(ids)}", code="max")
     return list(ids)

@@ -21,10 +21,11 @@ and wraps every URL below in ``admin_site.admin_view``. Under ``<admin>/admin_ui
 
 The prefix-wide actions are requested from a group's page (like the shard-count change) so that the
 operator lands back on it. Reading for display goes through the store (``describe_group``,
-``dead_letters``, ``prefix_usage``, ``unconsumed_for_release``; pending entries through
-:mod:`admin_ui.entries`). Every change goes through ONE function of :mod:`coordinator.operations`,
-which authorizes, writes the audit row first (fail closed), acts and records the outcome: these views
-never write the audit trail themselves, so the pages and the Admin API cannot audit differently.
+``dead_letters``, ``prefix_usage``, ``unconsumed_for_release``, ``pending_entries``: the skip's own
+selection, run read-only, so a confirmation lists exactly what the skip would take). Every change goes
+through ONE function of :mod:`coordinator.operations`, which authorizes, writes the audit row first
+(fail closed), acts and records the outcome: these views never write the audit trail themselves, so
+the pages and the Admin API cannot audit differently.
 
 Pages need ``admin_ui.view_groups``, the forms and actions ``coordinator.manage_groups``; every action
 is ``require_POST`` and CSRF-protected, and a destructive one answers its first POST with a
@@ -34,6 +35,7 @@ error message (or an error page when nothing can be drawn), never a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -44,13 +46,11 @@ from django.views.decorators.http import require_POST
 
 from coordinator import operations
 from coordinator.protocol.errors import CoordinatorError, GroupNotFound, InvalidRequest, UnknownShard
-from coordinator.protocol.model import RetentionPolicy
+from coordinator.protocol.model import ENTRY_ID_RE, MAX_ENTRY_IDS, RetentionPolicy
 from coordinator.store import get_store
 
-from . import access, entries, presenters
+from . import access, presenters
 from .forms import (
-    ENTRY_ID_RE,
-    MAX_ENTRY_IDS,
     DeadLetterPurgeForm,
     DeadLetterReplayForm,
     DeletePrefixForm,
@@ -135,9 +135,7 @@ class LifecycleViews:
             store = get_store()
             view = store.describe_group(stream_prefix, consumer_group)
             row = _backlog_row(view, shard)
-            pending, _ = entries.pending_entries(
-                store, stream_prefix, consumer_group, shard, limit=PENDING_SHOWN
-            )
+            pending = store.pending_entries(stream_prefix, consumer_group, shard, limit=PENDING_SHOWN)
         except CoordinatorError as e:
             messages.error(request, error_text(e))
             return to_detail(stream_prefix, consumer_group)
@@ -145,7 +143,7 @@ class LifecycleViews:
             "title": f"Shard {shard}: {stream_prefix} / {consumer_group}",
             "shard": shard,
             "row": row,
-            "pending": presenters.pending_rows(pending, view["now_ms"]),
+            "pending": presenters.pending_rows(pending["entries"]),
             "pending_shown": PENDING_SHOWN,
             "redeliver_form": redeliver_form or RedeliverForm(),
             "skip_form": skip_form or SkipForm(),
@@ -162,16 +160,15 @@ class LifecycleViews:
         form = RedeliverForm(request.POST)
         if not form.is_valid():
             return self.shard_view(request, stream_prefix, consumer_group, shard, redeliver_form=form)
-        try:
-            result = operations.redeliver(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                consumer_group,
-                shard,
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.redeliver,
+            stream_prefix,
+            consumer_group,
+            shard,
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return to_detail(stream_prefix, consumer_group)
         who = (
             f"its owner {result['owner']} re-reads"
@@ -196,18 +193,17 @@ class LifecycleViews:
         ids, older_than_s = form.cleaned_data["entry_ids"], form.cleaned_data["older_than_s"]
         if request.POST.get("confirm") != "yes":
             return self._confirm_skip(request, stream_prefix, consumer_group, shard, form)
-        try:
-            result = operations.skip_entries(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                consumer_group,
-                shard,
-                entry_ids=ids or None,
-                older_than_ms=None if ids else older_than_s * 1000,
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.skip_entries,
+            stream_prefix,
+            consumer_group,
+            shard,
+            entry_ids=ids or None,
+            older_than_ms=None if ids else older_than_s * 1000,
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return to_detail(stream_prefix, consumer_group)
         skipped = [s["id"] for s in result["skipped"]]
         messages.success(
@@ -223,22 +219,18 @@ class LifecycleViews:
     ) -> HttpResponse:
         ids, older_than_s = form.cleaned_data["entry_ids"], form.cleaned_data["older_than_s"]
         try:
-            store = get_store()
-            view = store.describe_group(stream_prefix, consumer_group)
-            _backlog_row(view, shard)
-            found, missing = entries.pending_entries(
-                store,
+            selection = get_store().pending_entries(
                 stream_prefix,
                 consumer_group,
                 shard,
                 entry_ids=ids or None,
                 older_than_ms=None if ids else older_than_s * 1000,
-                now_ms=view["now_ms"],
                 limit=MAX_ENTRY_IDS,
             )
         except CoordinatorError as e:
             messages.error(request, error_text(e))
             return to_detail(stream_prefix, consumer_group)
+        found, missing = selection["entries"], selection["not_pending"]
         if missing:
             form.add_error("entry_ids", f"Not pending for this group on {shard}: {', '.join(missing)}.")
             return self.shard_view(request, stream_prefix, consumer_group, shard, skip_form=form)
@@ -250,7 +242,7 @@ class LifecycleViews:
         context = {
             "title": f"Skip {_plural(len(found), 'entry', 'entries')} of shard {shard}?",
             "shard": shard,
-            "entries": presenters.pending_rows(found, view["now_ms"]),
+            "entries": presenters.pending_rows(found),
             "entry_ids": " ".join(e["id"] for e in found),
             "reason": form.cleaned_data["reason"],
             "older_than_s": None if ids else older_than_s,
@@ -269,16 +261,15 @@ class LifecycleViews:
         form = ReleaseDrainForm(request.POST) if request.POST.get("confirm") == "yes" else None
         if form is None or not form.is_valid():
             return self._confirm_release_drain(request, stream_prefix, consumer_group, form)
-        try:
-            result = operations.release_drain(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                consumer_group,
-                confirm_unconsumed=form.cleaned_data["confirm_unconsumed"],
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.release_drain,
+            stream_prefix,
+            consumer_group,
+            confirm_unconsumed=form.cleaned_data["confirm_unconsumed"],
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return to_detail(stream_prefix, consumer_group)
         messages.success(
             request,
@@ -377,16 +368,15 @@ class LifecycleViews:
         if not form.is_valid():
             messages.error(request, _form_errors(form))
             return _to_dead_letters(stream_prefix, consumer_group)
-        try:
-            result = operations.replay_dead_letters(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                consumer_group,
-                form.cleaned_data["ids"],
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.replay_dead_letters,
+            stream_prefix,
+            consumer_group,
+            form.cleaned_data["ids"],
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return _to_dead_letters(stream_prefix, consumer_group)
         replayed = result["replayed"]
         messages.success(
@@ -408,16 +398,15 @@ class LifecycleViews:
             return _to_dead_letters(stream_prefix, consumer_group)
         if not confirming or form.errors:
             return self._confirm_purge(request, stream_prefix, consumer_group, form)
-        try:
-            result = operations.purge_dead_letters(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                consumer_group,
-                form.selection(),
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.purge_dead_letters,
+            stream_prefix,
+            consumer_group,
+            form.selection(),
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return _to_dead_letters(stream_prefix, consumer_group)
         messages.success(
             request,
@@ -463,15 +452,14 @@ class LifecycleViews:
             policy = None
         if policy is None:
             return self.actions_view(request, stream_prefix, consumer_group, retention_form=form)
-        try:
-            operations.set_retention(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                policy,
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        done = _act(
+            request,
+            operations.set_retention,
+            stream_prefix,
+            policy,
+            reason=form.cleaned_data["reason"],
+        )
+        if done is None:
             return to_detail(stream_prefix, consumer_group)
         messages.success(request, f"Retention of stream prefix {stream_prefix} set: {_policy_text(policy)}.")
         return to_detail(stream_prefix, consumer_group)
@@ -496,15 +484,14 @@ class LifecycleViews:
                 )
         if not confirming or not form.is_valid():
             return self._confirm_delete_prefix(request, stream_prefix, consumer_group, form)
-        try:
-            result = operations.delete_prefix(
-                operations.actor_from_admin_request(request),
-                stream_prefix,
-                force=form.cleaned_data["force"],
-                reason=form.cleaned_data["reason"],
-            )
-        except CoordinatorError as e:
-            messages.error(request, error_text(e))
+        result = _act(
+            request,
+            operations.delete_prefix,
+            stream_prefix,
+            force=form.cleaned_data["force"],
+            reason=form.cleaned_data["reason"],
+        )
+        if result is None:
             return to_detail(stream_prefix, consumer_group)
         messages.success(
             request,
@@ -535,6 +522,17 @@ class LifecycleViews:
             consumer_group,
             status=400 if form.is_bound else 200,
         )
+
+
+def _act(request: HttpRequest, action: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+    """Make one change through ``action`` of :mod:`coordinator.operations` as the request's user (it
+    authorizes, audits and acts); returns its result, or None when it was refused, the reason having
+    become the page's error message."""
+    try:
+        return action(operations.actor_from_admin_request(request), *args, **kwargs)
+    except CoordinatorError as e:
+        messages.error(request, error_text(e))
+        return None
 
 
 def _backlog_row(view: dict[str, Any], shard: str) -> dict[str, Any]:

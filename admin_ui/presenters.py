@@ -466,12 +466,12 @@ def dead_letter_row(dl: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def pending_rows(entries: list[Mapping[str, Any]], now_ms: int) -> list[dict[str, Any]]:
-    """Pending entries (``admin_ui.entries``) with their age and a preview of their fields."""
+def pending_rows(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Pending entries (``MetadataStore.pending_entries``) with their age and a preview of their fields."""
     return [
         {
             **e,
-            "age": duration(now_ms - int(e["id"].split("-")[0])),
+            "age": duration(e["age_ms"]),
             "preview": "(no longer in the stream)" if e["fields"] is None else preview(e["fields"]),
         }
         for e in entries

@@ -55,9 +55,15 @@ from admin_ui.models import AuditEntry
 from coordinator.api.auth import Role, TokenPrincipal, role_of
 from coordinator.api.errors import ApiErrorCode
 from coordinator.protocol.errors import CoordinatorError, InvalidRequest
-from coordinator.protocol.model import RetentionPolicy, Shard, validate_identifier
+from coordinator.protocol.model import (
+    MAX_ENTRY_IDS,
+    MAX_RETENTION_MS,
+    RetentionPolicy,
+    Shard,
+    validate_entry_ids,
+    validate_identifier,
+)
 from coordinator.store import MetadataStore, get_store
-from coordinator.store.backlog import MAX_AGE_MS, MAX_ENTRY_IDS, validate_entry_ids
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +72,7 @@ Source = AuditEntry.Source
 
 MAX_REASON_CHARS = 500
 MAX_IDS = MAX_ENTRY_IDS  # entry ids of one skip, dead-letter ids of one replay or purge (1000)
-MAX_SKIP_AGE_MS = MAX_AGE_MS  # one year
+MAX_SKIP_AGE_MS = MAX_RETENTION_MS  # one year, like the store's bound for older_than_ms
 MAX_CONFIRM_UNCONSUMED = 2**53  # the largest integer every JSON implementation represents exactly
 DEFAULT_AUDIT_RETENTION_DAYS = 365
 
@@ -149,7 +155,8 @@ def validate_reason(reason: Any, *, required: bool) -> str:
 
 
 def validate_entry_id(value: Any, field: str = "entry_id") -> str:
-    """A Redis stream entry id ``<ms>-<seq>`` (the store's rule: both parts decimal, below 2**64)."""
+    """A Redis stream entry id ``<ms>-<seq>`` (the protocol core's rule: both parts decimal, below 2**64;
+    returned in canonical form)."""
     return validate_entry_ids([value], field)[0]
 
 

@@ -20,9 +20,12 @@ the stream holds at that moment. So no entry point needs a lock or leader electi
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from django.conf import settings
 
@@ -197,3 +200,30 @@ class TickLoop:
         self.failures = 0
         self.ticks += 1
         return True
+
+
+@contextmanager
+def stopped_by_signals(loop: TickLoop) -> Iterator[list[str]]:
+    """While inside: SIGTERM and SIGINT stop ``loop`` after its current run (``manage.py run_tick`` and
+    ``run_retention``). Yields the list the names of the signals received are appended to; the
+    previous handlers are back on exit.
+
+    Only the main thread may set handlers: from another thread nothing is installed, and the loop stops
+    through ``loop.stop()``. The handler only records and sets a flag: no logging or I/O in signal
+    context.
+    """
+    received: list[str] = []
+    previous: dict[int, Any] = {}
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        loop.stop()
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

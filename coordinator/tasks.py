@@ -5,6 +5,7 @@ config/settings.py); each beat expires at the next one, so a backlog is dropped 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from celery import shared_task
 
@@ -21,12 +22,7 @@ def tick() -> None:
     next beat is the retry, and raising would only add a traceback per beat while Redis is down. Any
     other exception is a bug and fails the task (Celery logs it); the worker keeps running either way.
     """
-    try:
-        service.run_tick()
-    except Exception as error:
-        if not service.is_retriable(error):
-            raise
-        log.warning("tick skipped, the next beat retries: %s", error)
+    _beat(service.run_tick, "tick")
 
 
 @shared_task(name="coordinator.tasks.retention", ignore_result=True)
@@ -34,11 +30,16 @@ def retention() -> None:
     """One retention pass and the audit prune (coordinator.service.run_retention). Its own task, never
     part of the tick: trimming streams must not delay lease expiry. Idempotent, bounded per run.
 
-    Failures are handled like the tick's: retriable ones are a warning (the next beat retries), anything
-    else fails the task."""
+    Failures are handled like the tick's (:func:`_beat`)."""
+    _beat(service.run_retention, "retention pass")
+
+
+def _beat(run: Callable[[], object], what: str) -> None:
+    """One beat's work. A retriable failure is a warning: the next beat is the retry. Anything else is a
+    bug and propagates: Celery fails the task and logs it."""
     try:
-        service.run_retention()
+        run()
     except Exception as error:
         if not service.is_retriable(error):
             raise
-        log.warning("retention pass skipped, the next beat retries: %s", error)
+        log.warning("%s skipped, the next beat retries: %s", what, error)

@@ -92,10 +92,14 @@ class ReleaseDrain:
 
     Every shard of every draining version that the group has not drained is marked drained for it;
     its unconsumed entries there are abandoned (the store shows their count before it commits this).
+    ``shards``, when given, are the shards that count covered: the release is refused
+    (``CONFIRMATION_MISMATCH``) if the group has any other undrained shard by the time it commits (the
+    migration completed and another started in between), so nothing is abandoned unseen.
     """
 
     stream_prefix: str
     consumer_group: str
+    shards: frozenset[Shard] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,7 +210,7 @@ def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
     if isinstance(command, ReportDrained):
         return Outcome(state=mark_drained(prefix, command.consumer_group, command.shards, now_ms))
     if isinstance(command, ReleaseDrain):
-        return Outcome(state=release_drain(prefix, command.consumer_group, now_ms))
+        return Outcome(state=release_drain(prefix, command.consumer_group, now_ms, command.shards))
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 

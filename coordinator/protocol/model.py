@@ -59,6 +59,36 @@ def require_int_in_range(value: object, what: str, low: int, high: int) -> int:
     return value
 
 
+# Redis stream entry ids, as operators and the Admin API give them (docs/protocol.md section 14).
+ENTRY_ID_RE = re.compile(r"\d+-\d+", re.ASCII)  # not other scripts' digits: Redis takes ASCII only
+MAX_ENTRY_IDS = 1000  # per skip, replay or purge request
+_U64 = 2**64
+
+
+def entry_id_key(entry_id: str) -> tuple[int, int]:
+    """``"<ms>-<seq>"`` as a pair of integers, which sorts like Redis sorts ids."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
+
+def validate_entry_ids(ids: object, field: str) -> list[str]:
+    """1..1000 stream ids ``<ms>-<seq>`` (fullmatch, each part < 2**64), in canonical form (Redis reads
+    ``05-0`` as ``5-0``: written once, an id cannot be listed twice or reported back differently);
+    duplicates dropped, order kept. ``InvalidRequest`` naming ``field`` otherwise."""
+    if not isinstance(ids, list | tuple) or not 1 <= len(ids) <= MAX_ENTRY_IDS:
+        raise InvalidRequest(f"{field} must be a list of 1 to {MAX_ENTRY_IDS} entry ids", field=field)
+    canonical: list[str] = []
+    for value in ids:
+        if not isinstance(value, str) or not ENTRY_ID_RE.fullmatch(value) or max(entry_id_key(value)) >= _U64:
+            raise InvalidRequest(
+                f"{field}: an entry id is written '<ms>-<seq>', like '1718000000000-0'; got {value!r}",
+                field=field,
+            )
+        ms, seq = entry_id_key(value)
+        canonical.append(f"{ms}-{seq}")
+    return list(dict.fromkeys(canonical))
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Shard:
     """One Redis stream: shard ``index`` of routing version ``version``."""

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from .errors import (
+    ConfirmationMismatch,
     GroupHasLiveMembers,
     MigrationInProgress,
     MigrationNotActive,
@@ -160,13 +161,17 @@ def undrained_shards(state: PrefixState, consumer_group: str) -> tuple[Shard, ..
     )
 
 
-def release_drain(state: PrefixState, consumer_group: str, now_ms: int) -> PrefixState:
+def release_drain(
+    state: PrefixState, consumer_group: str, now_ms: int, expected: frozenset[Shard] | None = None
+) -> PrefixState:
     """An operator gives up on ``consumer_group`` draining the old version (it has no live members).
 
     Checked in this order, each refusal changing nothing: the group has live members
     (``GroupHasLiveMembers``); no migration is active, or the group has drained everything already
-    (``MigrationNotActive``). Otherwise every undrained shard is marked drained for the group (one
-    bump), which completes the migration if no other group holds it back.
+    (``MigrationNotActive``); ``expected`` (the shards whose unconsumed entries the operator was shown)
+    does not cover every undrained shard (``ConfirmationMismatch``: the migration the operator looked
+    at completed and another one started since). Otherwise every undrained shard is marked drained for
+    the group (one bump), which completes the migration if no other group holds it back.
 
     Why only without live members: a live member may be reading those shards right now; releasing them
     under it would drop entries it is about to handle. With nobody reading, the drain can never finish
@@ -196,6 +201,16 @@ def release_drain(state: PrefixState, consumer_group: str, now_ms: int) -> Prefi
             f"{migration.from_version} to {migration.to_version}",
             stream_prefix=state.topology.stream_prefix,
             consumer_group=consumer_group,
+        )
+    unseen = sorted(set(undrained) - expected) if expected is not None else []
+    if unseen:
+        raise ConfirmationMismatch(
+            f"group {consumer_group!r} now also has {shard_ranges(unseen)} to drain, whose entries were "
+            "not counted in the confirmation (the migration changed): look again and confirm the current "
+            "figure",
+            stream_prefix=state.topology.stream_prefix,
+            consumer_group=consumer_group,
+            shards=[str(s) for s in unseen],
         )
     return mark_drained(state, consumer_group, undrained, now_ms)
 

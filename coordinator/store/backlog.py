@@ -19,22 +19,24 @@ exists and the shard's version is still ACTIVE or DRAINING (``operator_checks.lu
 action changes nothing and an action racing a group deletion leaves nothing behind:
 
 * ``skip_entries``: acknowledge listed ids (all must be pending, or none is acked) or every pending
-  entry older than an age, returning their fields for the audit record (``skip.lua``);
+  entry older than an age, returning their fields for the audit record (``skip.lua``).
+  ``pending_entries`` runs the same script's selection read-only: what a skip with the same arguments
+  would acknowledge now (a confirmation page lists it, then skips exactly those ids);
 * ``redeliver``: bump the shard's counter in ``rsc:{P}:rd:<G>``; the owner re-reads its pending entries
   when its fenced read returns a new value (``redeliver.lua``);
 * ``release_drain``: the core command :class:`ReleaseDrain`, after the count the operator confirmed is
-  checked against the current one; then the group's Redis consumer groups on the released shards are
+  checked against the current one, naming the shards that count covered (the core refuses if the group
+  has others by commit time); then the group's Redis consumer groups on the released shards are
   destroyed (the group will never read them again, and they would hold back the deletion of the
-  retired version's streams).
+  retired version's streams) by ``forget_released.lua``, which re-checks that the group as it is then
+  has them drained: a group deleted and created again meanwhile keeps the consumer groups it needs.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,36 +55,30 @@ from coordinator.protocol.errors import (
     UnknownShard,
 )
 from coordinator.protocol.model import (
+    MAX_ENTRY_IDS,
+    MAX_RETENTION_MS,
     Group,
     PrefixState,
     Shard,
     VersionState,
     require_int_in_range,
+    validate_entry_ids,
     validate_identifier,
 )
 from coordinator.protocol.resharding import release_drain, undrained_shards
 
 from . import codec
+from .replies import text
+from .replies import translate_redis_errors as redis_errors
 
 log = logging.getLogger(__name__)
 _DIR = Path(__file__).resolve().parent
-ENTRY_ID_RE = re.compile(r"\d+-\d+", re.ASCII)  # not other scripts' digits: Redis takes ASCII only
-MAX_ENTRY_IDS = 1000
-MAX_AGE_MS = 31_536_000_000  # one year: the largest older_than_ms
+MAX_AGE_MS = MAX_RETENTION_MS  # one year: the largest older_than_ms
 MAX_FIELD_CHARS = 4096
 PENDING_SAMPLE = 100  # the oldest pending entries read per shard for the backlog's max_deliveries
-_U64 = 2**64
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def redis_errors() -> AbstractContextManager[None]:
-    """``redis_store._translate_redis_errors``, imported at call time: redis_store imports this module
-    while its own module body is still running."""
-    from .redis_store import _translate_redis_errors
-
-    return _translate_redis_errors()
 
 
 @functools.cache
@@ -99,30 +95,8 @@ def operator_script(store: Any, name: str) -> Script:
     return script
 
 
-def text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def entry_id_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
-
-
-def entry_id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq)
-
-
-def validate_entry_ids(ids: object, field: str) -> list[str]:
-    """1..1000 stream ids ``<ms>-<seq>`` (fullmatch, each part < 2**64); duplicates dropped, order kept."""
-    if not isinstance(ids, list | tuple) or not 1 <= len(ids) <= MAX_ENTRY_IDS:
-        raise InvalidRequest(f"{field} must be a list of 1 to {MAX_ENTRY_IDS} entry ids", field=field)
-    for value in ids:
-        if not isinstance(value, str) or not ENTRY_ID_RE.fullmatch(value) or max(entry_id_key(value)) >= _U64:
-            raise InvalidRequest(
-                f"{field}: an entry id is written '<ms>-<seq>', like '1718000000000-0'; got {value!r}",
-                field=field,
-            )
-    return list(dict.fromkeys(ids))
 
 
 def decode_fields(flat_or_pairs: Iterable[Any]) -> dict[str, str]:
@@ -258,7 +232,9 @@ class BacklogMixin:
             lag = info.get("lag")
             base[(name, shard)] = _Figures(
                 length=length,
-                lag=None if lag is None else int(lag),
+                # Redis keeps counting entries an opt-in cap trimmed before the group read them (a
+                # sealed stream trimmed empty still reports its old lag): none can be beyond the length.
+                lag=None if lag is None else min(int(lag), length),
                 pending=int(info.get("pending") or 0),
                 last_delivered_id=text(info.get("last-delivered-id", b"0-0")),
             )
@@ -397,7 +373,7 @@ class BacklogMixin:
             return ()
         return undrained_shards(state, consumer_group)
 
-    # -- skip ------------------------------------------------------------------------------------------
+    # -- skip, and what a skip would take -------------------------------------------------------------
 
     def skip_entries(
         self,
@@ -415,42 +391,98 @@ class BacklogMixin:
         old by Redis ``TIME``, at most ``limit``."""
         if (entry_ids is None) == (older_than_ms is None):
             raise InvalidRequest("give exactly one of entry_ids and older_than_ms", field="entry_ids")
-        require_int_in_range(limit, "limit", 1, MAX_ENTRY_IDS)
-        if entry_ids is not None:
-            ids = validate_entry_ids(entry_ids, "entry_ids")
-            if len(ids) > limit:
-                raise InvalidRequest(f"at most limit={limit} entry ids", field="entry_ids")
-            mode_args = ["ids", str(limit), *ids]
-        else:
-            require_int_in_range(older_than_ms, "older_than_ms", 0, MAX_AGE_MS)
-            mode_args = ["older", str(limit), str(older_than_ms)]
-        _now, state, _group = self._load_group(stream_prefix, consumer_group)
-        parsed = require_shard(state, shard)
-        keys = [codec.meta_key(stream_prefix), codec.stream_key(stream_prefix, parsed)]
-        with redis_errors():
-            reply = operator_script(self, "skip")(
-                keys=keys, args=[consumer_group, str(parsed.version), *mode_args]
-            )
-        status = text(reply[0])
-        if status == "NOT_PENDING":
-            missing = [text(i) for i in reply[1]]
+        parsed, rows, missing, _now = self._select(
+            "skip", stream_prefix, consumer_group, shard, entry_ids, older_than_ms, limit
+        )
+        if missing:
             raise EntryNotPending(
                 f"not pending for group {consumer_group!r} on {parsed}: {', '.join(missing[:10])}"
                 f"{', ...' if len(missing) > 10 else ''}; nothing was skipped",
                 entry_ids=missing,
                 shard=str(parsed),
             )
-        self._raise_for_status(status, stream_prefix, consumer_group, parsed)
         skipped = [
             {
                 "id": text(entry_id),
                 "consumer": text(consumer),
                 "deliveries": int(deliveries),
-                "fields": decode_fields(flat),
+                "fields": decode_fields(flat or ()),  # {} for an entry trimmed while pending
             }
-            for entry_id, consumer, deliveries, flat in reply[1]
+            for entry_id, consumer, _idle, deliveries, flat in rows
         ]
         return {"shard": str(parsed), "skipped": skipped}
+
+    def pending_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        """Read-only: the pending entries :meth:`skip_entries` with the same arguments would acknowledge
+        now (the same script's selection, so the two cannot differ), or with neither ``entry_ids`` nor
+        ``older_than_ms`` the ``limit`` oldest pending entries. Returns ``{"shard", "entries": [{"id",
+        "consumer", "deliveries", "idle_ms", "age_ms", "fields"}], "not_pending": [ids]}``: ``fields``
+        is None for an entry deleted from the stream while pending; ``not_pending`` holds the listed
+        ids that are not pending (where a skip would refuse). A shard the group has no Redis consumer
+        group on (released from a drain) has nothing pending."""
+        if entry_ids is not None and older_than_ms is not None:
+            raise InvalidRequest("give at most one of entry_ids and older_than_ms", field="entry_ids")
+        parsed, rows, missing, now_ms = self._select(
+            "list", stream_prefix, consumer_group, shard, entry_ids, older_than_ms, limit
+        )
+        entries = [
+            {
+                "id": text(entry_id),
+                "consumer": text(consumer),
+                "deliveries": int(deliveries),
+                "idle_ms": int(idle),
+                "age_ms": max(0, now_ms - entry_id_ms(text(entry_id))),
+                "fields": None if flat is None else decode_fields(flat),
+            }
+            for entry_id, consumer, idle, deliveries, flat in rows
+        ]
+        return {"shard": str(parsed), "entries": entries, "not_pending": missing}
+
+    def _select(
+        self,
+        action: str,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        entry_ids: list[str] | None,
+        older_than_ms: int | None,
+        limit: int,
+    ) -> tuple[Shard, list[Any], list[str], int]:
+        """Run ``skip.lua``'s selection (``action`` 'skip' or 'list'): the shard, the selected rows
+        ``(id, consumer, idle ms, deliveries, flat fields | None)``, the listed ids not pending and Redis
+        time. Validation first: a refused request reads nothing."""
+        require_int_in_range(limit, "limit", 1, MAX_ENTRY_IDS)
+        if entry_ids is not None:
+            ids = validate_entry_ids(entry_ids, "entry_ids")
+            if len(ids) > limit:
+                raise InvalidRequest(f"at most limit={limit} entry ids", field="entry_ids")
+            mode_args = ["ids", str(limit), *ids]
+        elif older_than_ms is not None:
+            require_int_in_range(older_than_ms, "older_than_ms", 0, MAX_AGE_MS)
+            mode_args = ["older", str(limit), str(older_than_ms)]
+        else:
+            mode_args = ["oldest", str(limit)]
+        _now, state, _group = self._load_group(stream_prefix, consumer_group)
+        parsed = require_shard(state, shard)
+        keys = [codec.meta_key(stream_prefix), codec.stream_key(stream_prefix, parsed)]
+        with redis_errors():
+            reply = operator_script(self, "skip")(
+                keys=keys, args=[consumer_group, str(parsed.version), action, *mode_args]
+            )
+        status = text(reply[0])
+        if status == "NOT_PENDING":
+            return parsed, [], [text(i) for i in reply[1]], 0
+        self._raise_for_status(status, stream_prefix, consumer_group, parsed)
+        return parsed, list(reply[1]), [text(i) for i in reply[2]], int(reply[3])
 
     # -- redeliver -------------------------------------------------------------------------------------
 
@@ -493,38 +525,56 @@ class BacklogMixin:
                 unconsumed_entries=unconsumed,
                 confirm_unconsumed=confirm_unconsumed,
             )
-        # The core re-checks live members and the migration atomically with the commit: a member that
-        # joined meanwhile makes this refuse, having written nothing.
-        self._execute(ReleaseDrain(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+        # The core re-checks live members, the migration and the shards counted atomically with the
+        # commit: a member that joined meanwhile, or a migration that completed and another that started,
+        # makes this refuse, having written nothing.
+        command = ReleaseDrain(stream_prefix=stream_prefix, consumer_group=consumer_group, shards=shards)
+        try:
+            self._execute(command, None)
+        except ConfirmationMismatch as e:
+            current = self._current_unconsumed(stream_prefix, consumer_group)
+            e.details.setdefault("unconsumed_entries", current)
+            raise
         self._forget_released(stream_prefix, consumer_group, shards)
         return {
-            "released": [str(s) for s in shards],
+            "released": [str(s) for s in sorted(shards)],
             "unconsumed_entries": unconsumed,
             "prefix": self.describe_prefix(stream_prefix),
         }
 
-    def _unconsumed(self, state: PrefixState, consumer_group: str) -> tuple[tuple[Shard, ...], int]:
+    def _unconsumed(self, state: PrefixState, consumer_group: str) -> tuple[frozenset[Shard], int]:
         shards = undrained_shards(state, consumer_group)
         pairs = [(consumer_group, s) for s in shards]
         figures = self._figures(state.topology.stream_prefix, pairs, sample=0)[0] if pairs else {}
-        return shards, sum(f.unconsumed for f in figures.values())
+        return frozenset(shards), sum(f.unconsumed for f in figures.values())
+
+    def _current_unconsumed(self, stream_prefix: str, consumer_group: str) -> int | None:
+        """The figure a refused confirmation should have named (None if it cannot be had any more)."""
+        try:
+            return self.unconsumed_for_release(stream_prefix, consumer_group)
+        except CoordinatorError:
+            return None
 
     def _forget_released(self, stream_prefix: str, consumer_group: str, shards: Iterable[Shard]) -> None:
         """Destroy the group's Redis consumer groups on the released shards: it never reads them again,
-        and their pending lists would otherwise keep the retired streams from being deleted. Best effort
-        after the commit (like ``delete_group``): the release stands if this fails."""
+        and their pending lists would otherwise keep the retired streams from being deleted. Only where
+        the group, as it is when the script runs, has the shard drained (``forget_released.lua``). Best
+        effort after the commit (like ``delete_group``): the release stands if this fails."""
+        ordered = sorted(shards)
+        if not ordered:
+            return
+        keys = [codec.meta_key(stream_prefix), *(codec.stream_key(stream_prefix, s) for s in ordered)]
         try:
             with redis_errors():
-                pipe = self.client.pipeline(transaction=False)
-                for shard in shards:
-                    pipe.xgroup_destroy(codec.stream_key(stream_prefix, shard), consumer_group)
-                pipe.execute(raise_on_error=False)
+                operator_script(self, "forget_released")(
+                    keys=keys, args=[consumer_group, *(str(s) for s in ordered)]
+                )
         except CoordinatorError as e:
             log.warning(
                 "group %r of %r released from the drain; its consumer groups on %s were not destroyed: %s",
                 consumer_group,
                 stream_prefix,
-                [str(s) for s in shards],
+                [str(s) for s in ordered],
                 e,
             )
 

@@ -37,19 +37,13 @@ from coordinator.protocol.errors import (
     MetadataCorrupt,
     StreamPrefixNotFound,
 )
-from coordinator.protocol.model import Shard, require_int_in_range
+from coordinator.protocol.model import Shard, entry_id_key, require_int_in_range, validate_entry_ids
 from coordinator.protocol.routing import shard_index
 
 from . import codec
-from .backlog import (
-    decode_fields,
-    entry_id_key,
-    load_group,
-    operator_script,
-    redis_errors,
-    text,
-    validate_entry_ids,
-)
+from .backlog import decode_fields, load_group, operator_script
+from .replies import text
+from .replies import translate_redis_errors as redis_errors
 
 MAX_PAGE = 500
 _BOOKKEEPING = {
@@ -193,16 +187,9 @@ class DeadLetterMixin:
             ids = validate_entry_ids(ids, "ids")
         load_group(self, stream_prefix, consumer_group)
         dlq = codec.dead_letter_key(stream_prefix, consumer_group)
-        if ids is None:
-            with redis_errors():
-                pipe = self.client.pipeline(transaction=True)
-                pipe.xlen(dlq)
-                pipe.delete(dlq)
-                purged, _deleted = pipe.execute()
-            return {"purged": int(purged)}
         with redis_errors():
             reply = operator_script(self, "purge_dead_letters")(
-                keys=[codec.meta_key(stream_prefix), dlq], args=[consumer_group, *ids]
+                keys=[codec.meta_key(stream_prefix), dlq], args=[consumer_group, *(ids or ())]
             )
         self._raise_for_dead_letter_status(text(reply[0]), reply, stream_prefix, consumer_group)
         return {"purged": int(reply[1])}

@@ -1,26 +1,19 @@
 -- Delete one stream of a RETIRED routing version, but only if every consumer group on it has
--- finished with it: nothing pending and the last entry delivered. Atomic with the check, so an entry
+-- finished with it: nothing pending and nothing left to deliver. Atomic with the check, so an entry
 -- cannot be read (or a pending one claimed) in between. The caller checks the grace period.
 --
 -- KEYS[1]  rsc:{P}:v<version>:<index>
 --
+-- "Nothing left to deliver" is asked of the stream: no entry after the group's last-delivered id. Not
+-- "last-delivered >= last-generated": an opt-in cap may have trimmed entries the group never read, and
+-- then its last-delivered id stays behind the last generated one for ever.
+--
 -- Returns {1} when deleted (UNLINK: freed in the background), {-1} when the stream does not exist,
 -- else {0, group, pending count, last-delivered id, last-generated id} for the first group that still
--- holds it. Touches: EXISTS, XINFO STREAM, XINFO GROUPS (read); UNLINK KEYS[1].
+-- holds it. Touches: EXISTS, XINFO STREAM, XINFO GROUPS, XRANGE (read); UNLINK KEYS[1].
 local stream = KEYS[1]
 if redis.call('EXISTS', stream) == 0 then
   return {-1}
-end
-
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
-local function less(a, b)
-  local ams, aseq = parse(a)
-  local bms, bseq = parse(b)
-  return ams < bms or (ams == bms and aseq < bseq)
 end
 
 local function field(reply, name)
@@ -32,11 +25,11 @@ local function field(reply, name)
   return nil
 end
 
-local last = field(redis.call('XINFO', 'STREAM', stream), 'last-generated-id')
 for _, info in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
   local pending = tonumber(field(info, 'pending'))
   local delivered = field(info, 'last-delivered-id')
-  if pending > 0 or less(delivered, last) then
+  if pending > 0 or redis.call('XRANGE', stream, '(' .. delivered, '+', 'COUNT', 1)[1] then
+    local last = field(redis.call('XINFO', 'STREAM', stream), 'last-generated-id')
     return {0, field(info, 'name'), pending, delivered, last}
   end
 end

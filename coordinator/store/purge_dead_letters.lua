@@ -1,14 +1,21 @@
--- Delete listed dead letters from a group's dead-letter stream, all or nothing (docs/protocol.md
--- section 14). Purging the whole stream is a plain DEL and needs no script. Prefixed with
--- operator_checks.lua.
+-- Delete dead letters from a group's dead-letter stream: the listed ones, all or nothing, or every one
+-- of them (docs/protocol.md section 14). The group is checked in the same script, like every operator
+-- action; purging everything is one UNLINK (a capped stream of ~100,000 entries is freed in the
+-- background instead of blocking Redis). Prefixed with operator_checks.lua.
 --
 -- KEYS[1]  rsc:{P}:meta    KEYS[2]  rsc:{P}:dlq:<group>
--- ARGV[1]  consumer group  ARGV[2..] dead-letter ids (distinct)
+-- ARGV[1]  consumer group  ARGV[2..] dead-letter ids (distinct); none: every dead letter
 --
 -- Returns {'OK', deleted count} | {'NO_GROUP'} | {'NOT_FOUND', {id, ...}} (nothing deleted).
--- Touches: HEXISTS g:<group>; XRANGE on KEYS[2]; only when OK: XDEL on KEYS[2].
+-- Touches: HEXISTS g:<group>; XLEN, XRANGE on KEYS[2]; only when OK: XDEL or UNLINK (the whole stream,
+-- up to ~100,000 entries, freed in the background) on KEYS[2].
 if not group_exists(KEYS[1], ARGV[1]) then
   return {'NO_GROUP'}
+end
+if #ARGV == 1 then
+  local length = redis.call('XLEN', KEYS[2])
+  redis.call('UNLINK', KEYS[2])
+  return {'OK', length}
 end
 local missing = {}
 local ids = {}

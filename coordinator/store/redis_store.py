@@ -25,8 +25,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,6 @@ from coordinator.protocol.errors import (
     GroupNotFound,
     InvalidRequest,
     MetadataCorrupt,
-    StoreUnavailable,
     StreamPrefixNotFound,
 )
 from coordinator.protocol.group import Heartbeat
@@ -78,42 +76,13 @@ from coordinator.protocol.model import (
 from . import codec
 from .backlog import BacklogMixin
 from .dead_letters import DeadLetterMixin
+from .replies import translate_redis_errors
 from .retention import RetentionMixin
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
 
 START_FROM = {"latest": "$", "earliest": "0"}
-
-
-# Error replies that mean "Redis cannot serve this right now", as opposed to "this cannot work".
-_TRANSIENT_REPLIES = (
-    "BUSY",
-    "LOADING",
-    "READONLY",
-    "TRYAGAIN",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "OOM",
-    "NOREPLICAS",
-)
-
-
-@contextmanager
-def _translate_redis_errors() -> Iterator[None]:
-    """No ``redis.*`` exception leaves the store. Unreachable or temporarily unable: the retriable
-    ``StoreUnavailable``. Any other error reply (a script that failed on unreadable data): the
-    non-retriable ``MetadataCorrupt``."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise StoreUnavailable(f"the metadata store is unreachable: {e}") from e
-    except redis.ResponseError as e:
-        if str(e).split(" ", 1)[0].upper() in _TRANSIENT_REPLIES:
-            raise StoreUnavailable(f"the metadata store is temporarily unable to serve: {e}") from e
-        raise MetadataCorrupt(f"the metadata store refused the operation: {e}") from e
-    except redis.RedisError as e:
-        raise StoreUnavailable(f"the metadata store failed: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +139,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
             capacity = "" if hb.capacity is None else str(hb.capacity)
             client = "" if hb.client is None else codec.client_signature(hb.client)
-            with _translate_redis_errors():
+            with translate_redis_errors():
                 fast = self._fast(
                     keys=[codec.meta_key(stream_prefix)],
                     args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned, client],
@@ -204,7 +173,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
 
         self._execute(command, [command.consumer_group], before_commit=before_commit)
-        with _translate_redis_errors():
+        with translate_redis_errors():
             # Again after the commit: a deletion of the prefix that raced this creation may have removed
             # the index entry after the first SADD (delete_prefix re-adds it if the metadata exists).
             self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
@@ -217,7 +186,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         outcome = self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
         if outcome.state is None:
             return
-        with _translate_redis_errors():
+        with translate_redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for version in outcome.state.topology.versions:
                 for shard in version.shards():
@@ -291,7 +260,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         return view
 
     def stream_prefixes(self) -> list[str]:
-        with _translate_redis_errors():
+        with translate_redis_errors():
             members = self.client.smembers(codec.PREFIXES_KEY)
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
@@ -375,7 +344,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
 
     def raw_metadata(self, stream_prefix: str) -> dict[bytes, bytes]:
         """The metadata hash as stored (tests compare it byte for byte)."""
-        with _translate_redis_errors():
+        with translate_redis_errors():
             return dict(self.client.hgetall(codec.meta_key(stream_prefix)))
 
     # ------------------------------------------------------------------------------------------ core
@@ -387,7 +356,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
 
     def _load(self, stream_prefix: str, groups: list[str] | None) -> _Loaded:
         args = ["*"] if groups is None else groups
-        with _translate_redis_errors():
+        with translate_redis_errors():
             now_ms, topo, trev, rows = self._load_script(keys=[codec.meta_key(stream_prefix)], args=args)
         if not topo:
             return _Loaded(int(now_ms), None, "", {}, [])
@@ -446,7 +415,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             elif outcome.state is None or outcome.state == loaded.state:
                 return outcome
             elif before_commit is not None:
-                with _translate_redis_errors():
+                with translate_redis_errors():
                     before_commit(outcome.state)
             if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
                 return outcome
@@ -495,7 +464,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         args: list[str] = [uuid.uuid4().hex, str(loaded.now_ms)]
         for section in (checks, [x for kv in sets.items() for x in kv], deletes, lease_sets, expiry_checks):
             args += [str(len(section)), *section]
-        with _translate_redis_errors():
+        with translate_redis_errors():
             result = int(self._commit_script(keys=[codec.meta_key(stream_prefix)], args=args))
         return result in (1, 2)
 

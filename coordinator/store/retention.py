@@ -9,6 +9,8 @@ stream prefix, every stream of its non-retired versions and runs ``trim.lua`` on
 that reads the stream's consumer groups and trims below the oldest entry any of them still needs (its
 oldest pending entry, or its first undelivered one). That is the ``acked`` mode, always on; the prefix's
 opt-in caps (``max_age_ms``, ``max_len``) trim further, at the price of dropping unconsumed entries.
+Each script call removes at most ``max_trim_per_stream`` entries (whole stream nodes first), so a stream
+never trimmed before cannot block Redis for seconds; the next visits remove the rest.
 
 A RETIRED version is no longer read by anyone the coordinator knows of; ``delete_retired.lua`` deletes
 each of its streams once the grace period has passed *and* every consumer group on the stream has
@@ -24,7 +26,12 @@ stream and redeliver counter of the prefix in one script, only if the topology r
 decided on (and, unless forced, only if those streams are still empty).
 
 The end of a version's life starts with the tick's drain observation (:meth:`_observe_drained`, kept
-here with the rest of the streams' life cycle): a draining shard that a group read to its end and acked.
+here with the rest of the streams' life cycle): a draining shard on which a group has nothing pending
+and nothing left to read. "Nothing left to read" is asked of the stream (no entry after the group's
+last-delivered id), not answered by comparing that id with the stream's last-generated one: an opt-in
+cap may have trimmed entries the group never read (a sealed stream only ages, so ``max_age_ms``
+eventually trims all of it), and the group's last-delivered id then never reaches the last generated
+one: the shard would never drain and the migration never complete.
 
 A mixin of :class:`coordinator.store.redis_store.MetadataStore` (it uses ``self.client``, ``self._load``,
 ``self._execute``, ``self.describe_prefix`` and ``self.stream_prefixes``).
@@ -34,7 +41,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -55,10 +61,13 @@ from coordinator.protocol.model import (
     Shard,
     Topology,
     VersionState,
+    entry_id_key,
     validate_identifier,
 )
 
 from . import codec
+from .replies import text
+from .replies import translate_redis_errors as _redis_errors
 
 if TYPE_CHECKING:
     import redis
@@ -68,7 +77,10 @@ _LUA = Path(__file__).with_name
 
 CURSOR_KEY = "rsc:retention:cursor"
 DEFAULT_MAX_STREAMS = 2000
-_PIPELINE_CHUNK = 500  # script calls per round trip
+# Entries one trim call may remove (about 3 ms of Redis time): bounded work even on a stream that was
+# never trimmed; the rest goes on the next visits.
+DEFAULT_MAX_TRIM_PER_STREAM = 100_000
+_PIPELINE_CHUNK = 50  # script calls per round trip: at most a few hundred ms of Redis time at once
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,12 +174,28 @@ class RetentionMixin:
                 pipe.xinfo_groups(codec.stream_key(prefix, shard))
             replies = pipe.execute(raise_on_error=False)
         found: dict[str, list[Shard]] = {}
+        behind: list[tuple[str, Shard, str]] = []  # nothing pending, last entry not delivered: look
         for k, (name, shard) in enumerate(candidates):
             stream_info, groups_info = replies[2 * k], replies[2 * k + 1]
             if isinstance(stream_info, Exception) or isinstance(groups_info, Exception):
                 continue  # a missing stream is not evidence of anything
-            if _group_has_drained(name, stream_info, groups_info):
+            delivered = _delivered_if_nothing_pending(name, groups_info)
+            if delivered is None:
+                continue
+            if entry_id_key(delivered) >= entry_id_key(text(stream_info.get("last-generated-id", "0-0"))):
                 found.setdefault(name, []).append(shard)
+            else:
+                behind.append((name, shard, delivered))
+        if behind:
+            # Sealed: whatever is after the last-delivered id now is all there will ever be.
+            with _redis_errors():
+                pipe = self.client.pipeline(transaction=False)
+                for _name, shard, delivered in behind:
+                    pipe.xrange(codec.stream_key(prefix, shard), f"({delivered}", "+", count=1)
+                rest = pipe.execute(raise_on_error=False)
+            for (name, shard, _delivered), entries in zip(behind, rest, strict=True):
+                if not isinstance(entries, Exception) and not entries:
+                    found.setdefault(name, []).append(shard)
         return found
 
     # ------------------------------------------------------------------------------------ policy
@@ -254,14 +282,20 @@ class RetentionMixin:
 
     # ------------------------------------------------------------------------------------ the pass
 
-    def retention_pass(self, *, max_streams: int = DEFAULT_MAX_STREAMS) -> list[RetentionReport]:
+    def retention_pass(
+        self,
+        *,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        max_trim_per_stream: int = DEFAULT_MAX_TRIM_PER_STREAM,
+    ) -> list[RetentionReport]:
         """Visit at most ``max_streams`` streams, continuing where the previous pass stopped: trim the
-        streams of non-retired versions, delete the finished streams of retired versions. One report
-        per stream prefix visited. A prefix that fails (unreadable metadata) is reported in its ``error``
-        and the others are visited; ``StoreUnavailable`` (Redis gone) ends the pass and raises, without
-        moving the cursor."""
-        if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
-            raise InvalidRequest("max_streams must be a positive integer", field="max_streams")
+        streams of non-retired versions (at most ``max_trim_per_stream`` entries from each), delete the
+        finished streams of retired versions. One report per stream prefix visited. A prefix that fails
+        (unreadable metadata) is reported in its ``error`` and the others are visited;
+        ``StoreUnavailable`` (Redis gone) ends the pass and raises, without moving the cursor."""
+        for name, value in (("max_streams", max_streams), ("max_trim_per_stream", max_trim_per_stream)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidRequest(f"{name} must be a positive integer", field=name)
         prefixes = self.stream_prefixes()
         with _redis_errors():
             raw = self.client.get(CURSOR_KEY)
@@ -273,7 +307,7 @@ class RetentionMixin:
                 break
             p = progress.setdefault(segment.stream_prefix, _Progress(segment.stream_prefix))
             try:
-                visited = self._retain_segment(segment, budget, p)
+                visited = self._retain_segment(segment, budget, max_trim_per_stream, p)
             except StoreUnavailable:
                 raise  # Redis is gone: every other prefix would wait for its timeout too
             except CoordinatorError as e:
@@ -288,7 +322,9 @@ class RetentionMixin:
                 self.client.set(CURSOR_KEY, f"{last[0]} {last[1]}")
         return [p.report() for p in progress.values() if p.streams_visited or p.error]
 
-    def _retain_segment(self, segment: _Segment, budget: int, progress: _Progress) -> list[Shard]:
+    def _retain_segment(
+        self, segment: _Segment, budget: int, max_trim: int, progress: _Progress
+    ) -> list[Shard]:
         """Trim or delete the streams of one segment, at most ``budget`` of them; returns those visited."""
         prefix = segment.stream_prefix
         loaded = self._load(prefix, [])
@@ -305,7 +341,7 @@ class RetentionMixin:
         visit = visit[:budget]
         progress.streams_visited += len(visit)
         live = [s for s in visit if versions[s.version].state is not VersionState.RETIRED]
-        self._trim(prefix, live, topology.retention, progress)
+        self._trim(prefix, live, topology.retention, max_trim, progress)
         due, waiting = _split_by_grace(
             [s for s in visit if s in existing], versions, topology.retention, loaded.now_ms
         )
@@ -323,9 +359,12 @@ class RetentionMixin:
                 pipe.exists(codec.stream_key(prefix, shard))
             return {s for s, n in zip(shards, pipe.execute(), strict=True) if int(n)}
 
-    def _trim(self, prefix: str, shards: list[Shard], policy: RetentionPolicy, progress: _Progress) -> None:
+    def _trim(
+        self, prefix: str, shards: list[Shard], policy: RetentionPolicy, max_trim: int, progress: _Progress
+    ) -> None:
         args = ["" if policy.max_age_ms is None else str(policy.max_age_ms)]
         args.append("" if policy.max_len is None else str(policy.max_len))
+        args.append(str(max_trim))
         keys = [codec.stream_key(prefix, s) for s in shards]
         for key, reply in zip(keys, self._run_each("trim", keys, args), strict=True):
             acked, capped = int(reply[0]), int(reply[1])
@@ -346,7 +385,7 @@ class RetentionMixin:
             if status == 1:
                 progress.deleted_keys.append(key)
             elif status == 0:
-                group, pending, delivered, last = (_text(x) for x in reply[1:5])
+                group, pending, delivered, last = (text(x) for x in reply[1:5])
                 progress.waiting.append(
                     f"{shard}: group {group} has not finished with it ({pending} pending, last delivered "
                     f"{delivered}, last entry {last})"
@@ -364,29 +403,15 @@ class RetentionMixin:
             yield from replies
 
 
-def _stream_id(value: Any) -> tuple[int, int]:
-    text = value.decode() if isinstance(value, bytes) else str(value)
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _group_has_drained(name: str, stream_info: dict[Any, Any], groups_info: list[dict[Any, Any]]) -> bool:
-    last = _stream_id(stream_info.get("last-generated-id", "0-0"))
+def _delivered_if_nothing_pending(name: str, groups_info: list[dict[Any, Any]]) -> str | None:
+    """The consumer group ``name``'s last-delivered id if nothing is pending for it; None if something
+    is, or if it has no consumer group on the stream."""
     for info in groups_info:
-        group_name = info.get("name")
-        group_name = group_name.decode() if isinstance(group_name, bytes) else group_name
-        if group_name == name:
-            return (
-                int(info.get("pending", 0)) == 0 and _stream_id(info.get("last-delivered-id", "0-0")) >= last
-            )
-    return False
-
-
-def _redis_errors() -> AbstractContextManager[None]:
-    """``redis_store._translate_redis_errors``, imported at call time (redis_store imports this module)."""
-    from .redis_store import _translate_redis_errors
-
-    return _translate_redis_errors()
+        if text(info.get("name", b"")) == name:
+            if int(info.get("pending", 0)) != 0:
+                return None
+            return text(info.get("last-delivered-id", "0-0"))
+    return None
 
 
 def _all_shards(topology: Topology) -> list[Shard]:
@@ -429,15 +454,11 @@ def _parse_cursor(raw: Any) -> tuple[str, Shard] | None:
     """``"<prefix> <shard>"``; anything unreadable restarts from the beginning."""
     if raw is None:
         return None
-    prefix, _, shard = _text(raw).partition(" ")
+    prefix, _, shard = text(raw).partition(" ")
     try:
         return prefix, Shard.parse(shard)
     except InvalidRequest:
         return None
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _not_empty(stream_prefix: str, groups: list[str], entries: int) -> StreamPrefixNotEmpty:

@@ -8,10 +8,11 @@ from typing import Any
 
 from django.urls import reverse
 
+from config.embedded_redis import RedisServer
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import ClientInfo, GroupConfig, OrderingMode, Shard
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore, codec, reset_store
 
 PREFIX, GROUP, OTHER_GROUP = "orders", "billing", "audit"
 LIST_URL = "/admin/admin_ui/consumergroup/"
@@ -31,6 +32,17 @@ def create(store: MetadataStore, group: str = GROUP, shard_count: int = 4, **con
             config=GroupConfig(**{**defaults, **config}),
         )
     )
+
+
+def store_gone_after_create(settings: Any, server: RedisServer) -> None:
+    """Point the pages at ``server``, create the usual group there, then kill it: every page and action
+    now meets an unreachable store."""
+    settings.REDIS_URL = server.url
+    reset_store()
+    own = MetadataStore.from_url(server.url)
+    create(own)
+    own.client.close()
+    server.kill()
 
 
 def hb(

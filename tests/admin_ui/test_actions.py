@@ -13,7 +13,7 @@ from django.test import Client
 from admin_ui.models import AuditEntry
 from config.embedded_redis import RedisServer
 from coordinator.protocol.model import OrderingMode
-from coordinator.store import MetadataStore, reset_store
+from coordinator.store import MetadataStore
 
 from .conftest import logged_in, staff_user
 from .helpers import (
@@ -24,6 +24,7 @@ from .helpers import (
     busy_group,
     create,
     messages_of,
+    store_gone_after_create,
     table_rows,
     text,
     url,
@@ -250,12 +251,7 @@ def test_actions_need_the_csrf_token(store: MetadataStore) -> None:
 def test_an_action_with_the_store_down_is_an_error_message_and_audited(
     operator: Client, settings: Any, disposable_redis: RedisServer
 ) -> None:
-    settings.REDIS_URL = disposable_redis.url
-    reset_store()
-    own = MetadataStore.from_url(disposable_redis.url)
-    create(own)
-    own.client.close()
-    disposable_redis.kill()
+    store_gone_after_create(settings, disposable_redis)
     r = operator.post(url("set_max_concurrency"), {"max_concurrency": "5"}, follow=True)
     assert r.redirect_chain == [(url("group_detail"), 302)]
     assert r.status_code == 503  # the detail page cannot be drawn either: an error page, not a 500

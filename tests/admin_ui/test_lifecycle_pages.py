@@ -13,7 +13,7 @@ from django.urls import reverse
 from admin_ui import presenters
 from config.embedded_redis import RedisServer
 from coordinator.protocol.model import RetentionPolicy
-from coordinator.store import MetadataStore, reset_store
+from coordinator.store import MetadataStore
 
 from .helpers import (
     GROUP,
@@ -25,6 +25,7 @@ from .helpers import (
     hb,
     messages_of,
     pend,
+    store_gone_after_create,
     stream,
     table_rows,
     text,
@@ -263,12 +264,7 @@ def test_dead_letters_of_a_missing_group_lead_back_to_the_list(viewer: Client, s
 def test_with_the_store_down_the_new_pages_are_error_pages_not_500s(
     operator: Client, settings: Any, disposable_redis: RedisServer
 ) -> None:
-    settings.REDIS_URL = disposable_redis.url
-    reset_store()
-    own = MetadataStore.from_url(disposable_redis.url)
-    create(own)
-    own.client.close()
-    disposable_redis.kill()
+    store_gone_after_create(settings, disposable_redis)
     r = operator.get(dlq_url())
     assert r.status_code == 503 and "[STORE_UNAVAILABLE]" in text(r)
     r = operator.get(shard_url("v1:0"), follow=True)  # back to the group page, which cannot be drawn either

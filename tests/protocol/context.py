@@ -117,5 +117,9 @@ class Context:
     def release_drain(self, group: str = GROUP) -> None:
         self.run(ReleaseDrain(stream_prefix=PREFIX, consumer_group=group))
 
+    def release_drain_of(self, counted: frozenset[Shard], group: str = GROUP) -> None:
+        """The release as the store commits it: naming the shards whose entries it counted."""
+        self.run(ReleaseDrain(stream_prefix=PREFIX, consumer_group=group, shards=counted))
+
     def set_retention(self, **policy: int | None) -> None:
         self.run(SetRetention(stream_prefix=PREFIX, policy=RetentionPolicy(**policy)))  # type: ignore[arg-type]

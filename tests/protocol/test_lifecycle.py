@@ -20,6 +20,7 @@ from coordinator.protocol.commands import (
     apply,
 )
 from coordinator.protocol.errors import (
+    ConfirmationMismatch,
     GroupHasLiveMembers,
     InvalidRequest,
     MigrationInProgress,
@@ -230,6 +231,27 @@ def test_release_drain_without_an_active_migration_or_with_nothing_left_is_refus
     assert isinstance(error, MigrationNotActive)
     assert "nothing left to drain" in error.message
     assert error.details == {"stream_prefix": PREFIX, "consumer_group": GROUP}
+
+
+def test_release_drain_of_shards_other_than_those_counted_is_refused() -> None:
+    """The store counts the entries of the shards it will release, then commits: if the migration it
+    counted completed and another started in between, the group's undrained shards are new ones whose
+    entries nobody was shown, and the release must not abandon them."""
+    ctx = Context(shard_count=2)
+    ctx.reshard(4)
+    counted = shards("v1:0", "v1:1")
+    ctx.drained("v1:0", "v1:1")  # the migration completes after the count...
+    ctx.reshard(3)  # ...and another one starts before the commit
+    error = refused(ctx, ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP, shards=counted))
+    assert isinstance(error, ConfirmationMismatch)
+    assert error.details == {
+        "stream_prefix": PREFIX,
+        "consumer_group": GROUP,
+        "shards": ["v2:0", "v2:1", "v2:2", "v2:3"],
+    }
+    # Counted shards that drained meanwhile are no reason to refuse: the rest is released.
+    ctx.release_drain_of(shards("v2:0", "v2:1", "v2:2", "v2:3", "v1:0"))
+    assert ctx.state is not None and not ctx.state.topology.draining_versions
 
 
 # ------------------------------------------------------------------------------------------ deletion

@@ -331,3 +331,73 @@ def test_release_drain_counts_the_whole_stream_when_redis_cannot_tell_the_lag(st
     # billing still holds the migration back: it stays active, and only billing blocks it now.
     assert result["prefix"]["migration"]["active"] is True
     assert {r["consumer_group"] for r in result["prefix"]["migration"]["blocking"]} == {GROUP}
+    for shard in ("v1:0", "v1:1"):  # v1 still drains for billing; audit's consumer groups there are gone
+        key = codec.stream_key(PREFIX, Shard.parse(shard))
+        assert [g["name"] for g in store.client.xinfo_groups(key)] == [GROUP.encode()]
+
+
+def test_a_release_whose_migration_was_replaced_after_the_count_abandons_nothing(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """audit (no live member) has read and acked all of v1, so it counts 0; before the release commits,
+    the tick completes that migration, entries arrive in v2 and a second change seals v2. The
+    confirmed 0 was about v1: releasing audit from v2 would drop its entries unseen."""
+    create(store, shard_count=2)
+    create(store, shard_count=2, group="audit")
+    join(store, "a")
+    for shard in ("v1:0", "v1:1"):
+        produce(store, shard, 2, 2)
+        for group in (GROUP, "audit"):
+            ack(store, shard, read(store, shard, "c", 10, group=group), group=group)
+    store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
+    real_unconsumed = store._unconsumed
+    after_race: dict[str, Any] = {}
+
+    def count_then_race(state: Any, group: str) -> Any:
+        counted = real_unconsumed(state, group)
+        if not after_race:
+            store.tick()  # both groups drained v1: the migration completes
+            after_race["v2"] = produce(store, "v2:0", 3, 4)
+            store.change_shard_count(PREFIX, 3, OrderingMode.STRICT)  # v2 drains now
+            after_race["meta"] = store.raw_metadata(PREFIX)
+        return counted
+
+    monkeypatch.setattr(store, "_unconsumed", count_then_race)
+    with pytest.raises(ConfirmationMismatch) as refused:
+        store.release_drain(PREFIX, "audit", confirm_unconsumed=0)
+
+    assert refused.value.details["shards"] == ["v2:0", "v2:1", "v2:2", "v2:3"]
+    assert refused.value.details["unconsumed_entries"] == 3  # what the operator must confirm now
+    assert store.raw_metadata(PREFIX) == after_race["meta"]  # nothing released
+    assert [g["name"] for g in store.client.xinfo_groups(codec.stream_key(PREFIX, Shard.parse("v2:0")))] == [
+        b"audit",
+        GROUP.encode(),
+    ]
+
+
+def test_a_group_created_again_right_after_its_release_keeps_the_consumer_groups_it_needs(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer groups on released shards are destroyed after the release's commit. If the group is
+    deleted and created again in between, the new group must still drain those shards (billing keeps
+    them draining): its consumer groups there stay, and the migration can complete."""
+    ids = _blocked_by_idle_audit(store)
+    store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
+    real_forget = store._forget_released
+
+    def recreate_then_forget(prefix: str, group: str, shards: Any) -> None:
+        store.delete_group(PREFIX, "audit")
+        create(store, shard_count=4, group="audit")
+        store.client.xgroup_setid(codec.stream_key(PREFIX, Shard.parse("v1:0")), "audit", "0")
+        real_forget(prefix, group, shards)
+
+    monkeypatch.setattr(store, "_forget_released", recreate_then_forget)
+    store.release_drain(PREFIX, "audit", confirm_unconsumed=7)
+
+    for shard in ids:
+        key = codec.stream_key(PREFIX, Shard.parse(shard))
+        assert [g["name"] for g in store.client.xinfo_groups(key)] == [b"audit", GROUP.encode()]
+    # The new audit reads v1:0 from the start, acks it, and the migration completes.
+    ack(store, "v1:0", read(store, "v1:0", "c", 10, group="audit"), group="audit")
+    store.tick()
+    assert store.describe_prefix(PREFIX)["migration"]["active"] is False

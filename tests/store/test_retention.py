@@ -123,6 +123,44 @@ def test_a_stream_without_consumer_groups_is_trimmed_only_by_the_caps(store: Met
     assert dict(report.trimmed) == dict(report.trimmed_by_caps) == {V1_0: 200}
 
 
+def test_a_group_that_has_read_nothing_holds_back_everything(store: MetadataStore) -> None:
+    """Last-delivered 0-0: a group created before the first entry that has not read yet, or one created
+    with start_from=earliest on a stream that already has entries. Its floor is the very first entry."""
+    create(store, shard_count=1, group="early")
+    create(store, shard_count=1, group="idle")  # at 0-0: the stream was empty
+    ids = produce(store, V1_0, 10)
+    store.client.xack(V1_0, "early", *read(store, V1_0, "early", 10))
+    assert pass_report(store).trimmed == {} and entry_ids(store, V1_0) == ids
+    store.delete_group(PREFIX, "idle")
+    config = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
+    store.create_group(CreateGroup(stream_prefix=PREFIX, consumer_group="replay", config=config), "earliest")
+    assert pass_report(store).trimmed == {} and entry_ids(store, V1_0) == ids
+    store.client.xack(V1_0, "replay", *read(store, V1_0, "replay", 4))
+    assert pass_report(store).trimmed == {V1_0: 4} and entry_ids(store, V1_0) == ids[4:]
+
+
+def test_each_trim_removes_at_most_max_trim_per_stream_entries(store: MetadataStore) -> None:
+    """A stream never trimmed before (or a cap just set) is trimmed over several passes, each bounded,
+    never past what a group still needs, and exactly to the floor in the end."""
+    create(store, shard_count=1)
+    ids = produce(store, V1_0, 5_000)
+    delivered = read(store, V1_0, GROUP, 4_500)
+    store.client.xack(V1_0, GROUP, *delivered[:4_200])  # 300 stay pending
+    trimmed = []
+    for _ in range(20):
+        report = pass_report(store, max_trim_per_stream=1_000)
+        trimmed.append(report.trimmed.get(V1_0, 0))
+        assert set(ids[4_200:]) <= set(entry_ids(store, V1_0))
+    assert 0 < max(trimmed) <= 1_000 and len([n for n in trimmed if n]) >= 5
+    assert entry_ids(store, V1_0) == ids[4_200:]
+
+    more = produce(store, V1_0, 2_000)
+    store.set_retention(PREFIX, RetentionPolicy(max_len=1_000))  # opt-in data loss, bounded the same way
+    capped = [pass_report(store, max_trim_per_stream=250).trimmed_by_caps.get(V1_0, 0) for _ in range(15)]
+    assert 0 < max(capped) <= 250 and sum(capped) == 1_800
+    assert entry_ids(store, V1_0) == more[1_000:]
+
+
 # ------------------------------------------------------------------------------------------ caps
 
 
@@ -248,6 +286,33 @@ def test_retired_streams_a_group_has_not_finished_with_are_kept_and_the_reason_g
     assert sorted(pass_report(store).deleted_keys) == keys
 
 
+def test_a_sealed_stream_whose_unread_entries_a_cap_trimmed_still_drains_and_is_deleted(
+    store: MetadataStore,
+) -> None:
+    """A draining stream only ages: max_age_ms trims it whole, entries its group never read included.
+    The group's last-delivered id then stays behind the stream's last-generated id for ever; the shard
+    must count as drained all the same (nothing is left to read), or the migration never completes."""
+    create(store, shard_count=1)
+    now_ms = store.describe_prefix(PREFIX)["now_ms"]
+    produce(store, V1_0, 5, ids=[f"{now_ms - 3_600_000}-{i}" for i in range(1, 6)])
+    store.client.xack(V1_0, GROUP, *read(store, V1_0, GROUP, 2))  # 3 entries never read
+    store.change_shard_count(PREFIX, 2, OrderingMode.STRICT)
+    store.tick()
+    assert store.describe_prefix(PREFIX)["migration"]["active"] is True  # the group has 3 to read
+
+    store.set_retention(PREFIX, RetentionPolicy(max_age_ms=600_000))
+    assert pass_report(store).trimmed_by_caps == {V1_0: 3}
+    assert entry_ids(store, V1_0) == [] and read(store, V1_0, GROUP, 10) == []
+    row = next(r for r in store.backlog(PREFIX, GROUP) if r["shard"] == "v1:0")
+    assert (row["length"], row["lag"], row["pending"]) == (0, 0, 0)  # Redis itself still says lag 3
+
+    store.tick()
+    prefix = store.describe_prefix(PREFIX)
+    assert prefix["migration"]["active"] is False
+    assert [v["state"] for v in prefix["topology"]["versions"]] == ["RETIRED", "ACTIVE"]
+    assert pass_report(store).deleted_keys == (V1_0,)
+
+
 # ------------------------------------------------------------------------------------------ bounded work
 
 
@@ -291,9 +356,11 @@ def test_a_split_prefix_is_one_report_and_an_unreadable_cursor_restarts(store: M
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
-def test_max_streams_must_be_positive(store: MetadataStore, bad: Any) -> None:
-    with pytest.raises(InvalidRequest):
-        store.retention_pass(max_streams=bad)
+@pytest.mark.parametrize("name", ["max_streams", "max_trim_per_stream"])
+def test_the_bounds_must_be_positive(store: MetadataStore, name: str, bad: Any) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        store.retention_pass(**{name: bad})
+    assert refused.value.details == {"field": name}
 
 
 def test_a_prefix_that_cannot_be_read_is_reported_and_the_others_are_trimmed(store: MetadataStore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import signal
 import threading
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from coordinator.service import TickLoop, backoff_ms
+from coordinator.service import TickLoop, backoff_ms, stopped_by_signals
 from coordinator.store import MetadataStore, get_store, reset_store
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end, wait_until
@@ -118,3 +119,15 @@ def test_run_tick_expires_members_and_stops_gracefully_on_a_signal(
     assert f"run_tick: stopped ({signum.name}) after" in output
     assert "Traceback" not in output
     assert store.describe_group(PREFIX, GROUP)["state"] == "EMPTY"
+
+
+def test_the_stop_signals_stop_the_loop_and_the_previous_handlers_come_back() -> None:
+    """``stopped_by_signals``: the one helper both run_tick and run_retention install their handlers with."""
+    loop = TickLoop(1000, tick=lambda: None)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    with stopped_by_signals(loop) as received:
+        assert signal.getsignal(signal.SIGTERM) is not before[signal.SIGTERM]
+        os.kill(os.getpid(), signal.SIGTERM)
+        loop.run()  # returns at once: the handler stopped it
+    assert received == ["SIGTERM"] and loop.ticks == 0
+    assert {signum: signal.getsignal(signum) for signum in before} == before

@@ -12,14 +12,12 @@ on what its stream holds at that moment). ``--once`` runs a single pass and exit
 from __future__ import annotations
 
 import logging
-import signal
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from coordinator.management.commands.run_tick import _install_stop_handlers
-from coordinator.service import TickLoop, is_retriable, run_retention
+from coordinator.service import TickLoop, is_retriable, run_retention, stopped_by_signals
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +46,13 @@ class Command(BaseCommand):
             self._once()
             return
         loop = TickLoop(interval_ms, tick=run_retention, name="retention pass")
-        received: list[str] = []
-        previous = _install_stop_handlers(loop, received)
-        log.info("run_retention: a pass every %d ms (SIGTERM or Ctrl-C stops)", interval_ms)
-        try:
-            loop.run()
-        except Exception as error:
-            log.exception("run_retention: stopping on an unexpected error")
-            raise CommandError(f"retention pass failed: {error!r}") from error
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        with stopped_by_signals(loop) as received:
+            log.info("run_retention: a pass every %d ms (SIGTERM or Ctrl-C stops)", interval_ms)
+            try:
+                loop.run()
+            except Exception as error:
+                log.exception("run_retention: stopping on an unexpected error")
+                raise CommandError(f"retention pass failed: {error!r}") from error
         log.info("run_retention: stopped (%s) after %d passes", ", ".join(received) or "stop()", loop.ticks)
 
     def _once(self) -> None:

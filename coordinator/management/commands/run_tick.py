@@ -10,14 +10,12 @@ cron-style schedulers.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from coordinator.service import TickLoop, is_retriable, run_tick
+from coordinator.service import TickLoop, is_retriable, run_tick, stopped_by_signals
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +47,13 @@ class Command(BaseCommand):
             self._once()
             return
         loop = TickLoop(interval_ms)
-        received: list[str] = []
-        previous = _install_stop_handlers(loop, received)
-        log.info("run_tick: ticking every %d ms (SIGTERM or Ctrl-C stops)", interval_ms)
-        try:
-            loop.run()
-        except Exception as error:
-            log.exception("run_tick: stopping on an unexpected error")
-            raise CommandError(f"tick failed: {error!r}") from error
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        with stopped_by_signals(loop) as received:
+            log.info("run_tick: ticking every %d ms (SIGTERM or Ctrl-C stops)", interval_ms)
+            try:
+                loop.run()
+            except Exception as error:
+                log.exception("run_tick: stopping on an unexpected error")
+                raise CommandError(f"tick failed: {error!r}") from error
         log.info("run_tick: stopped (%s) after %d ticks", ", ".join(received) or "stop()", loop.ticks)
 
     def _once(self) -> None:
@@ -72,21 +66,3 @@ class Command(BaseCommand):
         changes = sum(len(r.expired) + len(r.collected) + len(r.drained) for r in reports)
         self.stdout.write(f"tick done: {len(reports)} stream prefixes, {changes} member/shard changes")
 
-
-def _install_stop_handlers(loop: TickLoop, received: list[str]) -> dict[int, Any]:
-    """SIGTERM and SIGINT stop the loop after the current tick; returns the handlers they replaced.
-
-    Only the main thread may set handlers (from another thread the loop stops through loop.stop()).
-    The handler only records and sets a flag: no logging or I/O in signal context.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous: dict[int, Any] = {}
-
-    def stop(signum: int, frame: object) -> None:
-        received.append(signal.Signals(signum).name)
-        loop.stop()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        previous[signum] = signal.signal(signum, stop)
-    return previous
