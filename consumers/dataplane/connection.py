@@ -27,6 +27,7 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from consumers.errors import InvalidRequest
@@ -59,8 +60,19 @@ def redis_client(
 
 def resends(client: Any) -> int:
     """How many times ``client`` re-sends a command after a connection error or timeout (-1: forever),
-    worked out from its connection settings the way ``redis.connection.AbstractConnection`` does. A
-    client whose settings cannot be read (not a ``redis.Redis``) counts as 0: nothing to go on."""
+    worked out from its connection settings the way ``redis.connection.AbstractConnection`` does, and,
+    for a ``RedisCluster``, from its own command retry as well (``retry``: up to 10 re-sends by default,
+    on top of its connections'). A client whose settings cannot be read counts as 0: nothing to go on."""
+    per_connection = _connection_resends(client)
+    if not isinstance(client, RedisCluster):
+        return per_connection
+    per_command = int(client.retry.get_retries())
+    if per_connection < 0 or per_command < 0:
+        return -1
+    return (per_connection + 1) * (per_command + 1) - 1
+
+
+def _connection_resends(client: Any) -> int:
     getter = getattr(client, "get_connection_kwargs", None)
     kwargs = getter() if callable(getter) else None
     if not isinstance(kwargs, dict):

@@ -25,9 +25,7 @@ local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'ack'
 if status ~= 'OK' then
   return {status}
 end
-if KEYS[3] ~= string.sub(KEYS[1], 1, -5) .. 'dlq:' .. ARGV[1] then
-  error({err = 'ERR key ' .. tostring(KEYS[3]) .. ' is not the dead-letter key of group ' .. ARGV[1]})
-end
+require_group_key(KEYS[1], KEYS[3], 'dlq', ARGV[1], 'dead-letter')
 local id = ARGV[5]
 local pending = redis.call('XPENDING', KEYS[2], ARGV[1], id, id, 1, ARGV[2])
 if #pending == 0 then

@@ -3,7 +3,8 @@
 -- Not a script on its own: consumers/dataplane/scripts.py prepends this text to read_new.lua,
 -- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
 -- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
--- act.
+-- act. After fence() come the helpers those scripts share: call_chunked(), require_group_key() and
+-- redeliver_token().
 --
 -- fence(meta, stream, group, member, epoch, shard, op)
 --   meta    KEYS[1] of the caller: rsc:{P}:meta
@@ -75,3 +76,18 @@ local function call_chunked(head, items)
   return replies
 end
 
+
+-- Raise a script error unless `key` is the group's key of `kind` ('rd', 'dlq') under `meta`: a caller
+-- that passed another group's key would read or write that group's data. `what` names it in the error.
+local function require_group_key(meta, key, kind, group, what)
+  if key ~= string.sub(meta, 1, -5) .. kind .. ':' .. group then
+    error({err = 'ERR key ' .. tostring(key) .. ' is not the ' .. what .. ' key of group ' .. group})
+  end
+end
+
+-- The shard's redeliver token: the counter an operator's "redeliver" bumps in rsc:{P}:rd:<group>
+-- (`key`, checked), or '0' when the shard was never asked to redeliver.
+local function redeliver_token(meta, key, group, shard)
+  require_group_key(meta, key, 'rd', group, 'redeliver')
+  return redis.call('HGET', key, shard) or '0'
+end

@@ -26,8 +26,9 @@ Every call is sent once: the client must not re-send commands after a connection
 :mod:`consumers.dataplane.connection`). When a call raises ``DataPlaneUnavailable`` its outcome is
 unknown, and the caller recovers: a member re-reads its own pending entries before it reads new ones.
 
-Besides entries, a read of new entries returns the shard's *redeliver token* (``rsc:{P}:rd:<group>``,
-bumped by an operator's "redeliver"): a member that sees it change re-reads its own pending entries.
+Besides entries, a read of new entries (and a claim) returns the shard's *redeliver token*
+(``rsc:{P}:rd:<group>``, bumped by an operator's "redeliver"): a member that sees it change re-reads its
+own pending entries.
 The opt-in dead-letter policy uses :meth:`DataPlane.dead_letter`, which copies an entry to the group's
 dead-letter stream ``rsc:{P}:dlq:<group>`` and acks it in one fenced script.
 """
@@ -73,8 +74,8 @@ class FenceStatus(StrEnum):
 class ReadResult:
     status: FenceStatus
     entries: list[Entry]
-    # The shard's redeliver counter as a read of new entries saw it ("0" before any redeliver request);
-    # "" for the other reads, which do not look at it.
+    # The shard's redeliver counter as a read of new entries or a claim saw it ("0" before any redeliver
+    # request); "" for re-reads of own pending entries, which do not look at it.
     redeliver_token: str = ""
 
     @property
@@ -142,7 +143,7 @@ class DataPlane:
         result = _read_result(reply, shard, Delivery.NEW)
         if not result.ok:
             return result
-        return ReadResult(result.status, result.entries, _text(reply[2]) if len(reply) > 2 else "0")
+        return ReadResult(result.status, result.entries, _token(reply, 2))
 
     def read_own_pending(
         self, member_id: str, member_epoch: int, shard: Shard, count: int, after_id: str = "0-0"
@@ -167,13 +168,16 @@ class DataPlane:
         Scans up to ``count`` pending entries from the cursor ``start_id`` and claims (min-idle 0) those
         not already this member's. Returns the claimed entries and the next cursor: ``"0-0"`` when the
         scan is complete; otherwise pass it back (a page may be empty while the scan is not). A new
-        owner processes these before it reads new entries. Allowed only on a readable (R) shard.
+        owner processes these before it reads new entries. Allowed only on a readable (R) shard. The
+        result carries the shard's redeliver token too, as :meth:`read` does: the token a new owner
+        starts from.
         """
         args = [checks.count(count), checks.entry_id(start_id, "start_id")]
-        reply = self._run(self._claim, "claim_orphans", member_id, member_epoch, shard, args)
+        reply = self._run(self._claim, "claim_orphans", member_id, member_epoch, shard, args, self._redeliver)
         result = _read_result(reply, shard, Delivery.CLAIMED, counts_at=3)
-        cursor = _text(reply[2]) if result.ok else "0-0"
-        return result, cursor
+        if not result.ok:
+            return result, "0-0"
+        return ReadResult(result.status, result.entries, _token(reply, 4)), _text(reply[2])
 
     # ------------------------------------------------------------------------------------------ writes
 
@@ -259,6 +263,11 @@ def _read_result(
         return ReadResult(status, [])
     counts = reply[counts_at] if counts_at is not None and len(reply) > counts_at else ()
     return ReadResult(status, decode_entries(reply[1], shard, delivery, counts))
+
+
+def _token(reply: list[Any], at: int) -> str:
+    """The redeliver token at ``reply[at]`` ("0": never asked)."""
+    return _text(reply[at]) if len(reply) > at else "0"
 
 
 def _text(value: Any) -> str:

@@ -18,10 +18,7 @@ local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read
 if status ~= 'OK' then
   return {status}
 end
-if KEYS[3] ~= string.sub(KEYS[1], 1, -5) .. 'rd:' .. ARGV[1] then
-  error({err = 'ERR key ' .. tostring(KEYS[3]) .. ' is not the redeliver key of group ' .. ARGV[1]})
-end
-local token = redis.call('HGET', KEYS[3], ARGV[4]) or '0'
+local token = redeliver_token(KEYS[1], KEYS[3], ARGV[1], ARGV[4])
 local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[5], 'STREAMS', KEYS[2], '>')
 if not reply then
   return {status, {}, token}

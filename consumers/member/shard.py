@@ -7,7 +7,8 @@ stop. It
 
 1. takes over what previous owners read and did not ack (``claim_orphans`` until the cursor is back at
    ``0-0``), deletes their now-empty Redis consumers, and re-reads its own pending entries (a member
-   that kept its id across a fence or a reconnect) - all in stream order, before anything new;
+   that kept its id across a fence or a reconnect) - all in stream order, before anything new. The
+   first claim also gives the unit the shard's redeliver token to start from (below);
 2. then polls for new entries (``read`` never blocks): a batch at a time, backing off from
    ``idle_backoff_min_ms`` to ``idle_backoff_max_ms`` while the shard is empty.
 
@@ -21,20 +22,26 @@ outcome: a read script may have run and moved entries into this member's pending
 lost on the way (the client never re-sends it: :mod:`consumers.dataplane.connection`). Those entries
 would be stranded, and later entries of their keys handled first, if the unit simply read on. So any
 such failure marks the unit "resync needed", a read of entries that failed is not retried as such, and
-before the next read (of new entries, or of the next page of orphans) the unit re-reads its own pending
-entries in id order and handles them. The same re-read happens when the shard's *redeliver token*
-(returned by every read of new entries) changes: an operator asked for it.
+before the next read of new entries the unit re-reads its own pending entries in id order and handles
+them. In the take-over, a lost claim is retried at the same cursor, and the unit then re-reads only its
+own pending entries in the window that claim scanned (the lost run's are among them): its own entries
+beyond that window (a rejoin's) must still wait for the older orphans of the next pages. Calls made
+*during* a resync need no second one: a re-read of pending entries only re-delivers what is already
+pending (it is retried as it was), and acks and dead letters move nothing into the pending list. The
+same re-read happens when the shard's *redeliver token* (returned by every claim and read of new
+entries) differs from the one the unit started from: an operator asked for it.
 
-Handler failures follow the listener's :class:`~consumers.listener.ErrorPolicy`:
+Handler failures follow the listener's :class:`~consumers.listener.ErrorPolicy`, decided by a
+:class:`~consumers.member.policy.FailurePolicy` (no I/O; it also bounds what the unit remembers):
 
 * ``keep`` (the default): the error is logged with its traceback and counted, the entry stays pending,
-  the batch goes on. The unit remembers the entry so that a resync after a connection error does not
-  hand it out again (only a take-over, a rejoin or an operator's redeliver does).
+  the batch goes on. The unit keeps the entry (within a bound) so that a resync after a connection
+  error does not hand it out again (only a take-over, a rejoin or an operator's redeliver does).
 * ``redeliver``: the worker stops at the failed entry; the unit acks what was handled before it, waits
   the backoff (interruptible by a stop), re-reads that one entry from its pending list (which bumps
   Redis's delivery count) and carries on from it with the rest of the batch, still in order. Once the
   entry's delivery count has reached ``max_deliveries`` and it fails again, the unit gives up on it:
-  it dead-letters it (``dead_letter=True``: copy and ack in one fenced script) or leaves it pending
+  it dead-letters it (``dead_letter=True``: copy and ack in one fenced script) or keeps it pending
   with one ERROR, and goes on with the later entries.
 
 Told to *drain* (revoked, shutting down): the unit reads nothing more, the worker stops after the entry
@@ -64,6 +71,7 @@ from typing import Any, Protocol
 from consumers.dataplane import FenceStatus
 from consumers.errors import DataPlaneUnavailable
 from consumers.listener import ErrorPolicy
+from consumers.member.policy import FailurePolicy, Next, deliveries
 from consumers.member.pool import PoolClosed, WorkerPool
 from consumers.member.state import ShardStart
 from consumers.runtime import Runtime
@@ -129,15 +137,13 @@ class ShardUnit:
         self.pool = pool
         self.handler = handler
         self.runtime = runtime
-        self.policy = policy or ErrorPolicy()
+        self.failures = FailurePolicy(policy or ErrorPolicy())
         self.batch_hooks = tuple(batch_hooks)
         self._stopping = threading.Event()  # drain or abandon: read nothing more
         self._abandoned = threading.Event()  # fenced: ack nothing either
         # Unit-thread state (only the unit's own thread touches these).
         self._resync_needed = False  # a call failed with an unknown outcome: re-read own pending first
         self._token: str | None = None  # the shard's redeliver token, as first seen
-        self._kept: set[str] = set()  # failed entries left pending on purpose: a resync skips them
-        self._streak = ("", 0)  # "redeliver": (entry id, its consecutive failures), for the backoff
         self._unavailable = 0  # consecutive DataPlaneUnavailable failures
         self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
         self.thread = threading.Thread(target=self._run, name=f"{host.label}-{self.shard}", daemon=True)
@@ -168,13 +174,17 @@ class ShardUnit:
     def _take_over(self) -> None:
         cursor = "0-0"
         while True:
-            if self._resync_needed:  # a claim whose reply was lost made its entries our own pending ones
-                self._resync("a claim failed")
             claimed = self._call(self.dataplane.claim_orphans, self.runtime.batch_size, cursor, read=True)
             if claimed is None:
-                continue
-            result, cursor = claimed
-            self._process(result.entries)
+                continue  # retried at the same cursor, and recovered below
+            result, next_cursor = claimed
+            if self._redeliver_requested(result.redeliver_token):
+                self.failures.kept.clear()  # asked during the take-over: its final re-read hands them out
+            if self._resync_needed:
+                self._resync_claim_window(cursor, next_cursor)
+            else:
+                self._process(result.entries)
+            cursor = next_cursor
             if cursor == "0-0":
                 break
         deleted = self._call(self.dataplane.delete_ghost_consumers)
@@ -191,9 +201,9 @@ class ShardUnit:
             if result is None:
                 continue  # the read may have delivered entries: resync before reading anything new
             if self._redeliver_requested(result.redeliver_token):
-                self._kept.clear()  # the operator asks for every pending entry, kept ones included
+                self.failures.kept.clear()  # the operator asks for every pending entry, kept ones too
                 first_new = result.entries[0].entry_id if result.entries else None
-                self._resync("an operator asked to redeliver", stop_before=first_new)
+                self._resync("an operator asked to redeliver", below=first_new)
             if result.entries:
                 self._process(result.entries)
                 idle_s = self.runtime.idle_backoff_min_ms / 1000
@@ -201,29 +211,44 @@ class ShardUnit:
                 self._pause(idle_s)
                 idle_s = min(idle_s * 2, self.runtime.idle_backoff_max_ms / 1000)
 
+    def _resync_claim_window(self, cursor: str, next_cursor: str) -> None:
+        """A claim whose reply was lost made the entries it claimed our own pending ones. They lie in the
+        window the claim retried at the same cursor has just scanned (the same pending entries: only the
+        owner changes them), so re-read our own pending entries of that window, in id order (this
+        claim's included), and not beyond: orphans in later windows come first."""
+        below = None if next_cursor == "0-0" else _successor(next_cursor)
+        self._resync("a claim failed", after=cursor, below=below)
+
     def _redeliver_requested(self, token: str) -> bool:
-        """True when the shard's redeliver token differs from the one this unit first saw."""
+        """True when the shard's redeliver token differs from the one this unit first saw (its first
+        claim's, taken before the take-over hands anything out: that re-read serves older requests)."""
         if not token or token == self._token:
             return False
         first = self._token is None
         self._token = token
-        return not first  # a new unit has just re-read its pending entries in the take-over
+        return not first
 
-    def _resync(self, reason: str = "", *, stop_before: str | None = None) -> None:
+    def _resync(self, reason: str = "", *, after: str = "0-0", below: str | None = None) -> None:
         """Hand this member's own pending entries of the shard to the handler again, in id order (those
-        below ``stop_before`` only), except the ones left pending on purpose."""
-        self._resync_needed = False
+        with ids above ``after`` and below ``below`` only), except the kept ones; a complete pass also
+        forgets kept entries that are no longer pending."""
         if reason:
             log.info("%s: shard %s: %s; re-reading own pending entries", self.host.label, self.shard, reason)
-        limit = _id_key(stop_before) if stop_before else None
-        after = "0-0"
+        complete = after == "0-0" and below is None
+        limit = _id_key(below) if below else None
+        kept = self.failures.kept
+        still_kept: list[str] = []
         while True:
             result = self._call(self.dataplane.read_own_pending, self.runtime.batch_size, after)
             page = [e for e in result.entries if limit is None or _id_key(e.entry_id) < limit]
-            self._process([e for e in page if e.entry_id not in self._kept])
+            self._process([e for e in page if e.entry_id not in kept])
+            still_kept += [e.entry_id for e in page if e.entry_id in kept]  # kept before, or just now
             if not page or len(page) < len(result.entries):
-                return
+                break
             after = page[-1].entry_id
+        if complete:
+            kept.retain(still_kept)
+        self._resync_needed = False  # what failed during it was retried as it was (module docstring)
 
     # ---------------------------------------------------------------------------------------- batches
 
@@ -244,7 +269,7 @@ class ShardUnit:
             if batch.failure is not None:
                 entries = self._after_failure(*batch.failure, entries)
                 continue
-            self._kept.update(batch.failed)  # "keep": pending on purpose
+            self._keep(batch.failed)  # "keep": pending on purpose
             if entries:
                 self._call(_lease_confirmed)  # returns once renewed; raises _Stopped on stop or fence
 
@@ -263,7 +288,7 @@ class ShardUnit:
                 except Exception as e:
                     batch.failed.append(entry.entry_id)
                     self._log_failure(entry)
-                    if self.policy.redeliver:
+                    if self.failures.stops_batch:
                         batch.failure = (entry, f"{type(e).__name__}: {e}")
                         break
                 else:
@@ -275,17 +300,13 @@ class ShardUnit:
 
     def _log_failure(self, entry: Any) -> None:
         """Called in the handler's ``except`` block, so the traceback goes with it."""
-        if self.policy.redeliver:
-            what = f"delivery {_deliveries(entry)} of at most {self.policy.max_deliveries}"
-        else:
-            what = "it stays pending"
         log.exception(
             "%s: handler failed on entry %s of shard %s (event %s); %s",
             self.host.label,
             entry.entry_id,
             self.shard,
             getattr(entry, "event_id", "?"),
-            what,
+            self.failures.what_next(entry),
         )
 
     def _run_hooks(self) -> None:
@@ -295,20 +316,39 @@ class ShardUnit:
             except Exception:
                 log.exception("%s: batch hook %r failed", self.host.label, hook)
 
-    # ---------------------------------------------------------------------------------------- "redeliver"
+    # ---------------------------------------------------------------------------------------- failures
 
     def _after_failure(self, entry: Any, error: str, rest: list[Any]) -> list[Any]:
         """The "redeliver" policy, after ``entry`` failed: what to hand out next (``rest`` follows it)."""
-        if _deliveries(entry) >= self.policy.max_deliveries:
-            self._give_up(entry, error)
+        decision = self.failures.decide(entry)
+        if decision.next is Next.DEAD_LETTER:
+            self._dead_letter(entry, error)
             return rest
-        entry_id, failures = self._streak
-        failures = failures + 1 if entry_id == entry.entry_id else 1
-        self._streak = (entry.entry_id, failures)
-        if self._stopping.wait(self.policy.backoff_ms(failures) / 1000):
+        if decision.next is Next.GIVE_UP:
+            self._keep([entry.entry_id])
+            log.error(
+                "%s: shard %s: entry %s (event %s) gave up after %d deliveries; it stays pending: skip it "
+                "or fix the handler",
+                self.host.label, self.shard, entry.entry_id, getattr(entry, "event_id", "?"),
+                deliveries(entry),
+            )  # fmt: skip
+            return rest
+        if self._stopping.wait(decision.backoff_s):
             raise _Stopped()  # the entry and the rest stay pending for the next owner
         again = self._reread(entry)
         return [again, *rest] if again is not None else rest
+
+    def _keep(self, entry_ids: list[str]) -> None:
+        """Leave ``entry_ids`` pending on purpose: a resync does not hand them out again (within a bound:
+        :mod:`consumers.member.policy`)."""
+        kept = self.failures.kept
+        first = kept.dropped == 0
+        if kept.add(entry_ids) and first:
+            log.warning(
+                "%s: shard %s: more than %d failed entries are pending for this member; it remembers %d, "
+                "and a resync after a connection error hands the others out again",
+                self.host.label, self.shard, kept.limit, kept.limit,
+            )  # fmt: skip
 
     def _reread(self, entry: Any) -> Any | None:
         """``entry`` again, from this member's pending list: the read bumps its delivery count in Redis,
@@ -320,47 +360,28 @@ class ShardUnit:
             return result.entries[0]
         log.info(
             "%s: shard %s: entry %s is no longer pending for this member (acked or skipped meanwhile)",
-            self.host.label,
-            self.shard,
-            entry.entry_id,
-        )
+            self.host.label, self.shard, entry.entry_id,
+        )  # fmt: skip
         return None
 
-    def _give_up(self, entry: Any, error: str) -> None:
-        deliveries = _deliveries(entry)
-        if not self.policy.dead_letter:
-            self._kept.add(entry.entry_id)
-            log.error(
-                "%s: shard %s: entry %s (event %s) gave up after %d deliveries; it stays pending: skip it "
-                "or fix the handler",
-                self.host.label,
-                self.shard,
-                entry.entry_id,
-                getattr(entry, "event_id", "?"),
-                deliveries,
-            )
-            return
-        # Fenced like an ack (allowed while the shard drains): it finishes the entry.
+    def _dead_letter(self, entry: Any, error: str) -> None:
+        """Give up on ``entry`` by dead-lettering it. Fenced like an ack (allowed while the shard drains):
+        it finishes the entry."""
         result = self._call(self.dataplane.dead_letter, entry.entry_id, error, ack=True)
         if result.dead_lettered:
             self.host.record(dead_lettered=1)
             log.warning(
                 "%s: shard %s: entry %s (event %s) dead-lettered after %d deliveries as %s",
-                self.host.label,
-                self.shard,
-                entry.entry_id,
-                getattr(entry, "event_id", "?"),
-                result.deliveries,
-                result.dead_letter_id,
-            )
-        else:
-            log.info(
-                "%s: shard %s: entry %s not dead-lettered: %s",
-                self.host.label,
-                self.shard,
-                entry.entry_id,
-                result.outcome,
-            )
+                self.host.label, self.shard, entry.entry_id, getattr(entry, "event_id", "?"),
+                result.deliveries, result.dead_letter_id,
+            )  # fmt: skip
+            return
+        # NOT_PENDING after a retried call most likely means the first try did it and its reply was lost.
+        log.info(
+            "%s: shard %s: entry %s not dead-lettered by this call: %s (acked or skipped meanwhile, or "
+            "dead-lettered by an earlier try whose reply was lost)",
+            self.host.label, self.shard, entry.entry_id, result.outcome,
+        )  # fmt: skip
 
     # ---------------------------------------------------------------------------------------- data plane
 
@@ -452,13 +473,15 @@ def _status(result: Any) -> FenceStatus:
     return FenceStatus(result.status)  # ReadResult, DeadLetterResult
 
 
-def _deliveries(entry: Any) -> int:
-    return int(getattr(entry, "deliveries", 1))
-
-
 def _id_key(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _successor(entry_id: str) -> str:
+    """The smallest id above ``entry_id``."""
+    ms, seq = _id_key(entry_id)
+    return f"{ms}-{seq + 1}" if seq < MAX_SEQ else f"{ms + 1}-0"
 
 
 def _predecessor(entry_id: str) -> str:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from consumers.listener import ErrorPolicy, Listener, ListenerConfigError, ListenerRegistry, OnError, listener
+from consumers.member.policy import Decision, FailurePolicy, KeptEntries, Next
 from coordinator.store.codec import dead_letter_key, redeliver_key
 from tests.consumers.harness import GROUP, PREFIX, Cluster, Recorder, eventually
 
@@ -95,6 +97,34 @@ def test_the_backoff_doubles_per_consecutive_failure_up_to_a_minute() -> None:
     assert backoffs == [1_000, 2_000, 4_000, 32_000, 60_000, 60_000]
     slow = ErrorPolicy(on_error=OnError.REDELIVER, redeliver_backoff_ms=120_000)
     assert slow.backoff_ms(1) == slow.backoff_ms(3) == 120_000  # a configured backoff above the cap is kept
+
+
+def test_the_failure_policy_decides_redeliver_with_a_growing_backoff_then_gives_up() -> None:
+    """consumers.member.policy, without I/O: the backoff follows the consecutive failures of one entry,
+    the give-up follows Redis's delivery count."""
+    policy = ErrorPolicy(on_error=OnError.REDELIVER, max_deliveries=3, redeliver_backoff_ms=100)
+    failures = FailurePolicy(policy)
+    # An entry "a" on its deliveries 1, 2 and 3, and an entry "b" on its first.
+    a1, a2, a3, b1 = (SimpleNamespace(entry_id=e[0], deliveries=int(e[1])) for e in ("a1", "a2", "a3", "b1"))
+    assert failures.decide(a1) == Decision(Next.REDELIVER, 0.1)
+    assert failures.decide(a2) == Decision(Next.REDELIVER, 0.2)  # the same entry again: twice the backoff
+    assert failures.decide(a3) == Decision(Next.GIVE_UP)
+    assert failures.decide(b1) == Decision(Next.REDELIVER, 0.1)  # another entry: a streak of its own
+    with_dlq = FailurePolicy(ErrorPolicy(on_error=OnError.REDELIVER, max_deliveries=3, dead_letter=True))
+    assert with_dlq.decide(a3) == Decision(Next.DEAD_LETTER)
+    assert failures.stops_batch and not FailurePolicy(ErrorPolicy()).stops_batch
+
+
+def test_kept_entries_are_bounded_and_pruned() -> None:
+    kept = KeptEntries(limit=3)
+    assert kept.add(["1-0", "2-0"]) == 0
+    assert kept.add(["2-0", "3-0", "4-0", "5-0"]) == 2  # full: the newer failures are not remembered
+    assert (len(kept), kept.dropped) == (3, 2) and "4-0" not in kept and "1-0" in kept
+    kept.retain(["2-0", "3-0", "9-0"])  # a complete resync saw only these pending
+    assert len(kept) == 2 and "1-0" not in kept
+    assert kept.add(["4-0"]) == 0 and "4-0" in kept  # room again
+    kept.clear()
+    assert len(kept) == 0
 
 
 # ------------------------------------------------------------------------------------ keep (the default)

@@ -23,14 +23,14 @@ import pytest
 import redis
 
 from consumers.dataplane import DataPlane, DataPlaneUnavailable, scripts
-from consumers.listener import ErrorPolicy
+from consumers.listener import ErrorPolicy, OnError
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
 from consumers.member.state import ShardStart
 from consumers.process import redis_client_for
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import redeliver_key
+from coordinator.store.codec import dead_letter_key, redeliver_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 from tests.dataplane.harness import GROUP, PREFIX, Harness, make_client
 from tests.dataplane.proxy import LossyProxy, has_entries
@@ -38,25 +38,57 @@ from tests.e2e.checker import check
 
 V1_0 = Shard(1, 0)
 SMALL_BATCHES = Runtime(max_concurrency=1, batch_size=2, idle_backoff_min_ms=2, idle_backoff_max_ms=10)
+DEAD_LETTER_AT_ONCE = ErrorPolicy(
+    on_error=OnError.REDELIVER, max_deliveries=1, dead_letter=True, redeliver_backoff_ms=10
+)
+
+
+def times_delivered(h: Harness, entry_id: str) -> int:
+    (row,) = h.client.xpending_range(h.stream(V1_0), GROUP, entry_id, entry_id, 1)
+    return int(row["times_delivered"])
 
 
 class LosingPlane(DataPlane):
     """The real data plane, except that the reply of the next ``lose`` reads that return entries is
     "lost": the script ran in Redis (the entries are in the member's pending list), then the call
-    raises ``DataPlaneUnavailable``."""
+    raises ``DataPlaneUnavailable``. ``lose_claims``, ``lose_pending`` and ``lose_dead_letter`` do the
+    same to claims and re-reads of own pending entries (that return entries) and to dead-letter calls;
+    ``lose_rereads`` to re-reads of a single entry."""
 
     def __init__(self, client: redis.Redis) -> None:
         super().__init__(client, PREFIX, GROUP)
         self.lose = 0
+        self.lose_claims = 0
+        self.lose_pending = 0
+        self.lose_rereads = 0  # re-reads of one entry only (a failed entry, under "redeliver")
+        self.lose_dead_letter = 0
         self.lost: list[list[str]] = []
 
-    def read(self, member_id: str, member_epoch: int, shard: Shard, count: int) -> Any:
-        result = super().read(member_id, member_epoch, shard, count)
-        if self.lose and result.entries:
-            self.lose -= 1
-            self.lost.append([e.entry_id for e in result.entries])
-            raise DataPlaneUnavailable("read of shard v1:0: Redis is unreachable: connection cut (test)")
-        return result
+    def read(self, *call: Any) -> Any:
+        return self._lose_if("lose", super().read(*call))
+
+    def claim_orphans(self, *call: Any) -> Any:
+        result, cursor = super().claim_orphans(*call)
+        return self._lose_if("lose_claims", result), cursor
+
+    def read_own_pending(self, *call: Any) -> Any:  # (member, epoch, shard, count, after)
+        result = super().read_own_pending(*call)
+        if call[3] == 1:
+            result = self._lose_if("lose_rereads", result)
+        return self._lose_if("lose_pending", result)
+
+    def dead_letter(self, *call: Any) -> Any:  # (member, epoch, shard, entry id, error)
+        return self._lose_if("lose_dead_letter", super().dead_letter(*call), [call[3]])
+
+    def _lose_if(self, knob: str, result: Any, entry_ids: list[str] | None = None) -> Any:
+        """Raise as a cut connection does if ``knob`` says so and the call concerned entries."""
+        left = getattr(self, knob)
+        ids = entry_ids if entry_ids is not None else [e.entry_id for e in result.entries]
+        if not left or not ids:
+            return result
+        setattr(self, knob, left - 1)
+        self.lost.append(ids)
+        raise DataPlaneUnavailable(f"{knob}: shard v1:0: Redis is unreachable: connection cut (test)")
 
 
 class Host:
@@ -100,9 +132,9 @@ class Calls:
     """The handler: records (entry id, delivery, deliveries) per call; raises for ids in ``failing``
     (each as many times as its count says, forever if negative)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *failing: str, times: int = -1) -> None:
         self.calls: list[tuple[str, str, int]] = []
-        self.failing: dict[str, int] = {}
+        self.failing: dict[str, int] = dict.fromkeys(failing, times)
         self._lock = threading.Lock()
 
     def __call__(self, entry: Any) -> None:
@@ -128,13 +160,17 @@ def unit_env(redis_url: str) -> Iterator[tuple[Harness, LosingPlane, Callable[..
     plane = LosingPlane(client)
     started: list[tuple[ShardUnit, Host, WorkerPool]] = []
 
-    def start(handler: Callable[[Any], Any], policy: ErrorPolicy | None = None) -> tuple[ShardUnit, Host]:
+    def start(
+        handler: Callable[[Any], Any], policy: ErrorPolicy | None = None, max_kept: int | None = None
+    ) -> tuple[ShardUnit, Host]:
         host = Host("m1", m1.epoch)
         pool = WorkerPool("unit")
         pool.resize(1)
         start = ShardStart(shard=V1_0, assignment_epoch=m1.epoch, readable=True, incarnation=1)
         unit = ShardUnit(host=host, start=start, dataplane=plane, pool=pool, handler=handler,
                          runtime=SMALL_BATCHES, policy=policy)  # fmt: skip
+        if max_kept is not None:
+            unit.failures.kept.limit = max_kept  # before the unit's thread runs
         unit.start()
         started.append((unit, host, pool))
         return unit, host
@@ -165,8 +201,7 @@ def test_after_a_lost_read_reply_the_unit_handles_its_own_pending_entries_first(
 def test_a_resync_does_not_hand_out_again_an_entry_left_pending_by_the_keep_policy(unit_env: Any) -> None:
     h, plane, start = unit_env
     bad, good = h.produce(V1_0, 1, 2)
-    calls = Calls()
-    calls.failing[bad] = -1
+    calls = Calls(bad)
     _, host = start(calls)
     eventually(lambda: calls.ids() == [bad, good], what="both handled once (one failed)")
     eventually(lambda: h.pending(V1_0) == [(bad, "m1")], what="the good one acked")
@@ -203,13 +238,170 @@ def test_the_redeliver_token_a_unit_starts_with_is_not_a_request(unit_env: Any) 
     h, _, start = unit_env
     h.client.hincrby(redeliver_key(PREFIX, GROUP), "v1:0", 5)  # older requests, before this unit
     (bad,) = h.produce(V1_0, 1, 1)
-    calls = Calls()
-    calls.failing[bad] = -1
+    calls = Calls(bad)
     start(calls)
     eventually(lambda: calls.ids() == [bad], what="handled once")
     h.produce(V1_0, 1, 3, start=1)
     eventually(lambda: len(calls.ids()) == 4, what="the new ones handled")
     assert calls.ids().count(bad) == 1
+
+
+def test_a_claim_whose_reply_is_lost_is_recovered_before_the_take_over_goes_on(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 4)
+    h.client.xreadgroup(GROUP, "old", {h.stream(V1_0): ">"}, count=4)  # a previous owner's leftovers
+    plane.lose_claims = 1
+    calls = Calls()
+    start(calls)
+    eventually(lambda: calls.ids() == ids, what="every orphan handled, in order")
+    eventually(lambda: not h.pending(V1_0), what="everything acked")
+    assert plane.lost == [ids[:2]]
+    assert [c[1] for c in calls.calls] == ["pending", "pending", "claimed", "claimed"]
+    assert "old" not in h.consumers(V1_0)  # the take-over went on to the end
+
+
+def test_after_a_lost_claim_the_take_over_keeps_orphans_before_later_own_entries(unit_env: Any) -> None:
+    """A previous owner's interrupted take-over left it the oldest entries, and this member (same id)
+    its own later ones. A claim whose reply is lost is recovered from the window that claim scanned,
+    not from every own pending entry: the later orphans are still handed out before them."""
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 6)  # one key
+    h.client.xreadgroup(GROUP, "old", {h.stream(V1_0): ">"}, count=4)  # orphans: ids 0-3
+    h.client.xreadgroup(GROUP, "m1", {h.stream(V1_0): ">"}, count=2)  # an earlier m1 read ids 4-5
+    plane.lose_claims = 1  # the first page of orphans (ids 0-1)
+    calls = Calls()
+    start(calls)
+    eventually(lambda: len(calls.ids()) == 6, what="every entry handed out")
+    eventually(lambda: not h.pending(V1_0), what="everything acked")
+    assert plane.lost == [ids[:2]]
+    assert calls.ids() == ids
+
+
+def test_a_unit_stopped_in_the_middle_of_a_resync_leaves_the_rest_to_the_next_owner(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 4)
+    plane.lose = 1  # the first read (ids 0 and 1) is lost: the resync hands them out
+    entered, release = threading.Event(), threading.Event()
+    first = Calls()
+
+    def slow(entry: Any) -> None:
+        first(entry)
+        if entry.entry_id == ids[0]:
+            entered.set()
+            release.wait(10)
+
+    unit, host = start(slow)
+    assert entered.wait(10)
+    unit.stop(abandon=False)  # a drain (revoked, SIGTERM): finish the entry in flight, ack it, stop
+    release.set()
+    assert host.stopped.wait(10)
+    assert first.ids() == [ids[0]]
+    assert h.pending(V1_0) == [(ids[1], "m1")]  # read by the lost read, never handed out: not lost
+
+    second = Calls()
+    start(second)  # the shard's next unit (here the same member id: a rejoin)
+    eventually(lambda: second.ids() == ids[1:], what="the rest, in order")
+    eventually(lambda: not h.pending(V1_0), what="everything acked")
+
+
+def test_a_redeliver_asked_for_during_the_take_over_is_not_taken_for_an_old_one(unit_env: Any) -> None:
+    """The unit's first token comes from its first claim, before the take-over hands anything out: an
+    operator's redeliver that lands after a take-over entry failed is served, not taken as the baseline."""
+    h, plane, start = unit_env
+    (bad,) = h.produce(V1_0, 1, 1)
+    previous = plane.read("m1", h.members["m1"].epoch, V1_0, 10)  # an earlier incarnation of m1 read it
+    assert [e.entry_id for e in previous.entries] == [bad]
+    calls = Calls(bad, times=1)
+
+    def handler(entry: Any) -> None:
+        if not calls.ids():  # the take-over's delivery: it is about to fail, and the operator asks now
+            h.client.hincrby(redeliver_key(PREFIX, GROUP), "v1:0", 1)
+        calls(entry)
+
+    start(handler)
+    eventually(lambda: not h.pending(V1_0), what="the failed entry handed out again and acked")
+    assert calls.calls == [(bad, "pending", 2), (bad, "pending", 3)]
+
+
+def test_a_failure_inside_a_resync_is_retried_there_and_needs_no_second_resync(unit_env: Any) -> None:
+    """A re-read of pending entries whose reply is lost re-delivered only what was pending already: the
+    resync retries that page and is then done. (Each resync is a delivery of the kept entries in Redis's
+    count, so the count shows how many there were.)"""
+    h, plane, start = unit_env
+    (bad,) = h.produce(V1_0, 1, 1)
+    calls = Calls(bad)
+    start(calls)
+    eventually(lambda: calls.ids() == [bad], what="handled once, failed (kept)")
+
+    plane.lose = 1  # the next read with entries: lost, so a resync ...
+    plane.lose_pending = 1  # ... whose first page is lost as well
+    later = h.produce(V1_0, 1, 2, start=1)
+    eventually(lambda: calls.ids() == [bad, *later], what="the lost read's entries, after the resync")
+    (last,) = h.produce(V1_0, 1, 1, start=3)  # read only once any further resync is over
+    eventually(lambda: calls.ids() == [bad, *later, last], what="a newer entry handled")
+    eventually(lambda: h.pending(V1_0) == [(bad, "m1")], what="all but the kept one acked")
+    assert plane.lost == [later, [bad, later[0]]]
+    assert times_delivered(h, bad) == 3  # its read, the lost page, the page again: one resync
+
+
+def test_the_entries_a_unit_keeps_are_bounded(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    bad = h.produce(V1_0, 1, 5)
+    calls = Calls(*bad)
+    unit, _ = start(calls, max_kept=3)
+    eventually(lambda: unit.failures.kept.dropped == 2, what="every one failed; two not remembered")
+    assert calls.ids() == bad
+    assert len(unit.failures.kept) == 3 and all(i in unit.failures.kept for i in bad[:3])
+
+    plane.lose = 1
+    (good,) = h.produce(V1_0, 1, 1, start=5)
+    eventually(lambda: calls.ids()[5:] == [bad[3], bad[4], good], what="the resync")
+    # The ones not remembered are handed out again (at-least-once), in order, the remembered ones not.
+    eventually(lambda: h.pending(V1_0) == [(i, "m1") for i in bad], what="the good one acked")
+    assert len(unit.failures.kept) == 3
+
+
+def test_a_complete_resync_forgets_kept_entries_that_are_no_longer_pending(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    bad = h.produce(V1_0, 1, 3)
+    calls = Calls(*bad)
+    unit, _ = start(calls)
+    eventually(lambda: len(unit.failures.kept) == 3, what="all three failed and kept")
+    h.client.xack(h.stream(V1_0), GROUP, bad[0], bad[1])  # what an operator's skip does
+
+    plane.lose = 1
+    (good,) = h.produce(V1_0, 1, 1, start=3)
+    eventually(lambda: calls.ids() == [*bad, good], what="the lost read's entry after the resync")
+    eventually(lambda: len(unit.failures.kept) == 1, what="the skipped ones forgotten")
+    assert bad[2] in unit.failures.kept
+
+
+def test_a_dead_letter_whose_reply_is_lost_is_copied_once(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    bad, good = h.produce(V1_0, 1, 2)
+    calls = Calls(bad)
+    plane.lose_dead_letter = 1
+    start(calls, DEAD_LETTER_AT_ONCE)
+    eventually(lambda: calls.ids() == [bad, good], what="given up on, then the next one")
+    eventually(lambda: not h.pending(V1_0), what="dead-lettered and acked")
+    assert plane.lost == [[bad]]  # the script ran; its reply was lost; the retry found it done
+    ((_, fields),) = h.client.xrange(dead_letter_key(PREFIX, GROUP))
+    assert fields[b"dlq_source_id"] == bad.encode()
+
+
+def test_redeliver_keeps_the_shard_order_across_lost_replies(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 6)  # one key
+    calls = Calls()
+    calls.failing[ids[2]] = 2  # fails twice, then succeeds
+    plane.lose = 2  # the first two reads with entries
+    plane.lose_pending = 1  # the first resync's first page
+    plane.lose_rereads = 1  # the first re-read of the failed entry (alone)
+    start(calls, ErrorPolicy(on_error=OnError.REDELIVER, max_deliveries=10, redeliver_backoff_ms=10))
+    eventually(lambda: len(calls.ids()) == 8, what="every entry handled, the failed one three times")
+    eventually(lambda: not h.pending(V1_0), what="everything acked")
+    assert calls.ids() == [ids[0], ids[1], ids[2], ids[2], ids[2], ids[3], ids[4], ids[5]]
+    assert plane.lost == [ids[:2], ids[:2], ids[2:4], ids[2:3]]
 
 
 # ------------------------------------------------------------------------------------ a real member
@@ -219,20 +411,22 @@ def _sha(name: str) -> str:
     return hashlib.sha1(scripts.script_text(name).encode()).hexdigest()
 
 
-def test_a_member_whose_read_replies_are_cut_strands_nothing_and_keeps_per_key_order(redis_url: str) -> None:
-    """The member's data-plane connection goes through the proxy, which forwards read scripts to Redis
-    and cuts the connection before three of their replies (with entries) reach the member."""
+def run_with_cut_read_replies(redis_url: str, handler: Callable[[Any], Any], **options: Any) -> Recorder:
+    """One member whose data-plane connection goes through the proxy, which forwards read scripts to
+    Redis and cuts the connection before three of their replies (with entries) reach the member. 96
+    events over 8 keys, two per shard; returns once every one was handled, nothing is pending and the
+    member has stopped. Asserts the checker finds nothing lost, out of order or overlapping."""
     cluster = Cluster(redis_url)
     port = urlparse(redis_url).port
     assert port is not None
     for name in scripts.FENCED_SCRIPTS:  # loaded up front: every call through the proxy is one EVALSHA
         cluster.client.script_load(scripts.script_text(name))
+    recorder = Recorder(handler)
     try:
         with LossyProxy(port) as proxy:
             proxy.lose_replies(_sha("read_new"), times=3, when=has_entries)
             client = redis_client_for(proxy.url)
-            recorder = Recorder()
-            m = cluster.member(recorder, client=client)
+            m = cluster.member(recorder, client=client, **options)
             keys = [cluster.key_for(i % 4, i // 4) for i in range(8)]  # two keys per shard
             sent: list[tuple[str, int]] = []
             for _ in range(12):
@@ -257,6 +451,34 @@ def test_a_member_whose_read_replies_are_cut_strands_nothing_and_keeps_per_key_o
         ]  # fmt: skip
         report = check(produced, handled)
         assert (report.lost, report.out_of_order, report.overlaps) == ([], [], []), report.summary()
-        assert m.stats.failed == 0
+        return recorder
     finally:
         cluster.close()
+
+
+def test_a_member_whose_read_replies_are_cut_strands_nothing_and_keeps_per_key_order(redis_url: str) -> None:
+    recorder = run_with_cut_read_replies(redis_url, lambda entry: None)
+    assert len(recorder.snapshot()) == 96  # each once: a resync hands out only what was never handled
+
+
+def test_under_redeliver_cut_read_replies_keep_every_shard_in_order(redis_url: str) -> None:
+    """on_error="redeliver": every fourth event fails its first delivery. Per shard, the handler sees
+    entries in stream order, a failed one again right after itself and before anything later."""
+
+    def fail_first_delivery(entry: Any) -> None:
+        if entry.payload["n"] % 4 == 0 and entry.deliveries == 1 and entry.delivery == "new":
+            raise RuntimeError("first delivery fails (test)")
+
+    recorder = run_with_cut_read_replies(
+        redis_url, fail_first_delivery, on_error="redeliver", redeliver_backoff_ms=10
+    )
+    assert len(recorder.snapshot()) > 96  # failures happened, and were handed out again
+    for shard in {c.shard for c in recorder.snapshot()}:
+        ids = [c.entry_id for c in sorted(recorder.snapshot(), key=lambda c: c.started) if c.shard == shard]
+        distinct = [i for i, previous in zip(ids, [None, *ids], strict=False) if i != previous]
+        assert [_id(i) for i in distinct] == sorted({_id(i) for i in ids}), f"shard {shard}: {ids}"
+
+
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, seq = entry_id.split("-")
+    return int(ms), int(seq)

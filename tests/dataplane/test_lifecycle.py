@@ -5,6 +5,7 @@ contract's "Dead-letter entry format")."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -66,15 +67,31 @@ def test_a_read_of_new_entries_returns_the_shards_redeliver_token(harness: Harne
     assert h.plane.read_own_pending("m1", m1.epoch, V1_0, 10).redeliver_token == ""  # not looked at
 
 
-def test_read_new_refuses_a_redeliver_key_of_another_group(harness: Harness) -> None:
+def test_a_claim_returns_the_shards_redeliver_token_too(harness: Harness) -> None:
+    """A new owner's first claim gives it the token to start from, before it hands anything out."""
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    read_new = scripts.register(h.client, "read_new")
-    with pytest.raises(redis.ResponseError, match="is not the redeliver key"):
-        read_new(
+    claimed, cursor = h.plane.claim_orphans("m1", m1.epoch, V1_0, 10)
+    assert (claimed.entries, claimed.redeliver_token, cursor) == ([], "0", "0-0")
+    h.client.hincrby(redeliver_key(h.prefix, h.group), "v1:0", 2)
+    assert h.plane.claim_orphans("m1", m1.epoch, V1_0, 10)[0].redeliver_token == "2"
+    fenced, _ = h.plane.claim_orphans("m1", m1.epoch + 1, V1_0, 10)
+    assert (fenced.status, fenced.redeliver_token) == (FenceStatus.STALE_EPOCH, "")
+
+
+@pytest.mark.parametrize(("script", "extra"), [("read_new", [10]), ("claim", [10, "0-0"])])
+def test_reads_refuse_a_redeliver_key_of_another_group(
+    harness: Harness, script: str, extra: list[Any]
+) -> None:
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    registered = scripts.register(h.client, script)
+    with pytest.raises(redis.ResponseError, match="is not the redeliver key of group billing"):
+        registered(
             keys=[meta_key(h.prefix), h.stream(V1_0), redeliver_key(h.prefix, "other")],
-            args=[h.group, "m1", m1.epoch, "v1:0", 10],
+            args=[h.group, "m1", m1.epoch, "v1:0", *extra],
         )
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
 from urllib.parse import urlparse
 
 import pytest
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from consumers.dataplane import DataPlane, DataPlaneUnavailable, redis_client, scripts
@@ -151,6 +153,25 @@ def test_the_clients_the_package_builds_never_resend(redis_url: str) -> None:
         client.close()
     assert resends(redis.Redis(host="127.0.0.1", port=1)) > 0  # redis-py 8's own default re-sends
     assert resends(redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), -1))) == -1
+
+
+def test_a_cluster_clients_own_command_retry_counts_as_resending() -> None:
+    """``RedisCluster`` re-sends a command after a connection error or timeout by its own ``retry`` (10
+    times by default), whatever its connections say. The suite runs no Redis Cluster, so the client is
+    built without connecting (its constructor would ask the server for its slots): only its settings are
+    read here, no command is sent."""
+
+    def cluster_client(retries: int) -> RedisCluster:
+        client = RedisCluster.__new__(RedisCluster)
+        client.retry = Retry(NoBackoff(), retries)
+        client.nodes_manager = SimpleNamespace(connection_kwargs={"retry": Retry(NoBackoff(), 0)})
+        return client
+
+    assert resends(cluster_client(10)) == 10
+    assert resends(cluster_client(0)) == 0
+    assert resends(cluster_client(-1)) == -1
+    with pytest.raises(InvalidRequest, match=r"or timeout \(up to 10 times\)"):
+        DataPlane(cluster_client(10), PREFIX, GROUP)
 
 
 def test_a_producer_accepts_a_resending_client_with_a_warning(
