@@ -146,10 +146,17 @@ def test_a_coordinator_outage_longer_than_the_lease_stops_consumption_until_it_r
     stack.start_api()
 
     def rejoined() -> bool:
+        # Wait for the members' side (each says its join was answered), not for the view alone: until
+        # the first join lands (a member may be in a join backoff of up to a second) and the restarted
+        # tick first runs, the store still holds the old incarnations, STABLE at their old epochs with
+        # ended leases - a stable, balanced view of the same three pids in which nobody has rejoined.
+        joined = all(logged_since(p, o, "joined at epoch") for p, o in zip(procs, offsets, strict=True))
         view = stack.describe()
-        return stable_and_balanced(view, 3, SHARDS) and {pid_of(m) for m in live(view)} == {
-            p.pid for p in procs
-        }
+        return (
+            joined
+            and stable_and_balanced(view, 3, SHARDS)
+            and {pid_of(m) for m in live(view)} == {p.pid for p in procs}
+        )
 
     wait_until(rejoined, what="the same three processes rejoined, stable")
     after = stack.describe()
@@ -157,6 +164,7 @@ def test_a_coordinator_outage_longer_than_the_lease_stops_consumption_until_it_r
     assert {m["member_id"] for m in live(after)} == set(old)  # same ids, new incarnations
     epochs = {m["member_id"]: (old[m["member_id"]], m["member_epoch"]) for m in live(after)}
     assert all(new > was for was, new in epochs.values()), (epochs, before, after)
+    assert after["group_epoch"] > before["group_epoch"]  # each rejoin fenced the old incarnation
 
     report = finish(producer, logs)
     assert (report.lost, report.out_of_order, report.overlaps) == ([], [], []), report.summary()
