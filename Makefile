@@ -1,5 +1,6 @@
 # make run   : dev stack (embedded Redis unless REDIS_URL is set, migrate, dev superuser, runserver)
-# make test  : ruff + mypy --strict on the protocol core + pytest (chaos tests excluded)
+# make test  : ruff + mypy --strict on the protocol core + pytest on SQLite, then the database tests on
+#              a private PostgreSQL (chaos tests excluded)
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -29,8 +30,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict coordinator/protocol
 
+# Two passes: the whole suite on SQLite, then the tests that touch the database again on a private
+# PostgreSQL server that tests/postgres.py starts (skipped, saying so, where no PostgreSQL is installed).
 test: lint
 	$(BIN)/pytest -q
+	$(BIN)/python -m tests.postgres -q -p no:cacheprovider --ignore=tests/e2e
 
 chaos: $(STAMP)
 	@# pytest exits 5 when no test is selected; that is not a failure while there are no chaos tests.

@@ -70,8 +70,16 @@ TEMPLATES = [
     },
 ]
 
+# SQLite (the embedded default of `make run`) or PostgreSQL (production: postgres://...; psycopg 3).
+# Both are tested: `make test` runs the database tests on a private PostgreSQL too (tests/postgres.py).
 DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+    "default": {
+        **env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        # Seconds a connection is kept open between requests (0: one per request). With PostgreSQL
+        # behind gunicorn, 60 saves a connection set-up per request; health checks drop dead ones.
+        "CONN_MAX_AGE": env.int("DATABASE_CONN_MAX_AGE", default=0),
+        "CONN_HEALTH_CHECKS": True,
+    },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

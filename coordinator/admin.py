@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from .api.auth import forget_cached_credentials
 from .models import ApiCredential
 
 
@@ -26,5 +27,6 @@ class ApiCredentialAdmin(admin.ModelAdmin):
 
     @admin.action(description="Deactivate the selected credentials (refused at once)")
     def deactivate(self, request: HttpRequest, queryset: QuerySet[ApiCredential]) -> None:
-        updated = queryset.update(active=False)
+        updated = queryset.update(active=False)  # no post_save: clear this process's cache explicitly
+        forget_cached_credentials(using=queryset.db)
         self.message_user(request, f"{updated} credential(s) deactivated.")

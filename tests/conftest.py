@@ -1,6 +1,7 @@
 """Shared fixtures. Every Redis a test sees is a private server the suite starts itself, on a free port
 (never 6379), so FLUSHALL and kill/pause are safe."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -35,3 +36,29 @@ def disposable_redis() -> Iterator[RedisServer]:
     """A separate private Redis for this test alone: kill it, pause it, restart it."""
     with RedisServer() as server:
         yield server
+
+
+# The PostgreSQL pass of `make test` (python -m tests.postgres): only the tests that touch the database.
+_DB_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "admin_client",
+    "admin_user",
+    "django_user_model",
+    "live_server",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("RSC_TEST_DB_ONLY") != "1":
+        return
+    keep, drop = [], []
+    for item in items:
+        uses_db = item.get_closest_marker("django_db") is not None or bool(
+            _DB_FIXTURES & set(getattr(item, "fixturenames", ()))
+        )
+        (keep if uses_db else drop).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)

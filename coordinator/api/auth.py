@@ -12,7 +12,8 @@ included). A request gets its role from exactly one credential, in this order:
    number of credentials, never on how much of a token was right. Candidates: ``RSC_MEMBER_TOKENS`` and
    ``RSC_ADMIN_TOKENS`` (settings, from the environment) and every active :class:`ApiCredential`
    (read from the database at most every ``DB_CREDENTIALS_TTL_S`` per process, so a heartbeat costs
-   no query; a change made in the same process applies at once).
+   no query; a change saved in the same process applies from the first request that starts after it
+   committed, see ``forget_cached_credentials``).
    A token in both lists (or in both sources) gets the higher role.
 2. A logged-in Django session (the operator pages): admin if the user is active staff with the
    permission ``coordinator.manage_groups``, otherwise no role (403). DRF enforces CSRF for unsafe
@@ -36,7 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from rest_framework import authentication, exceptions, permissions
@@ -87,33 +88,58 @@ def _candidates_from_settings() -> list[tuple[bytes, str, Role]]:
 
 
 # Database credentials are read at most once per DB_CREDENTIALS_TTL_S per process: a heartbeat must
-# not cost a database query. A credential created or deactivated takes effect within that time.
+# not cost a database query. A credential created or deactivated takes effect within that time; a change
+# made in this process, from the first request that starts after its transaction committed.
+#
+# Why a generation counter and two invalidations: post_save fires inside the change's transaction,
+# before the commit, and until the commit other connections still read the old rows (the credential
+# active). A fill that read them could store them after the signal cleared the cache, and a deactivated
+# token would then work for up to DB_CREDENTIALS_TTL_S. So every invalidation bumps the generation, a
+# fill stores its rows only if the generation has not moved since it started, and a change invalidates
+# twice: at once (this thread's later reads see it, even inside the transaction) and on commit (which
+# discards whatever was stored, or is still being read, from before the commit).
 DB_CREDENTIALS_TTL_S = 5.0
-_db_cache: tuple[float, list[tuple[bytes, str, Role]]] | None = None
+_Candidates = list[tuple[bytes, str, Role]]
+_db_cache: tuple[float, _Candidates] | None = None
+_db_generation = 0
 _db_cache_lock = threading.Lock()
 
 
-def _candidates_from_database() -> list[tuple[bytes, str, Role]]:
+def _read_active_credentials() -> _Candidates:
+    """The query behind the cache (its own function so a test can interleave a change with it)."""
+    rows = ApiCredential.objects.filter(active=True).values_list("token_sha256", "name", "role")
+    return [(bytes.fromhex(digest), name, Role(role)) for digest, name, role in rows]
+
+
+def _candidates_from_database() -> _Candidates:
     global _db_cache
     now = time.monotonic()
-    cached = _db_cache
+    with _db_cache_lock:
+        cached, generation = _db_cache, _db_generation
     if cached is not None and now - cached[0] < DB_CREDENTIALS_TTL_S:
         return cached[1]
-    rows = ApiCredential.objects.filter(active=True).values_list("token_sha256", "name", "role")
-    found = [(bytes.fromhex(digest), name, Role(role)) for digest, name, role in rows]
+    found = _read_active_credentials()
     with _db_cache_lock:
-        _db_cache = (now, found)
+        if _db_generation == generation:  # no change began or committed while we read: keep it
+            _db_cache = (now, found)
     return found
+
+
+def _invalidate_cached_credentials() -> None:
+    global _db_cache, _db_generation
+    with _db_cache_lock:
+        _db_generation += 1
+        _db_cache = None
 
 
 @receiver(post_save, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-save")
 @receiver(post_delete, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-delete")
-def forget_cached_credentials(**_: Any) -> None:
-    """Drop the cached database credentials: a change made in this process applies at once (other
-    processes see it within DB_CREDENTIALS_TTL_S)."""
-    global _db_cache
-    with _db_cache_lock:
-        _db_cache = None
+def forget_cached_credentials(using: str = DEFAULT_DB_ALIAS, **_: Any) -> None:
+    """Drop the cached database credentials now and again when the change commits (or at once, in
+    autocommit): a change made in this process applies from the first request that starts after its
+    commit (other processes see it within DB_CREDENTIALS_TTL_S)."""
+    _invalidate_cached_credentials()
+    transaction.on_commit(_invalidate_cached_credentials, using=using)
 
 
 def match_token(token: str) -> TokenPrincipal | None:

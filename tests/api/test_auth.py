@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -169,6 +170,30 @@ def test_every_candidate_is_compared_even_after_a_match(
     principal = auth.match_token(MEMBER_TOKEN)  # the very first candidate
     assert principal is not None and principal.role is auth.Role.MEMBER
     assert len(calls) == 4  # 2 member + 1 admin from settings, 1 from the database
+
+
+def test_database_credentials_are_read_once_then_served_from_the_cache(
+    api: Api, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    """A heartbeat costs no query: the credentials are read once per DB_CREDENTIALS_TTL_S, and again
+    after a change (tests/db/test_credential_race.py: changes racing the read, on PostgreSQL)."""
+    token = issue("workers", "member")
+    with django_assert_num_queries(1):
+        assert api.get(f"routing/{PREFIX}", token=token).status_code == 200
+    with django_assert_num_queries(0):
+        assert api.get(f"routing/{PREFIX}", token=token).status_code == 200
+        assert api.post(f"groups/{PREFIX}/{GROUP}/heartbeat", HEARTBEAT, token=token).status_code == 200
+
+    issue("ops", "admin")  # any change clears the cache
+    with django_assert_num_queries(1):
+        assert auth.match_token(token) is not None
+        assert auth.match_token(token) is not None
+
+    later = auth.time.monotonic() + auth.DB_CREDENTIALS_TTL_S
+    monkeypatch.setattr(auth, "time", SimpleNamespace(monotonic=lambda: later))
+    with django_assert_num_queries(1):  # expired: read again, once
+        assert auth.match_token(token) is not None
+        assert auth.match_token(token) is not None
 
 
 def test_environment_tokens_keep_working_when_the_database_does_not(
