@@ -12,7 +12,7 @@ add/change/delete URLs away and serves, through ``get_urls()``, every URL wrappe
 ``.../<prefix>/<group>/actions/``            GET      the forms below (no auto-refresh to type into)
 ``.../<prefix>/<group>/max-concurrency/``    POST     set max_concurrency
 ``.../<prefix>/<group>/shard-count/``        POST     confirm page, then (``confirm=yes``) reshard P
-``.../<prefix>/<group>/delete/``             POST     confirm page, then (``confirm=yes``) delete
+``.../<prefix>/<group>/delete/``             POST     confirm page (lag, pending), then delete
 =========================================  =======  ==================================================
 
 plus the pages of the entry lifecycle (a shard's backlog, skip, redeliver, release from a drain, dead
@@ -25,11 +25,12 @@ with ``confirm=yes`` (the flow of Django's own "delete selected" action). Pages 
 ``admin_ui.view_groups``, actions ``coordinator.manage_groups`` (admin_ui/access.py); a staff user
 without them gets a 403.
 
-Views validate, call the store, and map errors: a :class:`CoordinatorError` (including
-``StoreUnavailable``) becomes an admin error message or, for a page that cannot be drawn at all, an
-error page with the code's HTTP status from ``coordinator.api.errors.HTTP_STATUS``, never a traceback.
-Every attempted change, refused or not, is written to the audit trail (admin_ui/audit.py here,
-coordinator/operations.py for the lifecycle actions).
+Views validate their forms, make every change through ``coordinator.operations`` (which authorizes,
+writes the audit row first and fails closed with AUDIT_UNAVAILABLE, then records the outcome, refusals
+included), and map errors: a :class:`CoordinatorError` (including ``StoreUnavailable``) becomes an admin
+error message or, for a page that cannot be drawn at all, an error page with the code's HTTP status
+from ``coordinator.api.errors.HTTP_STATUS``, never a traceback. Reads (pages, confirmations) call the
+store directly.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
+from coordinator import operations
 from coordinator.api.errors import HTTP_STATUS
 from coordinator.protocol.errors import (
     CoordinatorError,
@@ -53,15 +55,11 @@ from coordinator.protocol.errors import (
 )
 from coordinator.store import MetadataStore, get_store
 
-from . import access, audit, presenters
+from . import access, presenters
 from .forms import MaxConcurrencyForm, RetentionForm, ShardCountForm
-from .lifecycle_views import LifecycleViews
+from .lifecycle_views import LifecycleViews, _act
 from .models import AuditEntry, ConsumerGroup
 from .pages import error_text, is_transient, refresh, to_detail
-
-# The audit outcome of a shard-count confirmation reviewed against a topology that has since changed.
-STALE_CONFIRMATION = "STALE_CONFIRMATION"
-Action = AuditEntry.Action
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -202,24 +200,12 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
         if not form.is_valid():
             return self.actions_view(request, stream_prefix, consumer_group, max_concurrency_form=form)
         value = form.cleaned_data["max_concurrency"]
-        details: dict[str, Any] = {"max_concurrency": value}
-        try:
-            store = get_store()
-            details["previous"] = store.describe_group(stream_prefix, consumer_group)["config"][
-                "max_concurrency"
-            ]
-            view = store.set_max_concurrency(stream_prefix, consumer_group, value)
-        except CoordinatorError as e:
-            self._refused(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details, e)
-            return to_detail(stream_prefix, consumer_group)
-        audit.record(request, Action.SET_MAX_CONCURRENCY, stream_prefix, consumer_group, details=details)
-        if details["previous"] == value:
-            messages.info(request, f"max_concurrency of {stream_prefix}/{consumer_group} is already {value}.")
-        else:
+        view = _act(request, operations.set_max_concurrency, stream_prefix, consumer_group, value)
+        if view is not None:
             messages.success(
                 request,
-                f"max_concurrency of {stream_prefix}/{consumer_group} set to {value} (was "
-                f"{details['previous']}); group epoch is now {view['group_epoch']}.",
+                f"max_concurrency of {stream_prefix}/{consumer_group} set to {value}; group epoch is now "
+                f"{view['group_epoch']}.",
             )
         return to_detail(stream_prefix, consumer_group)
 
@@ -234,42 +220,25 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
         shard_count, ordering = form.cleaned_data["shard_count"], form.ordering_mode()
         if request.POST.get("confirm") != "yes":
             return self._confirm_shard_count(request, stream_prefix, consumer_group, form)
-        details: dict[str, Any] = {"shard_count": shard_count, "ordering": ordering.value}
-        try:
-            store = get_store()
-            before = store.describe_prefix(stream_prefix)["topology"]
-            details.update(from_version=before["active_version"], from_shard_count=before["shard_count"])
-            expected = form.cleaned_data["from_version"]
-            if expected is not None and expected != before["active_version"]:
-                # Reviewed against another topology (a double submit, another operator): ask again.
-                message = (
-                    f"the active routing version changed from v{expected} to v{before['active_version']} "
-                    "since the confirmation page was shown; nothing was changed, review and retry"
-                )
-                audit.record(
-                    request,
-                    Action.CHANGE_SHARD_COUNT,
-                    stream_prefix,
-                    consumer_group,
-                    details=details,
-                    outcome=STALE_CONFIRMATION,
-                    message=message,
-                )
-                messages.error(request, f"Confirmation out of date: {message}.")
-                return to_detail(stream_prefix, consumer_group)
-            after = store.change_shard_count(stream_prefix, shard_count, ordering)
-        except CoordinatorError as e:
-            self._refused(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details, e)
-            return to_detail(stream_prefix, consumer_group)
-        details.update(to_version=after["topology"]["active_version"], groups=after["groups"])
-        audit.record(request, Action.CHANGE_SHARD_COUNT, stream_prefix, consumer_group, details=details)
-        messages.success(
+        after = _act(
             request,
-            f"Shard-count change started on stream prefix {stream_prefix}: v{details['from_version']} "
-            f"({details['from_shard_count']} shards) → v{details['to_version']} ({shard_count} shards), "
-            f"{ordering.value} ordering. Groups draining v{details['from_version']}: "
-            f"{', '.join(after['groups'])}.",
+            operations.change_shard_count,
+            stream_prefix,
+            shard_count,
+            ordering,
+            consumer_group=consumer_group,
+            expected_version=form.cleaned_data["from_version"],
         )
+        if after is not None:
+            topology, migration = after["topology"], after["migration"]
+            from_version = migration["from_version"]
+            from_count = next(v["shard_count"] for v in topology["versions"] if v["version"] == from_version)
+            messages.success(
+                request,
+                f"Shard-count change started on stream prefix {stream_prefix}: v{from_version} "
+                f"({from_count} shards) → v{topology['active_version']} ({shard_count} shards), "
+                f"{ordering.value} ordering. Groups draining v{from_version}: {', '.join(after['groups'])}.",
+            )
         return to_detail(stream_prefix, consumer_group)
 
     def _confirm_shard_count(
@@ -296,51 +265,39 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
     def delete_group_view(
         self, request: HttpRequest, stream_prefix: str, consumer_group: str
     ) -> HttpResponse:
+        """First POST: the confirmation, with the group's lag and pending totals (a force checkbox when
+        either is above 0). ``confirm=yes``: delete through the operations layer, which refuses
+        (GROUP_HAS_UNCONSUMED_ENTRIES) while entries remain and force was not ticked."""
         access.raise_unless_can_manage(request.user)
         if request.POST.get("confirm") != "yes":
-            try:
-                view = get_store().describe_group(stream_prefix, consumer_group)
-            except CoordinatorError as e:
-                messages.error(request, error_text(e))
-                return to_detail(stream_prefix, consumer_group)
-            context = {
-                "title": f"Delete consumer group {consumer_group} of {stream_prefix}?",
-                "view": view,
-                "live_members": [m for m in view["members"] if presenters.is_live(m)],
-            }
-            return self._render(
-                request, "admin_ui/confirm_delete.html", context, stream_prefix, consumer_group
-            )
-        try:
-            get_store().delete_group(stream_prefix, consumer_group)
-        except CoordinatorError as e:
-            self._refused(request, Action.DELETE_GROUP, stream_prefix, consumer_group, {}, e)
+            return self._confirm_delete_group(request, stream_prefix, consumer_group)
+        force = request.POST.get("force") in ("on", "true", "yes")
+        result = _act(request, operations.delete_group, stream_prefix, consumer_group, force=force)
+        if result is None:
             return to_detail(stream_prefix, consumer_group)
-        audit.record(request, Action.DELETE_GROUP, stream_prefix, consumer_group)
         messages.success(request, f"Consumer group {stream_prefix}/{consumer_group} deleted.")
         return redirect("admin:admin_ui_consumergroup_changelist")
 
-    # -- helpers
+    def _confirm_delete_group(
+        self, request: HttpRequest, stream_prefix: str, consumer_group: str
+    ) -> HttpResponse:
+        try:
+            store = get_store()
+            view = store.describe_group(stream_prefix, consumer_group)
+            unconsumed = store.unconsumed_totals(stream_prefix, consumer_group)
+        except CoordinatorError as e:
+            messages.error(request, error_text(e))
+            return to_detail(stream_prefix, consumer_group)
+        context = {
+            "title": f"Delete consumer group {consumer_group} of {stream_prefix}?",
+            "view": view,
+            "live_members": [m for m in view["members"] if presenters.is_live(m)],
+            "unconsumed": unconsumed,
+            "needs_force": unconsumed["lag"] > 0 or unconsumed["pending"] > 0,
+        }
+        return self._render(request, "admin_ui/confirm_delete.html", context, stream_prefix, consumer_group)
 
-    def _refused(
-        self,
-        request: HttpRequest,
-        action: AuditEntry.Action,
-        stream_prefix: str,
-        consumer_group: str,
-        details: dict[str, Any],
-        error: CoordinatorError,
-    ) -> None:
-        audit.record(
-            request,
-            action,
-            stream_prefix,
-            consumer_group,
-            details=details,
-            outcome=error.code.value,
-            message=error.message,
-        )
-        messages.error(request, error_text(error))
+    # -- helpers
 
     def _render(
         self,

@@ -1,11 +1,10 @@
 """The audit trail: the only code that writes, settles and prunes ``AuditEntry`` rows.
 
-Two ways in:
-
-* :func:`record`: the operator pages' original actions (max_concurrency, shard count, delete group)
-  write one row after the fact, with its outcome.
-* :func:`begin` then :func:`settle`: the actions of ``coordinator/operations.py``, audited *first*. The
-  row is written with the outcome ``pending`` before anything changes, and settled afterwards.
+One way in: :func:`begin` then :func:`settle`, called by ``coordinator/operations.py`` for every
+operator action, whatever its entry point (API, pages, commands). The row is written with the outcome
+``pending`` before anything changes, and settled afterwards. (An after-the-fact ``record`` used to serve
+the pages' group actions; it failed open, writing nothing when the database was down after the change
+was made, and is gone.)
 
 :func:`begin` and :func:`settle` commit in their own transaction (``durable=True``): a row that is
 "written first" but sits in a caller's open transaction is not written at all until that transaction
@@ -24,45 +23,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpRequest
 
 from .models import AuditEntry
 
 log = logging.getLogger(__name__)
-
-
-def record(
-    request: HttpRequest,
-    action: AuditEntry.Action,
-    stream_prefix: str,
-    consumer_group: str = "",
-    *,
-    details: dict[str, Any] | None = None,
-    outcome: str = AuditEntry.OK,
-    message: str = "",
-) -> AuditEntry:
-    user: Any = request.user
-    entry = AuditEntry.objects.create(
-        user=user if user.is_authenticated else None,
-        username=user.get_username() if user.is_authenticated else "",
-        action=action,
-        source=AuditEntry.Source.ADMIN_UI,
-        stream_prefix=stream_prefix,
-        consumer_group=consumer_group,
-        details=details or {},
-        outcome=outcome,
-        message=message,
-    )
-    log.info(
-        "admin page %s by %s: stream_prefix=%s consumer_group=%s outcome=%s details=%s",
-        action.value,
-        entry.username,
-        stream_prefix,
-        consumer_group,
-        outcome,
-        entry.details,
-    )
-    return entry
 
 
 def begin(

@@ -38,6 +38,7 @@ class ConsumerGroup(models.Model):
 
 class AuditEntry(models.Model):
     class Action(models.TextChoices):
+        CREATE_GROUP = "create_group", "create group"
         SET_MAX_CONCURRENCY = "set_max_concurrency", "set max_concurrency"
         CHANGE_SHARD_COUNT = "change_shard_count", "change shard count"
         DELETE_GROUP = "delete_group", "delete group"

@@ -17,6 +17,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -229,6 +230,8 @@ def main() -> None:
             "RSC_MEMBER_TOKENS": MEMBER_TOKEN,
             "RSC_ADMIN_TOKENS": ADMIN_TOKEN,
             "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(64),  # DEBUG off refuses to start without a real key
+            "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
             "DATABASE_URL": f"sqlite:///{tempfile.mkdtemp(prefix='rsc-bench-')}/bench.sqlite3",

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -36,6 +36,7 @@ HOST = "127.0.0.1"
 FORBIDDEN_PORT = 6379
 BINARY_ENV_VAR = "EMBEDDED_REDIS_SERVER_BIN"
 _FREE_PORT_ATTEMPTS = 5
+_OWNED_OPTIONS = frozenset({"--port", "--bind", "--dir", "--daemonize"})
 
 
 class RedisServerError(RuntimeError):
@@ -129,6 +130,11 @@ class RedisServer:
     """A private redis-server process on 127.0.0.1. See the module docstring.
 
     ``port=None`` picks a free port at the first start(); restart() reuses it.
+
+    ``extra_args`` are appended to the server's command line after the defaults (a later option wins in
+    redis-server), e.g. ``["--aclfile", path]``; the defaults themselves do not change. The readiness
+    check connects as Redis's ``default`` user, so an ACL file must leave that user usable (a file that
+    does not mention it does).
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class RedisServer:
         binary: str | os.PathLike[str] | None = None,
         startup_timeout_s: float = 10.0,
         stop_timeout_s: float = 10.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         if port == FORBIDDEN_PORT:
             raise ValueError(f"RedisServer never uses port {FORBIDDEN_PORT}: it is the developer's own Redis")
@@ -146,6 +153,14 @@ class RedisServer:
         self._binary = str(binary) if binary is not None else find_server_binary()
         self._startup_timeout_s = startup_timeout_s
         self._stop_timeout_s = stop_timeout_s
+        if isinstance(extra_args, str | bytes):
+            raise TypeError("extra_args must be a sequence of arguments, not one string")
+        self._extra_args = [str(a) for a in extra_args]
+        owned = sorted({a for a in self._extra_args if a.lower() in _OWNED_OPTIONS})
+        if owned:
+            # --port could point the server at 6379; --bind, --dir and --daemonize would break the
+            # guarantees above (loopback only, a throw-away directory, a child we can signal).
+            raise ValueError(f"RedisServer sets {', '.join(owned)} itself; do not pass them in extra_args")
         self._dir: Path | None = None
         self._log: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -310,6 +325,7 @@ class RedisServer:
             "--dir", str(self._dir),
             "--daemonize", "no",
             "--protected-mode", "yes",
+            *self._extra_args,
         ]  # fmt: skip
         with open(self._log, "ab") as log:
             self._process = subprocess.Popen(

@@ -3,9 +3,11 @@
 Every variable is documented in `.env.example`. Values already in the environment win over `.env`.
 """
 
+import sys
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -14,14 +16,93 @@ environ.Env.read_env(BASE_DIR / ".env")  # a missing file is fine
 
 # --- core ------------------------------------------------------------------------------------------
 
-# The default is for development only. Its "django-insecure-" prefix makes
-# `manage.py check --deploy` report it (security.W009): set SECRET_KEY in any real deployment.
-SECRET_KEY = env.str(
-    "SECRET_KEY",
-    default="django-insecure-dev-only-redis-stream-coordinator-do-not-deploy",
-)
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[])
+
+# Development mode: DEBUG on (`make run`, config/devstack.py, turns it on unless set) or the test suite.
+# pytest-django imports these settings before any conftest runs and with DEBUG off (it forces DEBUG off
+# for the tests anyway), so an in-process test run is recognised by pytest being imported. Processes the
+# suite starts (gunicorn and members in tests/e2e/stack.py) are not: they run as production does.
+DEVELOPMENT = DEBUG or "pytest" in sys.modules
+
+# Development mode only, used when SECRET_KEY is unset. Outside it, the app refuses to start with this
+# key, no key or a weak one: a key anyone can read on GitHub signs sessions, CSRF tokens and password
+# reset links. The rule is Django's own (security.W009; tests/test_production_settings.py pins it).
+DEV_SECRET_KEY = "django-insecure-dev-only-redis-stream-coordinator-do-not-deploy"
+SECRET_KEY_MIN_LENGTH, SECRET_KEY_MIN_UNIQUE_CHARACTERS = 50, 5
+SECRET_KEY_INSECURE_PREFIX = "django-insecure-"
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why ``key`` must not sign anything in production, or None if it may."""
+    if not key:
+        return "is not set"
+    if key == DEV_SECRET_KEY or key.startswith(SECRET_KEY_INSECURE_PREFIX):
+        return f"is the development key (or starts with {SECRET_KEY_INSECURE_PREFIX!r})"
+    if len(key) < SECRET_KEY_MIN_LENGTH or len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        return (
+            f"is weak (fewer than {SECRET_KEY_MIN_LENGTH} characters or fewer than "
+            f"{SECRET_KEY_MIN_UNIQUE_CHARACTERS} distinct ones)"
+        )
+    return None
+
+
+SECRET_KEY = env.str("SECRET_KEY", default="") or (DEV_SECRET_KEY if DEVELOPMENT else "")
+# Old keys still accepted when checking signatures (not for signing), while SECRET_KEY is rotated.
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
+
+
+def refuse_insecure_secret_keys(keys: dict[str, str]) -> None:
+    """Raise ImproperlyConfigured naming the first key (setting name -> value) that may not be used."""
+    for name, key in keys.items():
+        if (problem := secret_key_problem(key)) is not None:
+            raise ImproperlyConfigured(
+                f"{name} {problem}, and DEBUG is off: refusing to start. Set {name} to a random value of "
+                f"at least {SECRET_KEY_MIN_LENGTH} characters, e.g. the output of `python -c 'from "
+                "django.core.management.utils import get_random_secret_key as k; print(k())'` "
+                "(or DEBUG=true, for local development only)."
+            )
+
+
+if not DEVELOPMENT:
+    refuse_insecure_secret_keys(
+        {"SECRET_KEY": SECRET_KEY}
+        | {f"SECRET_KEY_FALLBACKS[{i}]": key for i, key in enumerate(SECRET_KEY_FALLBACKS)}
+    )
+
+# --- HTTPS, cookies and browser protections (docs/production.env) ----------------------------------
+# Outside development mode the defaults are those of an HTTPS-only deployment: `manage.py check --deploy`
+# then only asks for what a deployment must choose itself (hosts, proxy header, HSTS scope). In
+# development mode they stay off so runserver and the test client work over plain HTTP.
+
+# Plain-HTTP requests are redirected to HTTPS. Behind a TLS-terminating proxy, also set
+# SECURE_PROXY_SSL_HEADER, or every request looks like HTTP and is redirected forever.
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEVELOPMENT)
+# Paths (regular expressions, no leading slash) served over HTTP too, e.g. a load balancer's probe.
+SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[])
+# "HTTP_X_FORWARDED_PROTO,https": trust this header, as set by YOUR proxy, to mean the request came in
+# over HTTPS. Unset by default: trusting a header that no proxy strips lets any client claim HTTPS.
+_proxy_ssl_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
+    raise ImproperlyConfigured(
+        f"SECURE_PROXY_SSL_HEADER must be 'HEADER,value' (e.g. HTTP_X_FORWARDED_PROTO,https), "
+        f"got {','.join(_proxy_ssl_header)!r}."
+    )
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl_header) if _proxy_ssl_header else None
+# Strict-Transport-Security on HTTPS responses: browsers then refuse plain HTTP to this host for that
+# long. Subdomains and preload reach beyond this host (preload is hard to undo): opt in explicitly.
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEVELOPMENT else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+# Session and CSRF cookies only over HTTPS.
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEVELOPMENT)
+# Origins ("https://coordinator.example.com") allowed to POST to the admin and operator pages when the
+# browser's Origin differs from the Host Django sees (a proxy that rewrites Host, another port).
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+SECURE_CONTENT_TYPE_NOSNIFF = env.bool("SECURE_CONTENT_TYPE_NOSNIFF", default=True)
+SECURE_REFERRER_POLICY = env.str("SECURE_REFERRER_POLICY", default="same-origin")
+X_FRAME_OPTIONS = env.str("X_FRAME_OPTIONS", default="DENY")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -32,6 +113,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's and Redoc's JavaScript and CSS, served as our own static files (no CDN).
+    "drf_spectacular_sidecar",
     "coordinator",
     "consumers",
     "admin_ui",
@@ -98,16 +181,33 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# The project's own loggers; Django's keep their default configuration.
+# The project's own loggers, and Django's request errors (5xx); Django's other loggers keep their
+# default configuration. Django's default sends request errors only to mail_admins when DEBUG is off,
+# so without ADMINS a 500 left no trace: here they reach the console whatever DEBUG and ADMINS say
+# (and still the admins' mail, as before). An unexpected exception is logged once, with its traceback,
+# under the incident_id its response carries (coordinator/api/errors.py, docs/protocol.md section 12).
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "mail_admins": {
+            "class": "django.utils.log.AdminEmailHandler",
+            "level": "ERROR",
+            "filters": ["require_debug_false"],
+        },
+    },
     "loggers": {
-        name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-        for name in ("coordinator", "consumers", "admin_ui", "config")
+        **{
+            name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
+            for name in ("coordinator", "consumers", "admin_ui", "config")
+        },
+        # ERROR: the 5xx only (Django logs 4xx at WARNING). Not propagated: the "django" logger's
+        # console handler would print them a second time with DEBUG on.
+        "django.request": {"handlers": ["console", "mail_admins"], "level": "ERROR", "propagate": False},
     },
 }
 
@@ -134,6 +234,13 @@ SPECTACULAR_SETTINGS = {
     "The protocol is docs/protocol.md; errors are RFC 9457 problem details (section 12).",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The docs pages load Swagger UI and Redoc from drf-spectacular-sidecar's static files, not a CDN
+    # (coordinator/api/docs.py). validatorUrl None: Swagger UI would otherwise send the schema's URL
+    # to validator.swagger.io for its badge.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "MemberStateEnum": "coordinator.protocol.model.MemberState",

@@ -1,16 +1,40 @@
 """Django admin for API credentials: list, inspect, (de)activate. Tokens are issued by
-``manage.py create_api_credential`` only, which prints the token once; the admin never sees one."""
+``manage.py create_api_credential`` only, which prints the token once; the admin never sees one.
+
+Who may do what
+---------------
+``change_apicredential`` lets a staff user deactivate credentials and rename nothing else of
+consequence. Anything that gives a token *more* power needs ``coordinator.manage_groups`` as well, the
+permission that already stands for "may administer the coordinator": changing a role (a member token
+promoted to admin could then delete groups) and re-activating an admin credential. Without it those
+fields are read-only in the form, and ``save_model`` refuses them again, so a hand-made POST gains
+nothing either.
+
+Every deactivation, re-activation and role change is logged at WARNING on ``coordinator.admin`` (kept at
+LOG_LEVEL=WARNING) and recorded in the admin's own history (``LogEntry``, "Recent actions"), naming the
+user and the credentials. A deactivation applies in this process at once (the cache is dropped when it
+commits, see ``coordinator.api.auth.forget_cached_credentials``).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 
-from .api.auth import forget_cached_credentials
+from .api.auth import MANAGE_GROUPS_PERMISSION, forget_cached_credentials
 from .models import ApiCredential
+
+log = logging.getLogger(__name__)
+
+
+def may_raise_privileges(request: HttpRequest) -> bool:
+    return request.user.has_perm(MANAGE_GROUPS_PERMISSION)
 
 
 @admin.register(ApiCredential)
@@ -25,8 +49,61 @@ class ApiCredentialAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a token must be shown once to whoever creates it: use the management command
 
-    @admin.action(description="Deactivate the selected credentials (refused at once)")
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiCredential | None = None) -> tuple[str, ...]:
+        readonly = tuple(super().get_readonly_fields(request, obj))
+        if may_raise_privileges(request):
+            return readonly
+        locked = ("role", "active") if _is_inactive_admin(obj) else ("role",)
+        return readonly + locked
+
+    def save_model(self, request: HttpRequest, obj: ApiCredential, form: ModelForm, change: bool) -> None:
+        raise_if_privileges_raised(request, obj, form)
+        super().save_model(request, obj, form, change)
+        if "role" in form.changed_data:
+            log.warning(
+                "API credential %r: role changed to %s by %s", obj.name, obj.role, request.user.get_username()
+            )
+        if "active" in form.changed_data:
+            verb = "re-activated" if obj.active else "deactivated"
+            log.warning("API credential %r %s by %s", obj.name, verb, request.user.get_username())
+
+    # permissions: an action without them is offered to anyone who may merely view the list.
+    @admin.action(description="Deactivate the selected credentials (refused at once)", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[ApiCredential]) -> None:
-        updated = queryset.update(active=False)  # no post_save: clear this process's cache explicitly
+        targets = list(queryset.filter(active=True).order_by("name"))
+        updated = queryset.filter(pk__in=[c.pk for c in targets]).update(active=False)
+        # update() sends no post_save: clear this process's cache explicitly.
         forget_cached_credentials(using=queryset.db)
+        for credential in targets:
+            credential.active = False  # as saved, so the history names it "inactive"
+            self.log_change(request, credential, "Deactivated (admin action).")
+        if targets:
+            log.warning(
+                "API credentials deactivated by %s: %s",
+                request.user.get_username(),
+                ", ".join(repr(c.name) for c in targets),
+            )
         self.message_user(request, f"{updated} credential(s) deactivated.")
+
+
+def _is_inactive_admin(obj: ApiCredential | None) -> bool:
+    return obj is not None and not obj.active and obj.role == ApiCredential.Role.ADMIN
+
+
+def raise_if_privileges_raised(request: HttpRequest, obj: ApiCredential, form: ModelForm) -> None:
+    """Refuse a save that gives a token more power unless the user holds manage_groups.
+
+    The form normally makes those fields read-only already; this is the check that a crafted POST (or a
+    form changed later) cannot get around.
+    """
+    if may_raise_privileges(request):
+        return
+    if "role" in form.changed_data and obj.role != form.initial.get("role"):
+        refused = f"changing the role of {obj.name!r} to {obj.role}"
+    elif "active" in form.changed_data and obj.active and obj.role == ApiCredential.Role.ADMIN:
+        refused = f"re-activating the admin credential {obj.name!r}"
+    else:
+        return
+    user = request.user.get_username()
+    log.warning("%s by %s refused: it needs %s", refused, user, MANAGE_GROUPS_PERMISSION)
+    raise PermissionDenied(f"{refused.capitalize()} needs the permission {MANAGE_GROUPS_PERMISSION}.")

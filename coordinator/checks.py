@@ -7,9 +7,13 @@
     rsc.E005  a setting outside the range its consumer accepts (RANGES_MS); among them
               RSC_RETENTION_INTERVAL_MS below 1000 (a retention pass per second at most)
     rsc.E006  a count setting (COUNTS) that is not an integer in its range
+    rsc.W001  (`check --deploy` only) an RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS entry shorter than
+              MIN_TOKEN_LENGTH characters: a guessable bearer token, like `make run`'s public dev tokens
 
-They run before every manage.py command (runserver, migrate, run_tick, ...) and, through
-config/celery.py, when a Celery worker or beat starts. Projects that install the app without defining a
+The errors run before every manage.py command (runserver, migrate, run_tick, ...) and, through
+config/celery.py, when a Celery worker or beat starts; the deploy check with `manage.py check --deploy`.
+A missing or weak SECRET_KEY is not a check: with DEBUG off, config/settings.py refuses to start at all
+(gunicorn runs no checks). Projects that install the app without defining a
 setting get the default below (the same as config/settings.py).
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
 
@@ -49,6 +53,29 @@ COUNTS: dict[str, tuple[int, int, int, str]] = {
     "RSC_MAX_ENDED_MEMBERS": (100, 0, MAX_ENDED_MEMBERS_LIMIT, "the tick's max_ended_members"),
     "RSC_RETENTION_MAX_STREAMS": (2_000, 1, 1_000_000, "streams visited per retention pass"),
 }
+
+
+# Environment tokens compare as plain secrets: anything short enough to type from memory is guessable.
+# `manage.py create_api_credential` issues 47 characters; `python -c "import secrets;
+# print(secrets.token_urlsafe(32))"` gives 43.
+MIN_TOKEN_LENGTH = 32
+
+
+@register(Tags.security, deploy=True)
+def check_api_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """rsc.W001; a module-level registration, so it exists as soon as the app imports this module."""
+    return [
+        Warning(
+            f"{name}[{index}] is {len(token)} characters long: a guessable bearer token "
+            f"(`make run`'s development tokens are public).",
+            hint=f"Use random tokens of at least {MIN_TOKEN_LENGTH} characters, or database credentials "
+            "(`manage.py create_api_credential NAME --role member|admin`), which can be deactivated.",
+            id="rsc.W001",
+        )
+        for name in ("RSC_MEMBER_TOKENS", "RSC_ADMIN_TOKENS")
+        for index, token in enumerate(getattr(settings, name, None) or ())
+        if token and len(token) < MIN_TOKEN_LENGTH
+    ]
 
 
 def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:

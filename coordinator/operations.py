@@ -54,10 +54,17 @@ from admin_ui import access, audit
 from admin_ui.models import AuditEntry
 from coordinator.api.auth import Role, TokenPrincipal, role_of
 from coordinator.api.errors import ApiErrorCode
-from coordinator.protocol.errors import CoordinatorError, InvalidRequest
+from coordinator.protocol.commands import CreateGroup
+from coordinator.protocol.errors import (
+    ConfirmationMismatch,
+    CoordinatorError,
+    GroupHasUnconsumedEntries,
+    InvalidRequest,
+)
 from coordinator.protocol.model import (
     MAX_ENTRY_IDS,
     MAX_RETENTION_MS,
+    OrderingMode,
     RetentionPolicy,
     Shard,
     validate_entry_ids,
@@ -402,6 +409,121 @@ def delete_prefix(
         return result
 
     return _audited(actor, Action.DELETE_PREFIX, prefix, "", requested, act)
+
+
+# ------------------------------------------------------------------------------------------ group actions
+
+
+def create_group(actor: Actor, command: CreateGroup, *, start_from: str = "latest") -> dict[str, Any]:
+    """Create a consumer group (and its stream prefix, given ``shard_count``, if new); returns the
+    group's description. The core validates the command (identifiers, config ranges)."""
+    raise_unless_admin(actor, Action.CREATE_GROUP)
+    if not isinstance(command, CreateGroup):
+        raise InvalidRequest("command must be a CreateGroup", field="command")
+    prefix, group = _group_target(command.stream_prefix, command.consumer_group)
+    requested = {
+        "shard_count": command.shard_count,
+        "config": dataclasses.asdict(command.config),
+        "start_from": start_from,
+    }
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        return store.create_group(command, start_from=start_from)
+
+    return _audited(actor, Action.CREATE_GROUP, prefix, group, requested, act)
+
+
+def set_max_concurrency(
+    actor: Actor, stream_prefix: str, consumer_group: str, max_concurrency: int
+) -> dict[str, Any]:
+    """Set the group's cap on worker threads per member; returns the group's description. The audit
+    row keeps the previous value."""
+    raise_unless_admin(actor, Action.SET_MAX_CONCURRENCY)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+        raise InvalidRequest("max_concurrency must be an integer", field="max_concurrency")
+    requested = {"max_concurrency": max_concurrency}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        details["previous"] = store.describe_group(prefix, group)["config"]["max_concurrency"]
+        return store.set_max_concurrency(prefix, group, max_concurrency)
+
+    return _audited(actor, Action.SET_MAX_CONCURRENCY, prefix, group, requested, act)
+
+
+def change_shard_count(
+    actor: Actor,
+    stream_prefix: str,
+    shard_count: int,
+    ordering: OrderingMode,
+    *,
+    consumer_group: str = "",
+    expected_version: int | None = None,
+) -> dict[str, Any]:
+    """Start a shard-count change of the whole prefix; returns the prefix description.
+    ``consumer_group`` only names the page it was requested from (context in the audit row).
+    ``expected_version``: the active routing version the operator reviewed; if it has changed since,
+    CONFIRMATION_MISMATCH and nothing changes (a double submit, another operator)."""
+    raise_unless_admin(actor, Action.CHANGE_SHARD_COUNT)
+    prefix = validate_identifier(stream_prefix, "stream_prefix")
+    group = validate_identifier(consumer_group, "consumer_group") if consumer_group else ""
+    if isinstance(shard_count, bool) or not isinstance(shard_count, int):
+        raise InvalidRequest("shard_count must be an integer", field="shard_count")
+    if not isinstance(ordering, OrderingMode):
+        raise InvalidRequest("ordering must be strict or relaxed", field="ordering")
+    requested = {"shard_count": shard_count, "ordering": ordering.value}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        before = store.describe_prefix(prefix)["topology"]
+        details.update(from_version=before["active_version"], from_shard_count=before["shard_count"])
+        if expected_version is not None and expected_version != before["active_version"]:
+            raise ConfirmationMismatch(
+                f"the active routing version changed from v{expected_version} to "
+                f"v{before['active_version']} since the confirmation was shown; nothing was changed, "
+                "review and retry",
+                expected_version=expected_version,
+                active_version=before["active_version"],
+            )
+        after = store.change_shard_count(prefix, shard_count, ordering)
+        details.update(to_version=after["topology"]["active_version"], groups=after["groups"])
+        return after
+
+    return _audited(actor, Action.CHANGE_SHARD_COUNT, prefix, group, requested, act)
+
+
+def delete_group(
+    actor: Actor, stream_prefix: str, consumer_group: str, *, force: bool = False, reason: str = ""
+) -> dict[str, Any]:
+    """Delete the group: its metadata, Redis consumer groups, dead letters. Refused
+    (GROUP_HAS_UNCONSUMED_ENTRIES, with the ``lag`` and ``pending`` totals) while the group has
+    entries not yet delivered or not acknowledged, unless ``force``: a group created again with the
+    name would silently skip them. The audit row keeps the totals it had just before.
+
+    The check reads the backlog, then deletes: entries appended in between are not counted (the
+    producers of a group being deleted should have stopped; ``force`` is what covers the rest)."""
+    raise_unless_admin(actor, Action.DELETE_GROUP)
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    if not isinstance(force, bool):
+        raise InvalidRequest("force must be true or false", field="force")
+    requested = {"force": force, "reason": validate_reason(reason, required=False)}
+
+    def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
+        details["unconsumed"] = totals = store.unconsumed_totals(prefix, group)
+        if not force and (totals["lag"] > 0 or totals["pending"] > 0):
+            raise GroupHasUnconsumedEntries(
+                f"group {group!r} of stream prefix {prefix!r} has {totals['lag']} entries not yet "
+                f"delivered and {totals['pending']} pending; deleting it loses them (a group created "
+                "again with this name skips them). Send force=true to delete anyway",
+                stream_prefix=prefix,
+                consumer_group=group,
+                lag=totals["lag"],
+                pending=totals["pending"],
+                missing="force",
+            )
+        store.delete_group(prefix, group)
+        return {"deleted": True, **totals}
+
+    return _audited(actor, Action.DELETE_GROUP, prefix, group, requested, act)
 
 
 # ------------------------------------------------------------------------------------------ audit retention

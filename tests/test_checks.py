@@ -1,4 +1,5 @@
-"""coordinator/checks.py: impossible timing settings stop `manage.py check`, runserver and migrate."""
+"""coordinator/checks.py: impossible timing settings stop `manage.py check`, runserver and migrate;
+`check --deploy` reports guessable environment tokens."""
 
 from dataclasses import replace
 
@@ -8,7 +9,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from coordinator.checks import DEFAULTS_MS, RANGES_MS, check_rsc_settings
+from coordinator.checks import DEFAULTS_MS, MIN_TOKEN_LENGTH, RANGES_MS, check_api_tokens, check_rsc_settings
 from coordinator.protocol.errors import InvalidRequest
 from coordinator.protocol.model import GroupConfig
 from coordinator.store.redis_store import default_config_from_settings
@@ -130,3 +131,27 @@ def test_ready_is_idempotent() -> None:
     config.ready()
     registered = [check for check in checks.registry.registry.get_checks() if check is check_rsc_settings]
     assert len(registered) == 1
+
+
+# ---------------------------------------------------------------------------- rsc.W001 (check --deploy)
+
+
+def test_short_environment_tokens_are_reported_by_check_deploy_only(settings) -> None:
+    settings.RSC_MEMBER_TOKENS = ["dev-member-token", "m" * MIN_TOKEN_LENGTH]
+    settings.RSC_ADMIN_TOKENS = ["dev-admin-token"]
+    messages = check_api_tokens()
+    assert [(m.id, m.level) for m in messages] == [("rsc.W001", checks.WARNING)] * 2
+    assert [m.msg.split(" ")[0] for m in messages] == ["RSC_MEMBER_TOKENS[0]", "RSC_ADMIN_TOKENS[0]"]
+    assert all("dev-" not in m.msg for m in messages)  # a token never appears in a message
+
+    assert check_api_tokens in checks.registry.registry.get_checks(include_deployment_checks=True)
+    assert check_api_tokens not in checks.registry.registry.get_checks()
+    call_command("check")  # the development setup is not disturbed
+    with pytest.raises(SystemCheckError, match=r"rsc\.W001"):
+        call_command("check", deploy=True, tags=["security"], fail_level="WARNING")
+
+
+def test_long_or_no_environment_tokens_pass(settings) -> None:
+    settings.RSC_MEMBER_TOKENS = []
+    settings.RSC_ADMIN_TOKENS = ["a" * MIN_TOKEN_LENGTH]
+    assert check_api_tokens() == []

@@ -21,9 +21,15 @@ from coordinator import operations
 from coordinator.api.auth import Role, TokenPrincipal
 from coordinator.api.errors import HTTP_STATUS
 from coordinator.protocol.commands import CreateGroup
-from coordinator.protocol.errors import CoordinatorError, InvalidRequest, UnknownShard
+from coordinator.protocol.errors import (
+    ConfirmationMismatch,
+    CoordinatorError,
+    GroupHasUnconsumedEntries,
+    InvalidRequest,
+    UnknownShard,
+)
 from coordinator.protocol.group import Heartbeat
-from coordinator.protocol.model import GroupConfig, RetentionPolicy
+from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy
 from coordinator.store import MetadataStore, get_store, reset_store
 from tests.api.helpers import make_pending, redis_snapshot
 
@@ -274,3 +280,68 @@ def test_the_admin_adapter_asks_admin_ui_access() -> None:
     assert operations.actor_from_admin_request(SimpleNamespace(user=viewer)).is_admin is False
     anonymous = operations.actor_from_admin_request(SimpleNamespace(user=AnonymousUser()))
     assert (anonymous.username, anonymous.user, anonymous.is_admin) == ("", None, False)
+
+
+# ------------------------------------------------------------------------------------------ group actions
+
+GROUP_ACTIONS = {
+    "create_group": lambda a: operations.create_group(
+        a, CreateGroup(stream_prefix=P, consumer_group="new", config=GroupConfig())
+    ),
+    "set_max_concurrency": lambda a: operations.set_max_concurrency(a, P, G, 4),
+    "change_shard_count": lambda a: operations.change_shard_count(a, P, 4, OrderingMode.RELAXED),
+    "delete_group": lambda a: operations.delete_group(a, P, G, force=True),
+}
+
+
+@pytest.mark.parametrize("action", sorted(GROUP_ACTIONS))
+def test_a_group_action_without_its_audit_row_changes_nothing(
+    action: str, store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = redis_snapshot(store.client)
+
+    def refuse(**fields: Any) -> Any:
+        raise DatabaseError("database is locked")
+
+    monkeypatch.setattr(AuditEntry.objects, "create", refuse)
+    with pytest.raises(operations.AuditUnavailable):
+        GROUP_ACTIONS[action](ADMIN)
+    assert redis_snapshot(store.client) == before
+
+
+@pytest.mark.parametrize("action", sorted(GROUP_ACTIONS))
+def test_a_group_action_by_a_non_admin_writes_nothing(action: str, store: MetadataStore) -> None:
+    before = redis_snapshot(store.client)
+    with pytest.raises(operations.PermissionDeniedError):
+        GROUP_ACTIONS[action](NOT_ADMIN)
+    assert redis_snapshot(store.client) == before and rows() == []
+
+
+@pytest.mark.parametrize("action", sorted(GROUP_ACTIONS))
+def test_a_group_action_is_audited_first_then_settled(action: str, store: MetadataStore) -> None:
+    GROUP_ACTIONS[action](ADMIN)
+    assert rows() == [("ops", "command", action, "ok")]
+
+
+def test_delete_group_with_unconsumed_entries_needs_force(store: MetadataStore) -> None:
+    make_pending(store.client, 2, prefix=P, group=G)
+    before = redis_snapshot(store.client)
+    with pytest.raises(GroupHasUnconsumedEntries) as refused:
+        operations.delete_group(ADMIN, P, G)
+    assert refused.value.details == {
+        "stream_prefix": P,
+        "consumer_group": G,
+        "lag": 0,
+        "pending": 2,
+        "missing": "force",
+    }
+    assert redis_snapshot(store.client) == before
+    assert rows() == [("ops", "command", "delete_group", "GROUP_HAS_UNCONSUMED_ENTRIES")]
+
+
+def test_a_stale_shard_count_confirmation_is_refused_and_recorded(store: MetadataStore) -> None:
+    before = redis_snapshot(store.client)
+    with pytest.raises(ConfirmationMismatch):
+        operations.change_shard_count(ADMIN, P, 4, OrderingMode.STRICT, expected_version=7)
+    assert redis_snapshot(store.client) == before
+    assert rows() == [("ops", "command", "change_shard_count", "CONFIRMATION_MISMATCH")]

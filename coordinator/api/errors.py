@@ -12,7 +12,8 @@ Errors reach a client through exactly three doors, and all three build their bod
 2. :func:`api_not_found`, the catch-all route under ``/api/``: unknown paths (also with DEBUG on, where
    Django would otherwise answer with its technical 404 page).
 3. The Django handlers :func:`handler400` / ``403`` / ``404`` / ``500`` (wired in ``config/urls.py``):
-   failures outside any view (middleware), for ``/api/`` paths only; other paths keep Django's pages.
+   failures outside any view (middleware), for ``/api/`` paths only; other paths keep Django's pages,
+   except 500: :func:`handler500` logs every unhandled exception under an incident id and shows it.
 
 The status of a code is :data:`HTTP_STATUS` and nothing else: docs/protocol.md section 12 for the core's
 codes, plus the codes that only the HTTP layer and the operations layer produce (:class:`ApiErrorCode`).
@@ -20,14 +21,18 @@ Every 503 carries ``Retry-After`` (the store, its optimistic concurrency or the 
 likely be back within a second).
 
 The body is ``{type, title, status, detail, code, retriable, instance, details}``; validation failures
-add ``errors: [{field, message, code}]`` and unexpected failures ``incident_id`` (the id under which
-the traceback was logged). An unexpected failure's own message is never sent: it may hold anything.
+add ``errors: [{field, message, code}]``. Every 500 adds ``incident_id``: :func:`log_incident` logged the
+exception with its traceback at ERROR under that id, once (the response is marked as logged, so
+Django's ``django.request`` does not log it again without the id). An unexpected failure's own message
+is never sent: it may hold anything. A 500 outside the API (the operator pages) is a plain page that
+shows the id.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Mapping
 from enum import StrEnum
@@ -35,7 +40,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
+from django.utils.html import format_html
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
@@ -91,6 +97,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.GROUP_HAS_LIVE_MEMBERS: (409, "Group has live members"),
     ErrorCode.MIGRATION_NOT_ACTIVE: (409, "No migration to release from"),
     ErrorCode.STREAM_PREFIX_NOT_EMPTY: (409, "Stream prefix not empty"),
+    ErrorCode.GROUP_HAS_UNCONSUMED_ENTRIES: (409, "Group has unconsumed entries"),
     ErrorCode.ENTRY_NOT_PENDING: (409, "Entry not pending"),
     ErrorCode.CONFIRMATION_MISMATCH: (409, "Confirmation does not match"),
     ErrorCode.DEAD_LETTER_NOT_FOUND: (404, "Dead letter not found"),
@@ -194,7 +201,26 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> HttpRespons
     set_rollback()
     code, detail, retriable, details, extensions, headers = _describe(exc, instance)
     body = problem(code, detail, instance=instance, retriable=retriable, details=details, **extensions)
-    return _problem_response(body, problem_headers(code, **headers))
+    response = _problem_response(body, problem_headers(code, **headers))
+    if "incident_id" in body:
+        _mark_logged(response)
+    return response
+
+
+def log_incident(path: str | None, exc: BaseException | None, what: str) -> str:
+    """Log ``exc`` with its traceback at ERROR under a new incident id, and return the id.
+
+    The id goes into the response (``incident_id``), so an operator handed a 500 finds its traceback.
+    """
+    incident = uuid.uuid4().hex
+    log.error("%s on %s (incident %s)", what, path, incident, exc_info=exc, extra={"incident_id": incident})
+    return incident
+
+
+def _mark_logged(response: HttpResponse) -> None:
+    # Django's log_response() skips a response so marked. The incident was logged with its traceback
+    # and id; Django's own "Internal Server Error" record would repeat it without either.
+    response._has_been_logged = True  # type: ignore[attr-defined]
 
 
 # What a client is told instead of a translated Redis error's own message.
@@ -208,8 +234,10 @@ _Described = tuple[str, str, bool, dict[str, Any], dict[str, Any], dict[str, str
 def _describe(exc: Exception, instance: str | None) -> _Described:
     """code, detail, retriable, details, extension members, headers of one exception."""
     if isinstance(exc, CoordinatorError):
-        if exc.code in (ErrorCode.ILLEGAL_TRANSITION, ErrorCode.METADATA_CORRUPT):  # bugs, hand edits
-            log.error("%s on %s: %s", exc.code.value, instance, exc.message, exc_info=exc)
+        extensions: dict[str, Any] = {}
+        if status_of(exc.code) == 500:  # ILLEGAL_TRANSITION (a bug), METADATA_CORRUPT (a hand edit)
+            what = f"{exc.code.value}: {exc.message}"
+            extensions["incident_id"] = log_incident(instance, exc, what)
         elif exc.code is ErrorCode.STORE_UNAVAILABLE:
             log.warning("%s: %s", instance, exc.message)
         detail = exc.message
@@ -217,7 +245,7 @@ def _describe(exc: Exception, instance: str | None) -> _Described:
             detail = _DRIVER_DETAIL[
                 exc.code
             ]  # a translated driver error: its words (hosts, ports) are logged
-        return exc.code, detail, exc.retriable, exc.details, {}, {}
+        return exc.code, detail, exc.retriable, exc.details, extensions, {}
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -240,10 +268,12 @@ def _describe(exc: Exception, instance: str | None) -> _Described:
             headers["Retry-After"] = str(int(wait))
         retriable = code == ApiErrorCode.TOO_MANY_REQUESTS
         return code, _text(exc.detail), retriable, {}, {}, headers
-    incident = uuid.uuid4().hex
-    log.error("unexpected error on %s (incident %s)", instance, incident, exc_info=exc)
-    detail = f"an unexpected error occurred; it was logged as incident {incident}"
-    return ApiErrorCode.INTERNAL_ERROR, detail, False, {}, {"incident_id": incident}, {}
+    incident = log_incident(instance, exc, "unexpected error")
+    return ApiErrorCode.INTERNAL_ERROR, _incident_detail(incident), False, {}, {"incident_id": incident}, {}
+
+
+def _incident_detail(incident: str) -> str:
+    return f"an unexpected error occurred; it was logged as incident {incident}"
 
 
 def _describe_validation(exc: drf.ValidationError) -> _Described:
@@ -334,8 +364,28 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     return problem_response(request, ApiErrorCode.NOT_FOUND, f"no API endpoint at {request.path}")
 
 
+_SERVER_ERROR_PAGE = (
+    '<!doctype html><html lang="en"><head><title>Server Error (500)</title></head><body>'
+    "<h1>Server Error (500)</h1><p>An unexpected error occurred. It was logged as incident "
+    '<code id="incident-id">{}</code>; quote this id when you report it.</p></body></html>'
+)
+
+
 def handler500(request: HttpRequest) -> HttpResponse:
-    if not is_api_path(request):
-        return defaults.server_error(request)
-    # Django has already logged the exception with its traceback (logger django.request).
-    return problem_response(request, ApiErrorCode.INTERNAL_ERROR, "an unexpected error occurred")
+    """An exception outside DRF's handling (a plain Django view, a middleware): logged here with its
+    traceback under an incident id, which the response shows. Django calls this inside its ``except``
+    block, so ``sys.exc_info()`` is the exception (``None`` when called directly)."""
+    incident = log_incident(request.path, sys.exc_info()[1], "unhandled exception")
+    response: HttpResponse
+    if is_api_path(request):
+        body = problem(
+            ApiErrorCode.INTERNAL_ERROR,
+            _incident_detail(incident),
+            instance=request.path,
+            incident_id=incident,
+        )
+        response = _problem_response(body, {})
+    else:
+        response = HttpResponseServerError(format_html(_SERVER_ERROR_PAGE, incident))
+    _mark_logged(response)
+    return response

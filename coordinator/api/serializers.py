@@ -510,3 +510,13 @@ class DeletePrefixQuerySerializer(QuerySerializer):
         help_text="true: delete even while the prefix has groups or unconsumed entries (DATA LOSS).",
     )
     reason = ReasonField(required=False)
+
+
+class DeleteGroupQuerySerializer(QuerySerializer):
+    force = QueryBooleanField(
+        required=False,
+        default=False,
+        help_text="true: delete even while the group has unconsumed entries (lag or pending > 0): DATA "
+        "LOSS, a group created again with the name skips them.",
+    )
+    reason = ReasonField(required=False)

@@ -1,9 +1,8 @@
 """Routes of the API v1 (docs/protocol.md section 13), mounted at ``/api/v1/`` by ``config/urls.py``."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from . import lifecycle, views
+from . import docs, lifecycle, views
 
 app_name = "api-v1"
 
@@ -76,6 +75,7 @@ urlpatterns = [
         views.StreamPrefixView.as_view(),
         name="admin-stream-prefix",
     ),
-    path("schema/", SpectacularAPIView.as_view(api_version="v1"), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-v1:schema"), name="docs"),
+    path("schema/", docs.SchemaView.as_view(api_version="v1"), name="schema"),
+    path("docs/", docs.SwaggerView.as_view(url_name="api-v1:schema"), name="docs"),
+    path("redoc/", docs.RedocView.as_view(url_name="api-v1:schema"), name="redoc"),
 ]

@@ -1,12 +1,12 @@
 """The HTTP API v1 (docs/protocol.md section 13): thin views over the metadata store.
 
 Each view authenticates (``auth``), validates the path, the query and the body (``serializers``), makes
-one call and returns its JSON as it is. Reads and the original admin actions call the store
-(``coordinator.store.get_store()``; moving those onto the operations layer too is a separate change);
-the operator actions on entries, migrations and prefixes (here: prefix deletion; the others in
-``lifecycle``) call ``coordinator.operations``, which authorizes, audits first and records the outcome,
-the same door the operator pages use. Errors are raised, never returned: ``errors.exception_handler``
-turns every one of them into problem details. Nothing here decides anything about the protocol.
+one call and returns its JSON as it is. Reads call the store (``coordinator.store.get_store()``); every
+admin action (create, delete, max_concurrency, shard count, prefix deletion here; the entry lifecycle in
+``lifecycle``) calls ``coordinator.operations``, which authorizes, audits first (failing closed) and
+records the outcome, the same door the operator pages use. Errors are raised, never returned:
+``errors.exception_handler`` turns every one of them into problem details. Nothing here decides anything
+about the protocol.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .errors import exception_handler
 from .parsers import StrictJSONParser, require_json_body
 from .serializers import (
     CreateGroupSerializer,
+    DeleteGroupQuerySerializer,
     DeletePrefixQuerySerializer,
     HeartbeatSerializer,
     MaxConcurrencySerializer,
@@ -126,11 +127,6 @@ class ApiView(APIView):
 
     def actor(self) -> operations.Actor:
         return operations.actor_from_api_request(self.request)
-
-    def audit(self, action: str, **fields: Any) -> None:
-        """One INFO line per admin change, naming the credential (never its token)."""
-        pairs = " ".join(f"{k}={v}" for k, v in fields.items())
-        log.info("admin %s by %s: %s", action, self.request.user, pairs)
 
 
 def _declared_empty(request: Request) -> bool:
@@ -229,13 +225,13 @@ class AdminGroupsView(AdminView):
                 ErrorCode.INVALID_CONFIG,
                 ErrorCode.GROUP_ALREADY_EXISTS,
                 ErrorCode.SHARD_COUNT_CONFLICT,
+                *doc.ACTION_CODES,
             ),
         },
     )
     def post(self, request: Request) -> Response:
         command, start_from = self.body(CreateGroupSerializer).to_command()
-        view = self.store.create_group(command, start_from=start_from)
-        self.audit("create_group", stream_prefix=command.stream_prefix, consumer_group=command.consumer_group)
+        view = operations.create_group(self.actor(), command, start_from=start_from)
         location = _group_url(command.stream_prefix, command.consumer_group)
         return Response(view, status=status.HTTP_201_CREATED, headers={"Location": location})
 
@@ -255,14 +251,30 @@ class AdminGroupView(AdminView):
     @extend_schema(
         operation_id="delete_group",
         tags=["admin"],
-        summary="Delete a group's metadata (its streams and Redis consumer groups are kept)",
-        parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
-        responses={204: None, **doc.problems(*_GROUP_PATH_CODES)},
+        summary="Delete a group: its metadata, Redis consumer groups and dead letters (streams are kept)",
+        description="Refused with 409 GROUP_HAS_UNCONSUMED_ENTRIES, with the `lag` and `pending` totals "
+        "in the problem details, while the group has entries not yet delivered or not acknowledged, "
+        "unless force=true (DATA LOSS: a group created again with the name skips them). Audited.",
+        parameters=[
+            doc.STREAM_PREFIX,
+            doc.CONSUMER_GROUP,
+            DeleteGroupQuerySerializer,
+            *doc.RESPONSE_HEADERS,
+        ],
+        responses={
+            204: None,
+            **doc.problems(
+                ErrorCode.INVALID_REQUEST,
+                *_GROUP_PATH_CODES,
+                ErrorCode.GROUP_HAS_UNCONSUMED_ENTRIES,
+                *doc.ACTION_CODES,
+            ),
+        },
     )
     def delete(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
         prefix, group = self.path_identifiers()
-        self.store.delete_group(prefix, group)
-        self.audit("delete_group", stream_prefix=prefix, consumer_group=group)
+        query = self.query(DeleteGroupQuerySerializer)
+        operations.delete_group(self.actor(), prefix, group, force=query["force"], reason=query["reason"])
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -273,14 +285,15 @@ class MaxConcurrencyView(AdminView):
         summary="Set the group's server-side cap on worker threads per member",
         parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
         request=MaxConcurrencySerializer,
-        responses={200: doc.GroupDescriptionSerializer, **doc.problems(*doc.BODY_CODES, *_GROUP_PATH_CODES)},
+        responses={
+            200: doc.GroupDescriptionSerializer,
+            **doc.problems(*doc.BODY_CODES, *_GROUP_PATH_CODES, *doc.ACTION_CODES),
+        },
     )
     def put(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
         prefix, group = self.path_identifiers()
         value = self.body(MaxConcurrencySerializer).validated_data["max_concurrency"]
-        view = self.store.set_max_concurrency(prefix, group, value)
-        self.audit("set_max_concurrency", stream_prefix=prefix, consumer_group=group, max_concurrency=value)
-        return Response(view)
+        return Response(operations.set_max_concurrency(self.actor(), prefix, group, value))
 
 
 class ShardCountView(AdminView):
@@ -300,6 +313,7 @@ class ShardCountView(AdminView):
                 ErrorCode.STREAM_PREFIX_NOT_FOUND,
                 ErrorCode.SHARD_COUNT_UNCHANGED,
                 ErrorCode.MIGRATION_IN_PROGRESS,
+                *doc.ACTION_CODES,
             ),
         },
     )
@@ -307,8 +321,7 @@ class ShardCountView(AdminView):
         (prefix,) = self.path_identifiers()
         body = self.body(ShardCountSerializer)
         shard_count = body.validated_data["shard_count"]
-        view = self.store.change_shard_count(prefix, shard_count, body.ordering_mode())
-        self.audit("change_shard_count", stream_prefix=prefix, shard_count=shard_count)
+        view = operations.change_shard_count(self.actor(), prefix, shard_count, body.ordering_mode())
         location = reverse("api-v1:admin-stream-prefix", kwargs={"stream_prefix": prefix})
         return Response(view, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
 

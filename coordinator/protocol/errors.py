@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     ENTRY_NOT_PENDING = "ENTRY_NOT_PENDING"
     CONFIRMATION_MISMATCH = "CONFIRMATION_MISMATCH"
     DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
+    GROUP_HAS_UNCONSUMED_ENTRIES = "GROUP_HAS_UNCONSUMED_ENTRIES"
 
 
 class CoordinatorError(Exception):
@@ -164,6 +165,13 @@ class StreamPrefixNotEmpty(CoordinatorError):
     """Deleting a stream prefix that still has groups or unconsumed entries, without ``force``."""
 
     code = ErrorCode.STREAM_PREFIX_NOT_EMPTY
+
+
+class GroupHasUnconsumedEntries(CoordinatorError):
+    """Deleting a group that has entries not yet delivered (lag) or delivered and not acknowledged
+    (pending), without ``force``: a group created again with the name would silently skip them."""
+
+    code = ErrorCode.GROUP_HAS_UNCONSUMED_ENTRIES
 
 
 class EntryNotPending(CoordinatorError):

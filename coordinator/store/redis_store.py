@@ -62,6 +62,7 @@ from coordinator.protocol.errors import (
 )
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import (
+    IDENTIFIER_RE,
     EndReason,
     Group,
     GroupConfig,
@@ -117,6 +118,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._fast = client.register_script(_LUA("fast_heartbeat.lua").read_text())
         self._load_script = client.register_script(_LUA("load.lua").read_text())
         self._commit_script = client.register_script(_LUA("commit.lua").read_text())
+        self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -164,20 +166,29 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     def create_group(self, command: CreateGroup, start_from: str = "latest") -> dict[str, Any]:
         if start_from not in START_FROM:
             raise InvalidRequest("start_from must be 'latest' or 'earliest'", field="start_from")
+        prefix, name, created = command.stream_prefix, command.consumer_group, _Created()
 
         def before_commit(state: PrefixState) -> None:
-            group = state.groups[command.consumer_group]
-            self._create_consumer_groups(state, [group], START_FROM[start_from])
+            self._create_consumer_groups(state, [state.groups[name]], START_FROM[start_from], created)
             # Indexed before the commit: a group the tick cannot see would never expire its members. An
             # index entry without metadata (the commit failed) is skipped by the tick and listings.
-            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
+            self.client.sadd(codec.PREFIXES_KEY, prefix)
 
-        self._execute(command, [command.consumer_group], before_commit=before_commit)
-        with translate_redis_errors():
-            # Again after the commit: a deletion of the prefix that raced this creation may have removed
-            # the index entry after the first SADD (delete_prefix re-adds it if the metadata exists).
-            self.client.sadd(codec.PREFIXES_KEY, command.stream_prefix)
-        return self.describe_group(command.stream_prefix, command.consumer_group)
+        try:
+            outcome = self._execute(command, [name], before_commit=before_commit)
+            assert outcome.state is not None
+            with translate_redis_errors():
+                # Again after the commit: a deletion of the prefix that raced this creation may have
+                # removed the index entry after the first SADD (delete_prefix re-adds it if the metadata
+                # exists), and a losing creator's clean-up may have removed a consumer group this one
+                # found already there (BUSYGROUP) just before our commit made it ours.
+                self.client.sadd(codec.PREFIXES_KEY, prefix)
+                self._create_consumer_groups(
+                    outcome.state, [outcome.state.groups[name]], START_FROM[start_from]
+                )
+        finally:
+            self._remove_unused(prefix, created)
+        return self.describe_group(prefix, name)
 
     def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
         """Forget the group: its metadata, then its Redis consumer groups (offsets and pending lists), so
@@ -198,6 +209,14 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             )
             self.client.unlink(*keys)
 
+    def unconsumed_totals(self, stream_prefix: str, consumer_group: str) -> dict[str, int]:
+        """The group's ``lag`` (entries not yet delivered; a shard whose lag Redis cannot tell counts
+        its whole length) and ``pending`` (delivered, not acknowledged), summed over the shards of the
+        ACTIVE and DRAINING versions (its backlog rows). GROUP_NOT_FOUND when there is no such group."""
+        rows = self.backlog(stream_prefix, consumer_group)
+        lag = sum(r["length"] if r["lag"] is None else r["lag"] for r in rows)
+        return {"lag": int(lag), "pending": int(sum(r["pending"] for r in rows))}
+
     def set_max_concurrency(self, stream_prefix: str, consumer_group: str, value: int) -> dict[str, Any]:
         cmd = SetMaxConcurrency(
             stream_prefix=stream_prefix, consumer_group=consumer_group, max_concurrency=value
@@ -209,14 +228,26 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self, stream_prefix: str, shard_count: int, ordering: OrderingMode
     ) -> dict[str, Any]:
         command = ChangeShardCount(stream_prefix=stream_prefix, shard_count=shard_count, ordering=ordering)
+        created = _Created()
 
         def before_commit(state: PrefixState) -> None:
             # The new version's streams and consumer groups exist before any producer can route there.
             new = state.topology.active_version
             groups = list(state.groups.values())
-            self._create_consumer_groups(state, groups, "0", only_version=new.version)
+            self._create_consumer_groups(state, groups, "0", created, only_version=new.version)
 
-        self._execute(command, None, before_commit=before_commit)
+        try:
+            outcome = self._execute(command, None, before_commit=before_commit)
+        finally:
+            # A losing change (MIGRATION_IN_PROGRESS after a rival's v2 won, say) leaves no streams of
+            # its own shard count behind; nor does an attempt re-decided on a conflict.
+            self._remove_unused(stream_prefix, created)
+        if outcome.state is not None:
+            new = outcome.state.topology.active_version
+            with translate_redis_errors():  # idempotent; see create_group
+                self._create_consumer_groups(
+                    outcome.state, list(outcome.state.groups.values()), "0", only_version=new.version
+                )
         return self.describe_prefix(stream_prefix)
 
     def describe_group(self, stream_prefix: str, consumer_group: str) -> dict[str, Any]:
@@ -260,9 +291,25 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         return view
 
     def stream_prefixes(self) -> list[str]:
+        """The prefixes of the index ``rsc:prefixes``, sorted. An entry that is not a valid identifier
+        (written by hand or by a foreign client: ``bad{x}``, ``a:b``, bytes that are not UTF-8) is
+        skipped and reported in one ERROR line per call: every listing, tick and retention pass goes
+        through here, and one bad entry must not stop them for every other prefix. It is not removed:
+        an operator should see it and find out who wrote it (``SREM rsc:prefixes <entry>``)."""
         with translate_redis_errors():
             members = self.client.smembers(codec.PREFIXES_KEY)
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        names = sorted(m.decode(errors="replace") if isinstance(m, bytes) else str(m) for m in members)
+        valid = [n for n in names if IDENTIFIER_RE.fullmatch(n)]
+        if len(valid) != len(names):
+            bad = [n for n in names if n not in valid]
+            log.error(
+                "skipped %d invalid entr%s of the stream prefix index %s: %s (remove with SREM)",
+                len(bad),
+                "y" if len(bad) == 1 else "ies",
+                codec.PREFIXES_KEY,
+                ", ".join(repr(n) for n in bad),
+            )
+        return valid
 
     def list_groups(self) -> list[dict[str, Any]]:
         rows = []
@@ -531,21 +578,88 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         return lease_sets
 
     def _create_consumer_groups(
-        self, state: PrefixState, groups: list[Group], start_id: str, only_version: int | None = None
+        self,
+        state: PrefixState,
+        groups: list[Group],
+        start_id: str,
+        created: _Created | None = None,
+        only_version: int | None = None,
     ) -> None:
+        """XGROUP CREATE ... MKSTREAM on every shard of the non-retired versions (or ``only_version``);
+        BUSYGROUP is fine. ``created`` collects what this call created (a consumer group whose CREATE
+        answered OK, a stream that did not exist just before), so that :meth:`_remove_unused` can take
+        back what the committed state does not use. One MULTI: EXISTS and CREATE of a key are not split
+        by another client (all keys share the prefix's hash tag, so this also works on a Cluster)."""
         prefix = state.topology.stream_prefix
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=True)
+        targets: list[tuple[str, str]] = []
         for v in state.topology.versions:
             if v.state is VersionState.RETIRED or (only_version is not None and v.version != only_version):
                 continue
             for shard in v.shards():
                 for group in groups:
-                    pipe.xgroup_create(
-                        codec.stream_key(prefix, shard), group.consumer_group, id=start_id, mkstream=True
-                    )
-        for reply in pipe.execute(raise_on_error=False):
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                raise reply
+                    key = codec.stream_key(prefix, shard)
+                    pipe.exists(key)
+                    pipe.xgroup_create(key, group.consumer_group, id=start_id, mkstream=True)
+                    targets.append((key, group.consumer_group))
+        replies = pipe.execute(raise_on_error=False) if targets else []
+        for (key, name), existed, reply in zip(targets, replies[0::2], replies[1::2], strict=True):
+            if isinstance(reply, Exception):
+                if "BUSYGROUP" not in str(reply):
+                    raise reply
+                continue
+            if created is not None:
+                created.groups.add((key, name))
+                if not existed:
+                    created.streams.add(key)
+
+    def _remove_unused(self, stream_prefix: str, created: _Created) -> None:
+        """Best effort, once a create_group / change_shard_count call has won, lost or failed: destroy
+        the consumer groups and delete the (still empty, group-less) streams its attempts created that
+        the committed metadata does not use: a loser's debris (issue 10 item 7). What is used is read
+        after the outcome, so a winner's streams and groups are never touched; a rival that commits
+        later re-creates what it needs after its commit (idempotently)."""
+        if not created.groups and not created.streams:
+            return
+        try:
+            state = self._read(stream_prefix, None)[1]
+        except CoordinatorError as e:
+            log.warning("could not check for debris of a lost race on %r: %s", stream_prefix, e)
+            return
+        used_keys = (
+            set()
+            if state is None
+            else {codec.stream_key(stream_prefix, s) for v in state.topology.versions for s in v.shards()}
+        )
+        used_groups = set() if state is None else set(state.groups)
+        groups = sorted((k, g) for k, g in created.groups if k not in used_keys or g not in used_groups)
+        streams = sorted(k for k in created.streams if k not in used_keys)
+        if not groups and not streams:
+            return
+        try:
+            with translate_redis_errors():
+                pipe = self.client.pipeline(transaction=False)
+                for key, name in groups:
+                    pipe.xgroup_destroy(key, name)
+                pipe.execute(raise_on_error=False)
+                deleted = sum(int(self._delete_if_unused(keys=[k])) for k in streams)
+        except CoordinatorError as e:
+            log.warning("debris of a lost race on %r not removed: %s", stream_prefix, e)
+            return
+        log.info(
+            "removed debris of a lost race on %r: %d consumer group(s), %d stream(s)",
+            stream_prefix,
+            len(groups),
+            deleted,
+        )
+
+
+@dataclass(slots=True)
+class _Created:
+    """What one create_group / change_shard_count call created in Redis before its commit(s)."""
+
+    streams: set[str] = field(default_factory=set)  # stream keys
+    groups: set[tuple[str, str]] = field(default_factory=set)  # (stream key, consumer group)
 
 
 def default_config_from_settings(settings: Any) -> GroupConfig:

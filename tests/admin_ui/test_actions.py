@@ -47,7 +47,7 @@ def test_set_max_concurrency_bumps_the_group_epoch_and_is_audited(
     create(store)
     r = operator.post(url("set_max_concurrency"), {"max_concurrency": "6"}, follow=True)
     assert r.redirect_chain == [(url("group_detail"), 302)]
-    assert messages_of(r) == [f"max_concurrency of {PREFIX}/{GROUP} set to 6 (was 1); group epoch is now 1."]
+    assert messages_of(r) == [f"max_concurrency of {PREFIX}/{GROUP} set to 6; group epoch is now 1."]
     view = store.describe_group(PREFIX, GROUP)
     assert (view["config"]["max_concurrency"], view["group_epoch"]) == (6, 1)
     assert "max_concurrency 6" in text(r)
@@ -151,9 +151,9 @@ def test_a_confirmation_reviewed_against_another_topology_is_refused(
     confirm = {"shard_count": "6", "ordering": "strict", "from_version": "1", "confirm": "yes"}
     r = operator.post(url("change_shard_count"), confirm, follow=True)
     (message,) = messages_of(r)
-    assert message.startswith("Confirmation out of date: the active routing version changed from v1 to v2")
+    assert message.startswith("Confirmation does not match: the active routing version changed from v1 to v2")
     assert store.describe_prefix(PREFIX)["topology"]["active_version"] == 2
-    assert [(e[1], e[4]) for e in audit_trail()] == [("change_shard_count", "STALE_CONFIRMATION")]
+    assert [(e[1], e[4]) for e in audit_trail()] == [("change_shard_count", "CONFIRMATION_MISMATCH")]
 
 
 @pytest.mark.parametrize(
@@ -172,17 +172,59 @@ def test_an_invalid_shard_count_form_redisplays_the_form(
 
 
 def test_deleting_a_group_is_confirmed_then_done_and_audited(operator: Client, store: MetadataStore) -> None:
-    busy_group(store)
+    create(store)
+    create(store, group=OTHER_GROUP)
     r = operator.post(url("delete_group"))
     assert r.status_code == 200
-    assert "2 live members (a, b) will lose their shards at once" in text(r)
+    assert 'id="unconsumed-lag">0<' in r.content.decode()
+    assert 'name="force"' not in r.content.decode()  # nothing to lose: no force asked
     assert GROUP in store.describe_prefix(PREFIX)["groups"]  # not yet
     r = operator.post(url("delete_group"), {"confirm": "yes"}, follow=True)
     assert r.redirect_chain == [(LIST_URL, 302)]
     assert messages_of(r) == [f"Consumer group {PREFIX}/{GROUP} deleted."]
     assert store.describe_prefix(PREFIX)["groups"] == [OTHER_GROUP]
     assert [row[1] for row in table_rows(r, "groups")] == [OTHER_GROUP]
-    assert audit_trail() == [("operator", "delete_group", PREFIX, GROUP, "ok", {})]
+    assert audit_trail() == [
+        (
+            "operator",
+            "delete_group",
+            PREFIX,
+            GROUP,
+            "ok",
+            {"force": False, "reason": "", "unconsumed": {"lag": 0, "pending": 0}},
+        )
+    ]
+
+
+def test_deleting_a_group_with_unconsumed_entries_shows_the_counts_and_needs_force(
+    operator: Client, store: MetadataStore
+) -> None:
+    busy_group(store)  # two undelivered entries (v1:1, v1:3); members a and b live
+    r = operator.post(url("delete_group"))
+    assert r.status_code == 200
+    page = text(r)
+    assert "2 live members (a, b) will lose their shards at once" in page
+    assert "This group has 2 entries not yet delivered and 0 pending." in page
+    body = r.content.decode()
+    assert 'id="unconsumed-lag">2<' in body and 'id="unconsumed-pending">0<' in body
+    assert 'name="force"' in body
+    before = store.raw_metadata(PREFIX)
+
+    r = operator.post(url("delete_group"), {"confirm": "yes"}, follow=True)  # force not ticked
+    assert r.redirect_chain == [(url("group_detail"), 302)]
+    (message,) = messages_of(r)
+    assert message.startswith("Group has unconsumed entries: ")
+    assert message.endswith("[GROUP_HAS_UNCONSUMED_ENTRIES]")
+    assert store.raw_metadata(PREFIX) == before
+    assert GROUP in store.describe_prefix(PREFIX)["groups"]
+
+    r = operator.post(url("delete_group"), {"confirm": "yes", "force": "on"}, follow=True)
+    assert r.redirect_chain == [(LIST_URL, 302)]
+    assert store.describe_prefix(PREFIX)["groups"] == [OTHER_GROUP]
+    assert [(e[4], e[5]["force"], e[5]["unconsumed"]) for e in audit_trail()] == [
+        ("GROUP_HAS_UNCONSUMED_ENTRIES", False, {"lag": 2, "pending": 0}),
+        ("ok", True, {"lag": 2, "pending": 0}),
+    ]
 
 
 def test_deleting_a_missing_group_is_an_error_message(operator: Client, store: MetadataStore) -> None:

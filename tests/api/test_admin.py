@@ -5,8 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 
-from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api, assert_problem
+from admin_ui.models import AuditEntry
+
+from .helpers import (
+    ADMIN_TOKEN,
+    GROUP,
+    MEMBER_TOKEN,
+    NO_BODY,
+    PREFIX,
+    Api,
+    assert_problem,
+    redis_snapshot,
+)
 
 
 def test_create_group_uses_the_settings_defaults_and_answers_201_with_the_description(
@@ -241,3 +253,87 @@ def test_a_lease_not_above_the_tick_interval_is_refused(api: Api, store: Any, se
     assert_problem(api.post("admin/groups", body), 400, "INVALID_CONFIG")
     assert store.stream_prefixes() == []
     assert api.post("admin/groups", {**body, "lease_ttl_ms": 1_001}).status_code == 201
+
+
+# ---------------------------------------------------------------------------------------------- audit
+# Every admin action goes through coordinator/operations.py: the audit row first (failing closed), then
+# the store, then the outcome, refusals included.
+
+AUDITED_ACTIONS = {
+    "create_group": ("POST", "admin/groups", {"stream_prefix": PREFIX, "consumer_group": "new"}),
+    "delete_group": ("DELETE", f"admin/groups/{PREFIX}/{GROUP}", None),
+    "set_max_concurrency": ("PUT", f"admin/groups/{PREFIX}/{GROUP}/max-concurrency", {"max_concurrency": 3}),
+    "change_shard_count": ("POST", f"admin/stream-prefixes/{PREFIX}/shard-count", {"shard_count": 8}),
+}
+
+
+def _send(api: Api, method: str, path: str, body: Any) -> Any:
+    return api.request(method, path, NO_BODY if body is None else body)
+
+
+@pytest.mark.parametrize("action", sorted(AUDITED_ACTIONS))
+def test_an_admin_action_whose_audit_row_cannot_be_written_changes_nothing(
+    action: str, api: Api, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.create_group(shard_count=2)
+    before = redis_snapshot(store.client)
+    rows_before = AuditEntry.objects.count()
+
+    def refuse(**fields: Any) -> Any:
+        raise DatabaseError("the audit database is down")
+
+    monkeypatch.setattr(AuditEntry.objects, "create", refuse)
+    method, path, body = AUDITED_ACTIONS[action]
+    problem = assert_problem(_send(api, method, path, body), 503, "AUDIT_UNAVAILABLE")
+    assert problem["details"]["action"] == action
+    assert redis_snapshot(store.client) == before
+    assert AuditEntry.objects.count() == rows_before
+
+
+@pytest.mark.parametrize(
+    ("action", "method", "path", "body", "status", "code"),
+    [
+        ("create_group", "POST", "admin/groups", {"stream_prefix": PREFIX, "consumer_group": GROUP},
+         409, "GROUP_ALREADY_EXISTS"),
+        ("delete_group", "DELETE", f"admin/groups/{PREFIX}/gone", None, 404, "GROUP_NOT_FOUND"),
+        ("set_max_concurrency", "PUT", f"admin/groups/{PREFIX}/gone/max-concurrency",
+         {"max_concurrency": 3}, 404, "GROUP_NOT_FOUND"),
+        ("change_shard_count", "POST", f"admin/stream-prefixes/{PREFIX}/shard-count", {"shard_count": 2},
+         409, "SHARD_COUNT_UNCHANGED"),
+    ],
+)  # fmt: skip
+def test_a_refused_admin_action_is_audited_with_its_code(
+    action: str, method: str, path: str, body: Any, status: int, code: str, api: Api, store: Any
+) -> None:
+    api.create_group(shard_count=2)
+    AuditEntry.objects.all().delete()
+    before = redis_snapshot(store.client)
+    assert_problem(_send(api, method, path, body), status, code)
+    assert redis_snapshot(store.client) == before
+    entry = AuditEntry.objects.get()
+    assert (entry.action, entry.source, entry.outcome) == (action, "api", code)
+    assert entry.username == "credential:RSC_ADMIN_TOKENS[0]" and entry.message
+
+
+def test_successful_admin_actions_are_audited(api: Api) -> None:
+    api.create_group(shard_count=2)
+    r = api.put(f"admin/groups/{PREFIX}/{GROUP}/max-concurrency", {"max_concurrency": 4})
+    assert r.status_code == 200
+    r = api.post(f"admin/stream-prefixes/{PREFIX}/shard-count", {"shard_count": 4, "ordering": "relaxed"})
+    assert r.status_code == 202
+    assert [(e.action, e.outcome, e.source) for e in AuditEntry.objects.order_by("id")] == [
+        ("create_group", "ok", "api"),
+        ("set_max_concurrency", "ok", "api"),
+        ("change_shard_count", "ok", "api"),
+    ]
+    entries = list(AuditEntry.objects.order_by("id"))
+    assert entries[0].details["shard_count"] == 2 and entries[0].details["start_from"] == "latest"
+    assert entries[1].details == {"max_concurrency": 4, "previous": 1}
+    assert entries[2].details == {
+        "shard_count": 4,
+        "ordering": "relaxed",
+        "from_version": 1,
+        "from_shard_count": 2,
+        "to_version": 2,
+        "groups": [GROUP],
+    }

@@ -290,7 +290,7 @@ def test_tokens_never_reach_logs_or_error_bodies(api: Api, caplog: pytest.LogCap
     text = caplog.text + "".join(b.decode() for b in bodies)
     for secret in ("guessed-secret-token", MEMBER_TOKEN, ADMIN_TOKEN, database_token):
         assert secret not in text
-    assert "admin create_group by database credential 'workers' (admin)" in caplog.text
+    assert "api create_group by credential:workers" in caplog.text  # the name, never the token
 
 
 def test_the_credential_admin_lists_but_never_adds() -> None:

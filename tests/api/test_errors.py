@@ -3,6 +3,7 @@ HTML or traceback ever, even for routes that do not exist or exceptions nobody e
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -199,6 +200,9 @@ def test_the_django_handlers_answer_problems_under_api_only() -> None:
         assert_problem(response, status, code)
     assert errors.handler404(page_request, None)["Content-Type"].startswith("text/html")
     assert errors.handler500(page_request)["Content-Type"].startswith("text/html")
+    # Every 500 names its incident (tests/api/test_docs_and_500s.py: the log and the page).
+    assert "incident_id" in json.loads(errors.handler500(api_request).content)
+    assert b'id="incident-id"' in errors.handler500(page_request).content
 
 
 def test_other_drf_views_under_api_answer_problems_too(api: Api) -> None:

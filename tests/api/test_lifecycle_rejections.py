@@ -43,7 +43,9 @@ def live(api: Api, store: Any) -> list[str]:
     api.create_group()
     api.join("m1")
     add_dead_letter(store.client, 0)
-    return make_pending(store.client, 2)
+    pending = make_pending(store.client, 2)
+    AuditEntry.objects.all().delete()  # the set-up's own create_group row: the tests count theirs
+    return pending
 
 
 def assert_unchanged(store: Any, before: dict[bytes, bytes]) -> None:

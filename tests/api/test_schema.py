@@ -8,6 +8,7 @@ false``): an undocumented field, a missing required one or a wrong type fails he
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 
 from admin_ui.models import AuditEntry
-from coordinator.protocol.errors import StoreUnavailable
+from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
+from coordinator.protocol.model import IDENTIFIER_RE, validate_identifier, validate_member_id
 from coordinator.store import MetadataStore, get_store
 
-from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, add_dead_letter, make_pending
+from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, add_dead_letter, assert_problem, make_pending
 
 ALL = ["v1:0", "v1:1", "v1:2", "v1:3"]
 
@@ -265,3 +267,121 @@ def test_lifecycle_responses_match_the_documented_schemas(
 
     statuses = {status for _m, _t, status in call.seen}
     assert statuses == {200, 202, 204, 400, 403, 404, 409, 503}
+
+
+# ---------------------------------------------------------------------------------------------- constraints
+
+# Identifier candidates on both sides of the rule (docs/protocol.md section 13): lengths 64/65 and
+# 128/129, a leading '.', '-' or '_', separators the keys use ('{', ':', '/'), non-ASCII letters and
+# digits, whitespace and a trailing newline.
+IDENTIFIER_SAMPLES = [
+    "a", "orders", "A.b_c-1", "0", "x" * 64, "x" * 65, "x" * 128, "x" * 129, "", "-a", ".a", "_a",
+    "a b", "a/b", "a:b", "{a}", "ä", "a\u0661", "a\n", " a", "a\t",
+]  # fmt: skip
+
+
+def schema_accepts(pattern: str, value: str) -> bool:
+    """``pattern`` as a JSON Schema (ECMA-262) validator reads it: ``$`` is the end of the string, not
+    also the position before a final newline as in Python's ``re``."""
+    assert pattern.startswith("^") and pattern.endswith("$"), pattern
+    return re.fullmatch(pattern[1:-1], value) is not None
+
+
+def core_accepts(validate: Any, value: str) -> bool:
+    try:
+        validate(value)
+    except CoordinatorError:
+        return False
+    return True
+
+
+def parameters_of(openapi: dict[str, Any], where: str) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for item in openapi["paths"].values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == where:
+                    found.setdefault(parameter["name"], []).append(parameter["schema"])
+    return found
+
+
+def test_every_path_parameter_states_its_pattern(openapi: dict[str, Any]) -> None:
+    params = parameters_of(openapi, "path")
+    assert set(params) == {"stream_prefix", "consumer_group", "shard", "dead_letter_id"}
+    for name, schemas in params.items():
+        assert all(schema == schemas[0] for schema in schemas), name  # one definition per name
+        assert schemas[0]["type"] == "string" and "pattern" in schemas[0], name
+    for name in ("stream_prefix", "consumer_group"):
+        assert params[name][0]["pattern"] == IDENTIFIER_RE.pattern
+        assert params[name][0]["maxLength"] == 64
+    assert re.fullmatch(params["shard"][0]["pattern"][1:-1], "v1:0")
+    assert re.fullmatch(params["dead_letter_id"][0]["pattern"][1:-1], "1700000000000-0")
+
+
+def test_identifier_patterns_accept_exactly_what_the_core_accepts(openapi: dict[str, Any]) -> None:
+    components = openapi["components"]["schemas"]
+    path_identifier = parameters_of(openapi, "path")["stream_prefix"][0]["pattern"]
+    cases = [
+        (path_identifier, lambda v: validate_identifier(v, "stream_prefix")),
+        (components["CreateGroupRequest"]["properties"]["stream_prefix"]["pattern"],
+         lambda v: validate_identifier(v, "stream_prefix")),
+        (components["CreateGroupRequest"]["properties"]["consumer_group"]["pattern"],
+         lambda v: validate_identifier(v, "consumer_group")),
+        (components["HeartbeatRequest"]["properties"]["member_id"]["pattern"], validate_member_id),
+    ]  # fmt: skip
+    for pattern, validate in cases:
+        for value in IDENTIFIER_SAMPLES:
+            assert schema_accepts(pattern, value) == core_accepts(validate, value), (pattern, value)
+
+
+def integer_fields(node: Any, where: str) -> Any:
+    """(where, schema) of every integer in a schema tree (properties, array items, allOf...)."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            yield where, node
+        for key, value in node.items():
+            yield from integer_fields(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for value in node:
+            yield from integer_fields(value, where)
+
+
+def test_every_integer_a_client_sends_states_its_range(openapi: dict[str, Any]) -> None:
+    components = openapi["components"]["schemas"]
+    requests = {name: schema for name, schema in components.items() if name.endswith("Request")}
+    fields = [f for name, schema in requests.items() for f in integer_fields(schema, name)]
+    fields += [(f"query {name}", s) for name, (s, *_) in parameters_of(openapi, "query").items()
+               if s.get("type") == "integer"]  # fmt: skip
+    assert len(fields) >= 15
+    for where, schema in fields:
+        assert "minimum" in schema and "maximum" in schema, where
+        assert schema["minimum"] <= schema["maximum"], where
+
+
+# Operations whose integer fields are checked at both ends: (component, method, path, a valid body).
+RANGE_CHECKED = [
+    ("CreateGroupRequest", "POST", "admin/groups",
+     {"stream_prefix": PREFIX, "consumer_group": GROUP, "shard_count": 2}),
+    ("MaxConcurrencyRequest", "PUT", f"admin/groups/{PREFIX}/{GROUP}/max-concurrency",
+     {"max_concurrency": 1}),
+    ("ShardCountRequest", "POST", f"admin/stream-prefixes/{PREFIX}/shard-count", {"shard_count": 3}),
+    ("RetentionRequest", "PUT", f"admin/stream-prefixes/{PREFIX}/retention",
+     {"max_age_ms": None, "max_len": None}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("component", "method", "path", "body"), RANGE_CHECKED, ids=lambda v: str(v)[:40])
+def test_the_stated_ranges_are_the_ones_the_api_enforces(
+    api: Api, openapi: dict[str, Any], component: str, method: str, path: str, body: dict[str, Any]
+) -> None:
+    """One step outside a stated range is refused as INVALID_REQUEST naming the field; nothing changes."""
+    if component != "CreateGroupRequest":
+        api.create_group(shard_count=2)
+    properties = openapi["components"]["schemas"][component]["properties"]
+    for field, schema in properties.items():
+        if schema.get("type") != "integer":
+            continue
+        for outside in (schema["minimum"] - 1, schema["maximum"] + 1):
+            response = api.request(method, path, {**body, field: outside})
+            problem = assert_problem(response, 400, "INVALID_REQUEST")
+            assert problem["errors"][0]["field"] == field, (field, outside, problem)

@@ -25,6 +25,7 @@ import contextlib
 import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,7 @@ from tests.polling import wait_until
 REPO = Path(__file__).resolve().parents[2]
 MEMBER_TOKEN = "e2e-member-token"
 ADMIN_TOKEN = "e2e-admin-token"
+SECRET_KEY = secrets.token_urlsafe(64)  # one per test run, shared by all its processes
 PREFIX, GROUP = "e2e", "e2e-workers"
 LIVE_STATES = ("STABLE", "UNREVOKED_SHARDS", "UNRELEASED_SHARDS")
 
@@ -209,6 +211,10 @@ class Stack:
             RSC_TICK_INTERVAL_MS=str(self.tick_interval_ms),
             ALLOWED_HOSTS="127.0.0.1,localhost",
             DEBUG="false",
+            # With DEBUG off the app refuses to start without a strong key (config/settings.py), and
+            # redirects plain HTTP to HTTPS unless told otherwise: the stack speaks plain HTTP.
+            SECRET_KEY=SECRET_KEY,
+            SECURE_SSL_REDIRECT="false",
             LOG_LEVEL="INFO",
         )
         base.update(self.extra_env)

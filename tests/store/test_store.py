@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
 from config.embedded_redis import RedisServer
+from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
+    CoordinatorError,
     FencedMemberEpoch,
     GroupAlreadyExists,
     GroupNotFound,
@@ -17,7 +21,7 @@ from coordinator.protocol.errors import (
     StoreUnavailable,
 )
 from coordinator.protocol.group import Heartbeat
-from coordinator.protocol.model import OrderingMode, Shard
+from coordinator.protocol.model import GroupConfig, OrderingMode, Shard
 from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
@@ -227,3 +231,91 @@ def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(st
     assert fields(store)["t#"] == str(int(rev) + 1)
     other = ["token-2", *args[1:]]
     assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=other) == 0  # a real conflict
+
+
+# ------------------------------------------------------------------------------------------ lost races
+# Issue 10 item 7: a losing concurrent create_group or shard-count change leaves no orphan stream keys or
+# consumer groups. Both racers run their before_commit (creating streams and consumer groups) before
+# either commits: a barrier in front of the first commit of each.
+
+
+def _racing(redis_url: str, barrier: threading.Barrier) -> MetadataStore:
+    racer = MetadataStore.from_url(redis_url)
+    commit = racer._commit
+    first = [True]
+
+    def commit_after_the_rival_prepared(*args: Any) -> bool:
+        if first[0]:
+            first[0] = False
+            barrier.wait(timeout=10)
+        return commit(*args)
+
+    racer._commit = commit_after_the_rival_prepared  # type: ignore[method-assign]
+    return racer
+
+
+def _race(redis_url: str, *actions: Callable[[MetadataStore], Any]) -> list[Any]:
+    barrier = threading.Barrier(len(actions))
+    results: list[Any] = [None] * len(actions)
+
+    def run(i: int) -> None:
+        racer = _racing(redis_url, barrier)
+        try:
+            results[i] = actions[i](racer)
+        except CoordinatorError as e:
+            results[i] = e
+        finally:
+            racer.client.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(actions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+def _layout(store: MetadataStore) -> dict[str, list[str]]:
+    """Every stream key of PREFIX with the names of its Redis consumer groups."""
+    keys = sorted(k.decode() for k in store.client.keys(f"rsc:{{{PREFIX}}}:v*"))
+    return {k: sorted(g["name"].decode() for g in store.client.xinfo_groups(k)) for k in keys}
+
+
+def _expected(versions: dict[int, int], groups: list[str]) -> dict[str, list[str]]:
+    return {
+        f"rsc:{{{PREFIX}}}:v{v}:{i}": sorted(groups) for v, count in versions.items() for i in range(count)
+    }
+
+
+def _create(group: str, shard_count: int) -> Callable[[MetadataStore], Any]:
+    config = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
+    command = CreateGroup(stream_prefix=PREFIX, consumer_group=group, shard_count=shard_count, config=config)
+    return lambda s: s.create_group(command)
+
+
+@pytest.mark.parametrize("groups", [("billing", "billing"), ("billing", "audit")], ids=["same", "other"])
+def test_a_lost_create_race_leaves_no_debris(
+    groups: tuple[str, str], store: MetadataStore, redis_url: str
+) -> None:
+    results = _race(redis_url, _create(groups[0], 4), _create(groups[1], 8))
+    errors = [r for r in results if isinstance(r, CoordinatorError)]
+    assert len(errors) == 1, results
+    assert errors[0].code in ("GROUP_ALREADY_EXISTS", "SHARD_COUNT_CONFLICT")
+    won = store.describe_prefix(PREFIX)
+    (winner,) = won["groups"]
+    assert _layout(store) == _expected({1: won["topology"]["shard_count"]}, [winner])
+
+
+def test_a_lost_shard_count_race_leaves_no_debris(store: MetadataStore, redis_url: str) -> None:
+    create(store, shard_count=4)
+    create(store, shard_count=4, group="audit")
+    results = _race(
+        redis_url,
+        lambda s: s.change_shard_count(PREFIX, 8, OrderingMode.RELAXED),
+        lambda s: s.change_shard_count(PREFIX, 16, OrderingMode.RELAXED),
+    )
+    errors = [r for r in results if isinstance(r, CoordinatorError)]
+    assert [e.code for e in errors] == ["MIGRATION_IN_PROGRESS"], results
+    won = store.describe_prefix(PREFIX)["topology"]
+    assert won["active_version"] == 2
+    assert _layout(store) == _expected({1: 4, 2: won["shard_count"]}, [GROUP, "audit"])

@@ -1,0 +1,325 @@
+"""The Redis ACL profiles of config/redis_acl.py (docs/redis-acl.md) on a real Redis.
+
+A private Redis is started with an ACL file rendered from config/redis_acl.py. The real metadata store,
+data plane, member and producer then run connected *as* each user (redis://user:password@...), and the
+direct writes each profile must refuse are refused with NOPERM. The admin connection (Redis's
+``default`` user, only on this private server) sets up what a test needs and checks the outcome.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from config import redis_acl
+from config.embedded_redis import FORBIDDEN_PORT, HOST, RedisServer
+from consumers.dataplane import DataPlane, redis_client
+from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
+from consumers.producer import Producer
+from coordinator.protocol.commands import CreateGroup
+from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
+from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
+from coordinator.protocol.routing import shard_index
+from coordinator.store.codec import dead_letter_key, meta_key, redeliver_key, stream_key
+from coordinator.store.redis_store import MetadataStore
+from tests.consumers.harness import Cluster, Recorder, eventually
+
+PREFIX, GROUP = "orders", "billing"
+PASSWORDS = {user: f"pw-{user}-0123456789" for user in redis_acl.ACL_RULES}
+DOC = Path(__file__).resolve().parents[1] / "docs" / "redis-acl.md"
+V1_0, V1_1 = Shard(version=1, index=0), Shard(version=1, index=1)
+CONFIG = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
+
+
+# ---------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private Redis whose users come from an ACL file rendered from config/redis_acl.py."""
+    path = tmp_path_factory.mktemp("redis-acl") / "users.acl"
+    path.write_text(redis_acl.aclfile({user: f">{pw}" for user, pw in PASSWORDS.items()}))
+    with RedisServer(extra_args=["--aclfile", str(path)]) as server:
+        yield server
+
+
+@pytest.fixture
+def admin(acl_server: RedisServer) -> Iterator[redis.Redis]:
+    """The private server's ``default`` user, for set-up and checks; the server is emptied first."""
+    acl_server.ensure_running()
+    assert acl_server.port != FORBIDDEN_PORT
+    client = redis.Redis.from_url(acl_server.url, socket_timeout=5)
+    client.flushall()
+    client.acl_log_reset()
+    yield client
+    client.close()
+
+
+def url_for(server: RedisServer, user: str) -> str:
+    return f"redis://{user}:{PASSWORDS[user]}@{HOST}:{server.port}/0"
+
+
+@pytest.fixture
+def store(acl_server: RedisServer, admin: redis.Redis) -> Iterator[MetadataStore]:
+    s = MetadataStore.from_url(url_for(acl_server, redis_acl.COORDINATOR))
+    yield s
+    s.client.close()
+
+
+@pytest.fixture
+def member_client(acl_server: RedisServer, admin: redis.Redis) -> Iterator[redis.Redis]:
+    c = redis_client(url_for(acl_server, redis_acl.MEMBER))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def producer(acl_server: RedisServer, admin: redis.Redis) -> Iterator[Producer]:
+    c = redis_client(url_for(acl_server, redis_acl.PRODUCER))
+    yield Producer(c)
+    c.close()
+
+
+def create_group(store: MetadataStore, shard_count: int = 2) -> None:
+    command = CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=shard_count, config=CONFIG)
+    store.create_group(command, start_from="earliest")
+
+
+def join(store: MetadataStore, member_id: str) -> dict[str, Any]:
+    """Join and heartbeat until stable; returns the last response."""
+    r = store.heartbeat(PREFIX, GROUP, Heartbeat(member_id=member_id, member_epoch=0, capacity=1))
+    for _ in range(5):
+        owned = frozenset(Shard.parse(s["shard"]) for s in r["shards"])
+        hb = Heartbeat(member_id=member_id, member_epoch=r["member_epoch"], owned=owned)
+        r = store.heartbeat(PREFIX, GROUP, hb)
+    return r
+
+
+def send_to(producer: Producer, shard: Shard, n: int) -> list[str]:
+    """``n`` events whose key routes to ``shard`` (of 2 shards); returns their entry ids."""
+    key = next(f"k{i}" for i in range(1000) if shard_index(f"k{i}", 2) == shard.index)
+    results = [producer.send(PREFIX, key, {"n": i}) for i in range(n)]
+    assert {r.shard for r in results} == {shard}
+    return [r.entry_id for r in results]
+
+
+def acl_denials(admin: redis.Redis) -> list[tuple[str, str, str]]:
+    """(user, reason, object) of every refusal in Redis's ACL LOG since the test began. A refusal inside
+    a script that the script swallows (``redis.pcall``) shows up here and nowhere else. CLIENT SETINFO is
+    left out: redis-py sends it on connect and ignores a refusal (the profiles do not grant it)."""
+    rows = [(r["username"], r["reason"], r["object"]) for r in admin.acl_log()]
+    return [row for row in rows if row[2] != "client|setinfo"]
+
+
+def assert_noperm(call: Any) -> None:
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        call()
+
+
+# ---------------------------------------------------------------------------------------- coordinator
+
+
+def test_the_coordinator_user_runs_the_metadata_store_end_to_end(
+    store: MetadataStore, producer: Producer, admin: redis.Redis
+) -> None:
+    create_group(store)
+    assert store.stream_prefixes() == [PREFIX]
+    r = join(store, "m-1")
+    assert {s["shard"] for s in r["shards"]} == {"v1:0", "v1:1"}
+    store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m-1", member_epoch=r["member_epoch"]))  # fast path
+    send_to(producer, V1_0, 3)
+    store.tick()
+    assert store.describe_group(PREFIX, GROUP)
+    assert len(store.list_groups()) == 1
+    assert sum(row["lag"] or 0 for row in store.backlog(PREFIX, GROUP)) == 3
+    assert store.pending_entries(PREFIX, GROUP, "v1:0")["entries"] == []
+    assert store.redeliver(PREFIX, GROUP, "v1:0")["redeliver_token"] == 1
+    store.set_max_concurrency(PREFIX, GROUP, 2)
+    store.set_retention(PREFIX, RetentionPolicy(max_len=1000))
+    store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m-1", member_epoch=LEAVE_EPOCH))
+
+    store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
+    store.tick()  # observes the draining shards (XINFO STREAM / GROUPS)
+    assert store.unconsumed_for_release(PREFIX, GROUP) == 3
+    store.release_drain(PREFIX, GROUP, confirm_unconsumed=3)
+    store.tick()
+    versions = {v["version"]: v["state"] for v in store.describe_prefix(PREFIX)["topology"]["versions"]}
+    assert versions == {1: "RETIRED", 2: "ACTIVE"}
+    reports = store.retention_pass()
+    assert [rep.error for rep in reports] == [None]
+    assert admin.get("rsc:retention:cursor") is not None
+    assert store.prefix_usage(PREFIX)["groups"] == [GROUP]
+
+    store.delete_group(PREFIX, GROUP)
+    assert store.list_groups() == []
+    store.delete_prefix(PREFIX, force=True)
+    assert admin.keys("rsc:{orders}:*") == [] and admin.smembers("rsc:prefixes") == set()
+    assert acl_denials(admin) == []
+
+
+# ---------------------------------------------------------------------------------------- member
+
+
+def test_the_member_user_runs_every_data_plane_operation(
+    store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    create_group(store)
+    epoch = join(store, "m-1")["member_epoch"]
+    orphans = send_to(producer, V1_0, 2)
+    # A previous owner's leftovers: entries pending for another consumer (set up as admin).
+    admin.xreadgroup(GROUP, "ghost", {stream_key(PREFIX, V1_0): ">"}, count=2)
+    fresh = send_to(producer, V1_0, 2)
+    plane = DataPlane(member_client, PREFIX, GROUP)
+
+    claimed, cursor = plane.claim_orphans("m-1", epoch, V1_0, 10)
+    assert claimed.ok and [e.entry_id for e in claimed.entries] == orphans and cursor == "0-0"
+    assert plane.delete_ghost_consumers("m-1", epoch, V1_0) == 1
+    read = plane.read("m-1", epoch, V1_0, 10)
+    assert read.ok and [e.entry_id for e in read.entries] == fresh and read.redeliver_token == "0"
+    again = plane.read_own_pending("m-1", epoch, V1_0, 10)
+    assert [e.entry_id for e in again.entries] == orphans + fresh
+    assert plane.ack("m-1", epoch, V1_0, orphans) is FenceStatus.OK
+    dead = plane.dead_letter("m-1", epoch, V1_0, fresh[0], "ValueError: bad")
+    assert dead.outcome is DeadLetterOutcome.DEAD_LETTERED
+    assert plane.read("m-1", epoch, V1_1, 10).ok
+    assert plane.read("intruder", 1, V1_0, 10).status is FenceStatus.MEMBER_FENCED  # the fence, as before
+
+    assert admin.xlen(dead_letter_key(PREFIX, GROUP)) == 1
+    pending = admin.xpending_range(stream_key(PREFIX, V1_0), GROUP, "-", "+", 9)
+    assert [p["message_id"].decode() for p in pending] == [fresh[1]]
+    # The coordinator's operator actions on what the member left behind.
+    assert store.dead_letters(PREFIX, GROUP)["length"] == 1
+    assert store.dead_letter(PREFIX, GROUP, dead.dead_letter_id)
+    store.replay_dead_letters(PREFIX, GROUP, [dead.dead_letter_id])
+    store.purge_dead_letters(PREFIX, GROUP, None)
+    assert acl_denials(admin) == []
+    assert store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=[fresh[1]])["skipped"]
+
+
+def test_a_real_member_consumes_as_the_member_user(acl_server: RedisServer, admin: redis.Redis) -> None:
+    cluster = Cluster(url_for(acl_server, redis_acl.COORDINATOR), shard_count=2)
+    member_client = redis_client(url_for(acl_server, redis_acl.MEMBER))
+    producer_client = redis_client(url_for(acl_server, redis_acl.PRODUCER))
+    cluster.producer = Producer(producer_client)
+    try:
+        recorder = Recorder()
+        m = cluster.member(recorder, client=member_client)
+        sent = cluster.send_many([f"k{i}" for i in range(6)], per_key=3)
+        eventually(lambda: recorder.handled_ns() == set(range(sent)), what="every event handled")
+        eventually(lambda: not any(cluster.all_pending().values()), what="everything acked")
+        assert m.stats.failed == 0
+        assert acl_denials(admin) == []
+    finally:
+        cluster.close()
+        member_client.close()
+        producer_client.close()
+
+
+def test_the_member_user_cannot_write_metadata_or_streams_directly(
+    store: MetadataStore, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    create_group(store)
+    join(store, "m-1")
+    meta, shard = meta_key(PREFIX), stream_key(PREFIX, V1_0)
+    before = admin.hgetall(meta)
+    assert_noperm(lambda: member_client.hset(meta, "m:billing:m-1", "999"))
+    assert_noperm(lambda: member_client.hdel(meta, "o:billing:v1:0"))
+    assert_noperm(lambda: member_client.xadd(meta, {"a": "b"}))  # XADD only on dead-letter keys
+    assert_noperm(lambda: member_client.xadd(shard, {"a": "b"}))  # appending is the producer's job
+    assert_noperm(lambda: member_client.unlink(meta, shard))
+    assert_noperm(lambda: member_client.xgroup_destroy(shard, GROUP))
+    assert_noperm(lambda: member_client.xgroup_create(shard, "other", id="0"))
+    assert_noperm(lambda: member_client.smembers("rsc:prefixes"))
+    assert_noperm(lambda: member_client.xtrim(shard, maxlen=0))
+    assert_noperm(lambda: member_client.hincrby(redeliver_key(PREFIX, GROUP), "v1:0", 1))
+    assert_noperm(lambda: member_client.get("rsc:retention:cursor"))
+    assert_noperm(lambda: member_client.set("elsewhere", "x"))
+    assert_noperm(lambda: member_client.flushall())
+    assert_noperm(lambda: member_client.eval("return 1", 0))
+    # Redis checks the commands a script runs, too: a script of the member's own cannot HSET either.
+    rogue = member_client.register_script("return redis.call('HSET', KEYS[1], 'route', '9 9 -')")
+    with pytest.raises(redis.exceptions.ResponseError, match="can't run this command"):
+        rogue(keys=[meta])
+    assert admin.hgetall(meta) == before
+
+
+def test_what_the_member_acl_cannot_enforce_a_direct_xack_is_allowed(
+    store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    """Pinned on purpose (docs/redis-acl.md, "What the ACLs do not enforce"): the ACL allows XACK on
+    shard streams, and cannot tell the fenced script's XACK from a direct one. Only the fence checks the
+    member's epoch, ownership and lease."""
+    create_group(store)
+    ids = send_to(producer, V1_0, 1)
+    admin.xreadgroup(GROUP, "someone-else", {stream_key(PREFIX, V1_0): ">"})
+    assert member_client.xack(stream_key(PREFIX, V1_0), GROUP, *ids) == 1
+
+
+# ---------------------------------------------------------------------------------------- producer
+
+
+def test_the_producer_user_sends_and_cannot_write_metadata(
+    store: MetadataStore, producer: Producer, admin: redis.Redis
+) -> None:
+    create_group(store)
+    one = producer.send(PREFIX, "k1", {"n": 1})
+    batch = producer.send_batch(PREFIX, [(f"k{i}", {"n": i}) for i in range(20)])
+    assert admin.xlen(stream_key(PREFIX, V1_0)) + admin.xlen(stream_key(PREFIX, V1_1)) == 21
+    assert {r.routing_version for r in [one, *batch]} == {1}
+    store.change_shard_count(PREFIX, 4, OrderingMode.RELAXED)  # a stale cached route is re-routed
+    assert producer.send(PREFIX, "k1", {"n": 2}).routing_version == 2
+
+    client, meta, shard = producer.client, meta_key(PREFIX), stream_key(PREFIX, V1_0)
+    before = admin.hgetall(meta)
+    assert_noperm(lambda: client.hset(meta, "route", "1 2 -"))  # un-seal a version: refused
+    assert_noperm(lambda: client.xadd(meta, {"a": "b"}))
+    assert_noperm(lambda: client.xreadgroup(GROUP, "p", {shard: ">"}))
+    assert_noperm(lambda: client.xack(shard, GROUP, "1-0"))
+    assert_noperm(lambda: client.xrange(shard))
+    assert_noperm(lambda: client.xadd(dead_letter_key(PREFIX, GROUP), {"a": "b"}))
+    assert_noperm(lambda: client.unlink(shard))
+    assert admin.hgetall(meta) == before
+
+
+# ---------------------------------------------------------------------------------------- the rules
+
+
+def test_acl_setuser_gives_the_same_users_as_the_acl_file(admin: redis.Redis) -> None:
+    for user in redis_acl.ACL_RULES:
+        admin.execute_command("ACL", "SETUSER", f"{user}-copy", *redis_acl.setuser_args(user, ">pw"))
+        try:
+            from_file = admin.acl_getuser(user)
+            from_setuser = admin.acl_getuser(f"{user}-copy")
+            for field in ("flags", "commands", "keys", "channels", "selectors"):
+                assert from_setuser[field] == from_file[field], (user, field)
+        finally:
+            admin.acl_deluser(f"{user}-copy")
+
+
+def test_the_doc_shows_exactly_the_rules_of_config_redis_acl() -> None:
+    text = DOC.read_text()
+    setusers = [line.strip() for line in text.splitlines() if line.strip().startswith("ACL SETUSER ")]
+    expected = [redis_acl.setuser_command(u, f">${{{_env(u)}}}") for u in redis_acl.ACL_RULES]
+    assert setusers == expected
+    users = [line.strip() for line in text.splitlines() if re.match(r"\s*user rsc-", line)]
+    assert users == [redis_acl.aclfile_line(u, f"#<sha256 of {_env(u)}>") for u in redis_acl.ACL_RULES]
+
+
+def _env(user: str) -> str:
+    return user.upper().replace("-", "_") + "_PASSWORD"
+
+
+def test_extra_args_keep_the_defaults_and_cannot_move_the_server(admin: redis.Redis) -> None:
+    assert admin.config_get("save") == {"save": ""}
+    assert admin.config_get("appendonly") == {"appendonly": "no"}
+    assert admin.config_get("aclfile")["aclfile"].endswith("users.acl")
+    for option in ("--port", "--bind", "--dir", "--daemonize"):
+        with pytest.raises(ValueError, match=option):
+            RedisServer(extra_args=[option, "6379"])
+    with pytest.raises(TypeError):
+        RedisServer(extra_args="--aclfile x")
