@@ -3,6 +3,7 @@
 Every variable is documented in `.env.example`. Values already in the environment win over `.env`.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -47,9 +48,11 @@ def secret_key_problem(key: str) -> str | None:
     return None
 
 
-SECRET_KEY = env.str("SECRET_KEY", default="") or (DEV_SECRET_KEY if DEVELOPMENT else "")
+# Read as they are, not through django-environ: it treats a value starting with "$" as a reference to
+# another variable, and a random key (Django's get_random_secret_key) may well start with "$".
+SECRET_KEY = os.environ.get("SECRET_KEY", "") or (DEV_SECRET_KEY if DEVELOPMENT else "")
 # Old keys still accepted when checking signatures (not for signing), while SECRET_KEY is rotated.
-SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
+SECRET_KEY_FALLBACKS = [k for k in os.environ.get("SECRET_KEY_FALLBACKS", "").split(",") if k]
 
 
 def refuse_insecure_secret_keys(keys: dict[str, str]) -> None:

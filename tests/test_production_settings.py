@@ -199,6 +199,15 @@ def test_the_environment_sets_every_one_of_them() -> None:
     }
 
 
+def test_a_secret_key_starting_with_a_dollar_sign_is_taken_as_it_is() -> None:
+    """django-environ would read "$..." as a reference to another variable; the key must not be."""
+    key = "$" + get_random_secret_key()
+    env = {"DEBUG": "false", "SECRET_KEY": key}
+    result = run(["-c", "import config.settings as s; print(s.SECRET_KEY)"], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == key
+
+
 def test_a_malformed_proxy_ssl_header_refuses_to_start() -> None:
     env = {"DEBUG": "false", "SECRET_KEY": get_random_secret_key(), "SECURE_PROXY_SSL_HEADER": "https"}
     result = run(["-c", "import config.settings"], env)
