@@ -4,7 +4,9 @@ Every variable is documented in `.env.example`. Values already in the environmen
 """
 
 import os
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -118,6 +120,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     # Swagger UI's and Redoc's JavaScript and CSS, served as our own static files (no CDN).
     "drf_spectacular_sidecar",
+    # Admin-site login throttling: failed logins are counted per username and client address.
+    "axes",
     "coordinator",
     "consumers",
     "admin_ui",
@@ -135,6 +139,16 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout response.
+    "axes.middleware.AxesMiddleware",
+]
+
+# AxesStandaloneBackend first: it refuses a locked-out username + address before any password is checked.
+# It needs the request: authenticate() without one (the test client's login(), a script) raises
+# AxesBackendRequestParameterRequired; use force_login() in tests, or pass request=.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -263,6 +277,25 @@ RSC_MEMBER_TOKENS = env.list("RSC_MEMBER_TOKENS", default=[])
 RSC_ADMIN_TOKENS = env.list("RSC_ADMIN_TOKENS", default=[])
 # Larger request bodies are refused with 413 before they are read.
 RSC_API_MAX_BODY_BYTES = env.int("RSC_API_MAX_BODY_BYTES", default=64 * 1024)
+# Admin API requests per credential (token or staff user), "<count>/<second|minute|hour|day>"; more are
+# refused with 429 and Retry-After. Counted in the default cache: per process with the default
+# LocMemCache (coordinator/api/throttling.py).
+RSC_ADMIN_API_RATE = env.str("RSC_ADMIN_API_RATE", default="600/min")
+if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", RSC_ADMIN_API_RATE):
+    raise ImproperlyConfigured(
+        f"RSC_ADMIN_API_RATE must be '<count>/<second|minute|hour|day>' (e.g. 600/min), "
+        f"got {RSC_ADMIN_API_RATE!r}."
+    )
+
+# --- admin-site login throttling (django-axes) -----------------------------------------------------
+
+# After this many failed logins for one username from one client address, that pair is locked out
+# (HTTP 429, even with the right password) for AXES_COOLOFF_TIME. Other users and addresses are not.
+AXES_FAILURE_LIMIT = env.int("RSC_LOGIN_FAILURE_LIMIT", default=5)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_COOLOFF_TIME = timedelta(hours=1)
+# A successful login forgets that pair's failures.
+AXES_RESET_ON_SUCCESS = True
 
 # --- coordinator (checked at start-up by coordinator/checks.py) -----------------------------------
 

@@ -44,6 +44,7 @@ from .serializers import (
     ShardCountSerializer,
     StrictSerializer,
 )
+from .throttling import AdminRateThrottle
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,10 @@ def _declared_empty(request: Request) -> bool:
 
 
 class AdminView(ApiView):
-    """Admin role only."""
+    """Admin role only, at most RSC_ADMIN_API_RATE requests per credential (``throttling``)."""
 
     permission_classes = (IsAdmin,)
+    throttle_classes = (AdminRateThrottle,)
 
 
 # ---------------------------------------------------------------------------------------------- members

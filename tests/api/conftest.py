@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.test import Client
 
 from coordinator.store import MetadataStore, get_store, reset_store
@@ -24,6 +25,7 @@ def api_environment(settings: Any, redis_url: str, db: None) -> Iterator[None]:
     settings.RSC_MEMBER_TOKENS = [MEMBER_TOKEN]
     settings.RSC_ADMIN_TOKENS = [ADMIN_TOKEN]
     settings.RSC_API_MAX_BODY_BYTES = 64 * 1024
+    cache.clear()  # the admin API's rate limit counts in the default cache (coordinator/api/throttling.py)
     reset_store()
     yield
     reset_store()
