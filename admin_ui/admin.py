@@ -54,6 +54,7 @@ from coordinator.protocol.errors import (
     StreamPrefixNotFound,
 )
 from coordinator.store import MetadataStore, get_store
+from coordinator.store.redis_store import unconsumed_totals_of
 
 from . import access, presenters
 from .forms import MaxConcurrencyForm, RetentionForm, ShardCountForm
@@ -284,7 +285,7 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
         try:
             store = get_store()
             view = store.describe_group(stream_prefix, consumer_group)
-            unconsumed = store.unconsumed_totals(stream_prefix, consumer_group)
+            unconsumed = unconsumed_totals_of(view["backlog"])  # the view's rows: no second scan
         except CoordinatorError as e:
             messages.error(request, error_text(e))
             return to_detail(stream_prefix, consumer_group)

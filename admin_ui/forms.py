@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from coordinator.operations import MAX_REASON_CHARS
 from coordinator.protocol.errors import InvalidRequest
 from coordinator.protocol.model import (
     MAX_ENTRY_IDS,
@@ -63,7 +64,6 @@ class ShardCountForm(forms.Form):
 # ------------------------------------------------------------------------------------------ entry lifecycle
 # Each action's reason is stored in the audit trail by coordinator/operations.py (1..500 characters).
 
-MAX_REASON_CHARS = 500
 MAX_OLDER_THAN_S = MAX_RETENTION_MS // 1000
 
 

@@ -67,10 +67,12 @@ from coordinator.protocol.model import (
     OrderingMode,
     RetentionPolicy,
     Shard,
+    require_int_in_range,
     validate_entry_ids,
     validate_identifier,
 )
 from coordinator.store import MetadataStore, get_store
+from coordinator.store.backlog import load_group
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +167,6 @@ def validate_entry_id(value: Any, field: str = "entry_id") -> str:
     """A Redis stream entry id ``<ms>-<seq>`` (the protocol core's rule: both parts decimal, below 2**64;
     returned in canonical form)."""
     return validate_entry_ids([value], field)[0]
-
-
-def validate_int(value: Any, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"{field} must be an integer in {low}..{high}, got {value!r}", field=field)
-    return value
 
 
 def _shard(shard: Any) -> str:
@@ -286,7 +282,7 @@ def skip_entries(
     if entry_ids is not None:
         requested["entry_ids"] = ids = validate_entry_ids(entry_ids, "entry_ids")
     else:
-        requested["older_than_ms"] = validate_int(older_than_ms, "older_than_ms", 0, MAX_SKIP_AGE_MS)
+        requested["older_than_ms"] = require_int_in_range(older_than_ms, "older_than_ms", 0, MAX_SKIP_AGE_MS)
         ids = None
 
     def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +318,7 @@ def release_drain(
     entries there; ``confirm_unconsumed`` must equal their current count (what the operator saw)."""
     raise_unless_admin(actor, Action.RELEASE_DRAIN)
     prefix, group = _group_target(stream_prefix, consumer_group)
-    confirm = validate_int(confirm_unconsumed, "confirm_unconsumed", 0, MAX_CONFIRM_UNCONSUMED)
+    confirm = require_int_in_range(confirm_unconsumed, "confirm_unconsumed", 0, MAX_CONFIRM_UNCONSUMED)
     requested = {"confirm_unconsumed": confirm, "reason": validate_reason(reason, required=True)}
 
     def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
@@ -445,7 +441,7 @@ def set_max_concurrency(
     requested = {"max_concurrency": max_concurrency}
 
     def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
-        details["previous"] = store.describe_group(prefix, group)["config"]["max_concurrency"]
+        details["previous"] = load_group(store, prefix, group)[2].config.max_concurrency  # one load
         return store.set_max_concurrency(prefix, group, max_concurrency)
 
     return _audited(actor, Action.SET_MAX_CONCURRENCY, prefix, group, requested, act)
@@ -536,5 +532,5 @@ def prune_audit(*, older_than_days: int | None = None, dry_run: bool = False) ->
     if older_than_days is None:
         name = "RSC_AUDIT_RETENTION_DAYS"
         older_than_days = getattr(settings, name, DEFAULT_AUDIT_RETENTION_DAYS)
-    days = validate_int(older_than_days, name, 1, 100 * 365)
+    days = require_int_in_range(older_than_days, name, 1, 100 * 365)
     return audit.prune(before=timezone.now() - timedelta(days=days), dry_run=dry_run)

@@ -90,14 +90,13 @@ def log_retention_report(report: RetentionReport) -> None:
 
 
 def prune_audit_once() -> int:
-    """``coordinator.operations.prune_audit()`` when it exists (the operations layer owns the audit).
+    """``coordinator.operations.prune_audit()`` (the operations layer owns the audit; imported here, not
+    at module level, so that the tick's module does not load the ORM models it never uses).
 
     Its failure (the database is down, say) is logged and does not fail the retention run: the Redis
     side is done, and the next run prunes again."""
-    try:
-        from coordinator.operations import prune_audit
-    except ImportError:
-        return 0
+    from coordinator.operations import prune_audit
+
     try:
         removed = int(prune_audit())
     except Exception:

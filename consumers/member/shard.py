@@ -75,7 +75,7 @@ from consumers.member.policy import FailurePolicy, Next, deliveries
 from consumers.member.pool import PoolClosed, WorkerPool
 from consumers.member.state import ShardStart
 from consumers.runtime import Runtime
-from coordinator.protocol.model import Shard
+from coordinator.protocol.model import Shard, entry_id_key
 
 log = logging.getLogger("consumers.member")
 
@@ -235,12 +235,12 @@ class ShardUnit:
         if reason:
             log.info("%s: shard %s: %s; re-reading own pending entries", self.host.label, self.shard, reason)
         complete = after == "0-0" and below is None
-        limit = _id_key(below) if below else None
+        limit = entry_id_key(below) if below else None
         kept = self.failures.kept
         still_kept: list[str] = []
         while True:
             result = self._call(self.dataplane.read_own_pending, self.runtime.batch_size, after)
-            page = [e for e in result.entries if limit is None or _id_key(e.entry_id) < limit]
+            page = [e for e in result.entries if limit is None or entry_id_key(e.entry_id) < limit]
             self._process([e for e in page if e.entry_id not in kept])
             still_kept += [e.entry_id for e in page if e.entry_id in kept]  # kept before, or just now
             if not page or len(page) < len(result.entries):
@@ -473,20 +473,15 @@ def _status(result: Any) -> FenceStatus:
     return FenceStatus(result.status)  # ReadResult, DeadLetterResult
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def _successor(entry_id: str) -> str:
     """The smallest id above ``entry_id``."""
-    ms, seq = _id_key(entry_id)
+    ms, seq = entry_id_key(entry_id)
     return f"{ms}-{seq + 1}" if seq < MAX_SEQ else f"{ms + 1}-0"
 
 
 def _predecessor(entry_id: str) -> str:
     """The largest id below ``entry_id``: reading pending entries "after" it starts at ``entry_id``."""
-    ms, seq = _id_key(entry_id)
+    ms, seq = entry_id_key(entry_id)
     if seq:
         return f"{ms}-{seq - 1}"
     return f"{ms - 1}-{MAX_SEQ}" if ms else "0-0"

@@ -114,8 +114,9 @@ def _read_active_credentials() -> _Candidates:
 def _candidates_from_database() -> _Candidates:
     global _db_cache
     now = time.monotonic()
-    with _db_cache_lock:
-        cached, generation = _db_cache, _db_generation
+    # No lock to read (every authenticated request passes here): each is one reference read, and a pair
+    # torn by a concurrent invalidation only makes the generation check below refuse to store the fill.
+    generation, cached = _db_generation, _db_cache
     if cached is not None and now - cached[0] < DB_CREDENTIALS_TTL_S:
         return cached[1]
     found = _read_active_credentials()

@@ -61,6 +61,7 @@ from coordinator.protocol.model import (
     PrefixState,
     Shard,
     VersionState,
+    entry_id_key,
     require_int_in_range,
     validate_entry_ids,
     validate_identifier,
@@ -93,10 +94,6 @@ def operator_script(store: Any, name: str) -> Script:
     if script is None:
         script = scripts[name] = store.client.register_script(_script_text(name))
     return script
-
-
-def entry_id_ms(entry_id: str) -> int:
-    return int(entry_id.partition("-")[0])
 
 
 def decode_fields(flat_or_pairs: Iterable[Any]) -> dict[str, str]:
@@ -172,7 +169,7 @@ class _Figures:
     def oldest_pending_age_ms(self, now_ms: int) -> int | None:
         if self.oldest_pending_id is None:
             return None
-        return max(0, now_ms - entry_id_ms(self.oldest_pending_id))
+        return max(0, now_ms - entry_id_key(self.oldest_pending_id)[0])
 
 
 def _group_info(reply: Any, consumer_group: str) -> dict[str, Any] | None:
@@ -311,9 +308,6 @@ class BacklogMixin:
         self, view: dict[str, Any], state: PrefixState, consumer_group: str, now_ms: int
     ) -> None:
         """Add ``backlog``, ``dead_letters`` and the migration's ``undrained`` rows to a group view."""
-        parent = getattr(super(), "_decorate_group_view", None)
-        if parent is not None:  # cooperative: another mixin may decorate the same view
-            parent(view, state, consumer_group, now_ms)
         prefix = state.topology.stream_prefix
         dlq_key = codec.dead_letter_key(prefix, consumer_group)
         rows, (dlq_length,) = self._backlog_rows(state, consumer_group, now_ms, [("xlen", (dlq_key,))])
@@ -341,9 +335,6 @@ class BacklogMixin:
     def _decorate_prefix_view(self, view: dict[str, Any], state: PrefixState, now_ms: int) -> None:
         """Add the migration's ``blocking`` rows to a prefix view: every undrained old shard of every
         group, with what holds it back (docs/operations.md tells an operator what to do about each)."""
-        parent = getattr(super(), "_decorate_prefix_view", None)
-        if parent is not None:  # cooperative: another mixin may decorate the same view
-            parent(view, state, now_ms)
         if not isinstance(view.get("migration"), dict):
             return
         pairs = [(name, s) for name in sorted(state.groups) for s in self._undrained(state, name)]
@@ -440,7 +431,7 @@ class BacklogMixin:
                 "consumer": text(consumer),
                 "deliveries": int(deliveries),
                 "idle_ms": int(idle),
-                "age_ms": max(0, now_ms - entry_id_ms(text(entry_id))),
+                "age_ms": max(0, now_ms - entry_id_key(text(entry_id))[0]),
                 "fields": None if flat is None else decode_fields(flat),
             }
             for entry_id, consumer, idle, deliveries, flat in rows

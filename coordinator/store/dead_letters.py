@@ -139,14 +139,14 @@ class DeadLetterMixin:
         dead-letter stream, all or nothing (module docstring). ``DEAD_LETTER_NOT_FOUND`` (details
         ``ids``) if any is missing."""
         ids = sorted(validate_entry_ids(ids, "ids"), key=entry_id_key)
-        load_group(self, stream_prefix, consumer_group)
+        active = load_group(self, stream_prefix, consumer_group)[1].topology.active_version
+        route: Any = f"{active.version} {active.shard_count}"  # the script re-checks it atomically
         meta, dlq = codec.meta_key(stream_prefix), codec.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
-            pipe.hget(meta, "route")
             for dlq_id in ids:
                 pipe.xrange(dlq, dlq_id, dlq_id)
-            route, *rows = pipe.execute()
+            rows = pipe.execute()
         missing = [dlq_id for dlq_id, row in zip(ids, rows, strict=True) if not row]
         if missing:
             raise _not_found(consumer_group, missing)

@@ -213,9 +213,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         """The group's ``lag`` (entries not yet delivered; a shard whose lag Redis cannot tell counts
         its whole length) and ``pending`` (delivered, not acknowledged), summed over the shards of the
         ACTIVE and DRAINING versions (its backlog rows). GROUP_NOT_FOUND when there is no such group."""
-        rows = self.backlog(stream_prefix, consumer_group)
-        lag = sum(r["length"] if r["lag"] is None else r["lag"] for r in rows)
-        return {"lag": int(lag), "pending": int(sum(r["pending"] for r in rows))}
+        return unconsumed_totals_of(self.backlog(stream_prefix, consumer_group))
 
     def set_max_concurrency(self, stream_prefix: str, consumer_group: str, value: int) -> dict[str, Any]:
         cmd = SetMaxConcurrency(
@@ -660,6 +658,12 @@ class _Created:
 
     streams: set[str] = field(default_factory=set)  # stream keys
     groups: set[tuple[str, str]] = field(default_factory=set)  # (stream key, consumer group)
+
+
+def unconsumed_totals_of(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """``{"lag", "pending"}`` summed over backlog rows (:meth:`MetadataStore.unconsumed_totals`)."""
+    lag = sum(r["length"] if r["lag"] is None else r["lag"] for r in rows)
+    return {"lag": int(lag), "pending": int(sum(r["pending"] for r in rows))}
 
 
 def default_config_from_settings(settings: Any) -> GroupConfig:

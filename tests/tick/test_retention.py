@@ -132,11 +132,6 @@ def test_the_tick_caps_ended_members_at_rsc_max_ended_members(settings: Any, sto
 # ------------------------------------------------------------------------------------------ audit prune
 
 
-def test_without_an_operations_layer_there_is_nothing_to_prune(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "coordinator.operations", None)  # the import raises ImportError
-    assert service.prune_audit_once() == 0
-
-
 def test_a_failing_prune_is_logged_and_does_not_fail_the_pass(
     monkeypatch: pytest.MonkeyPatch, coordinator_logs: pytest.LogCaptureFixture
 ) -> None:
