@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench clean
+.PHONY: help venv test lint run chaos bench clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)"
@@ -16,15 +16,27 @@ help:
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
 	@echo "make bench  heartbeat and end-to-end benchmarks; rewrites docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
+	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
 
 venv: $(STAMP)
 
-# Re-runs whenever pyproject.toml changes (or .venv is gone).
-$(STAMP): pyproject.toml
+# Re-runs whenever pyproject.toml or constraints.txt changes (or .venv is gone). pyproject.toml has the
+# compatible ranges a host project installs against; constraints.txt the exact set tested here.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	touch $@
+
+# After changing a range in pyproject.toml: resolve it afresh and record the exact set that was tested.
+constraints:
+	rm -rf .venv-constraints
+	$(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install -q '.[dev]'
+	{ echo "# The exact dependency set that make test installs and CI tests (pip install -c constraints.txt)."; \
+	  echo "# pyproject.toml states compatible ranges; regenerate this file with 'make constraints'."; \
+	  .venv-constraints/bin/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^redis-stream-coordinator'; } > constraints.txt
+	rm -rf .venv-constraints
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
