@@ -1,4 +1,5 @@
-# make run   : dev stack (embedded Redis unless REDIS_URL is set, migrate, dev superuser, runserver)
+# make run   : dev stack (embedded Redis persisted in .run/ unless REDIS_URL is set, migrate, dev superuser,
+#              runserver, Celery worker + beat, then the demo members and producer; README "make run")
 # make test  : ruff + mypy --strict on the protocol core + pytest on SQLite, then the database tests on
 #              a private PostgreSQL (chaos tests excluded)
 PYTHON ?= python3.11
@@ -11,10 +12,10 @@ STAMP  := $(VENV)/.install.stamp
 .PHONY: help venv test lint run chaos bench clean constraints
 
 help:
-	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)"
+	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
 	@echo "make test   ruff, mypy --strict coordinator/protocol, pytest (without chaos tests)"
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
-	@echo "make bench  heartbeat and end-to-end benchmarks; rewrites docs/benchmarks.md"
+	@echo "make bench  heartbeat, producer and end-to-end benchmarks; rewrites docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
@@ -32,7 +33,7 @@ $(STAMP): pyproject.toml constraints.txt
 constraints:
 	rm -rf .venv-constraints
 	$(PYTHON) -m venv .venv-constraints
-	.venv-constraints/bin/python -m pip install -q '.[dev]'
+	.venv-constraints/bin/python -m pip install -q '.[dev,bench]'
 	{ echo "# The exact dependency set that make test installs and CI tests (pip install -c constraints.txt)."; \
 	  echo "# pyproject.toml states compatible ranges; regenerate this file with 'make constraints'."; \
 	  .venv-constraints/bin/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^redis-stream-coordinator'; } > constraints.txt
@@ -53,12 +54,20 @@ chaos: $(STAMP)
 	$(BIN)/pytest -m chaos; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no chaos tests collected"; exit 0; fi; exit $$rc
 
-# e.g. make run RUN_ARGS="--addr 127.0.0.1:8001"
+# e.g. make run RUN_ARGS="--addr 127.0.0.1:8001 --data-dir .run2" (a second stack); RSC_EXTRA_APPS=billing make run
 RUN_ARGS ?=
-bench: $(STAMP)
+# The benchmarks also compare against FastStream (the optional `bench` extra, pinned in constraints.txt).
+BENCH_STAMP := $(VENV)/.bench.stamp
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
+bench: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(BIN)/python bench/heartbeat_bench.py --out bench/results/heartbeat.json
-	@if [ -f bench/e2e_bench.py ]; then $(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json; fi
+	$(BIN)/python bench/producer_bench.py --out bench/results/producer.json
+	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
+	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
 	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
 
 run: $(STAMP)

@@ -8,6 +8,8 @@
   the reverse, so revoking it in one place revokes it everywhere.
 
 Both also require an active staff user; ``AdminSite.admin_view`` sends anyone else to the login page.
+A staff user without the permission gets :class:`MissingPermission`, which the admin renders as a 403
+page naming the permission (``admin_ui/admin.py``), not Django's bare "403 Forbidden".
 """
 
 from __future__ import annotations
@@ -20,6 +22,18 @@ from coordinator.api.auth import MANAGE_GROUPS_PERMISSION
 
 VIEW_PERMISSION = "admin_ui.view_groups"
 MANAGE_PERMISSION = MANAGE_GROUPS_PERMISSION
+
+
+class MissingPermission(PermissionDenied):
+    """A staff user lacks ``permission`` for ``doing`` (e.g. "viewing consumer groups"); any of
+    ``alternatives`` would do as well."""
+
+    def __init__(self, permission: str, doing: str, alternatives: tuple[str, ...] = ()) -> None:
+        self.permission = permission
+        self.doing = doing
+        self.alternatives = alternatives
+        others = "".join(f" (or {p})" for p in alternatives)
+        super().__init__(f"{doing} needs the permission {permission}{others}")
 
 
 def _is_staff(user: Any) -> bool:
@@ -36,9 +50,9 @@ def can_view(user: Any) -> bool:
 
 def raise_unless_can_view(user: Any) -> None:
     if not can_view(user):
-        raise PermissionDenied(f"viewing consumer groups needs the permission {VIEW_PERMISSION}")
+        raise MissingPermission(VIEW_PERMISSION, "viewing consumer groups", (MANAGE_PERMISSION,))
 
 
 def raise_unless_can_manage(user: Any) -> None:
     if not can_manage(user):
-        raise PermissionDenied(f"changing consumer groups needs the permission {MANAGE_PERMISSION}")
+        raise MissingPermission(MANAGE_PERMISSION, "changing consumer groups")

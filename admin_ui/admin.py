@@ -23,26 +23,33 @@ Every action URL is ``require_POST`` (a GET is a 405), so a link or a prefetch c
 anything; the destructive ones answer their first POST with a confirmation page whose form posts again
 with ``confirm=yes`` (the flow of Django's own "delete selected" action). Pages need
 ``admin_ui.view_groups``, actions ``coordinator.manage_groups`` (admin_ui/access.py); a staff user
-without them gets a 403.
+without them gets a 403 page that names the missing permission (so does the audit trail's changelist,
+for ``admin_ui.view_auditentry``).
 
 Views validate their forms, make every change through ``coordinator.operations`` (which authorizes,
 writes the audit row first and fails closed with AUDIT_UNAVAILABLE, then records the outcome, refusals
 included), and map errors: a :class:`CoordinatorError` (including ``StoreUnavailable``) becomes an admin
 error message or, for a page that cannot be drawn at all, an error page with the code's HTTP status
 from ``coordinator.api.errors.HTTP_STATUS``, never a traceback. Reads (pages, confirmations) call the
-store directly.
+store directly; what the pages show is arranged by admin_ui/presenters.py. The only thing the pages keep
+themselves is the drain-rate samples behind a migration's ETA (admin_ui/drain_samples.py, in Django's
+cache).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.auth.models import Permission
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from coordinator import operations
@@ -56,7 +63,7 @@ from coordinator.protocol.errors import (
 from coordinator.store import MetadataStore, get_store
 from coordinator.store.redis_store import unconsumed_totals_of
 
-from . import access, presenters
+from . import access, drain_samples, presenters
 from .forms import MaxConcurrencyForm, RetentionForm, ShardCountForm
 from .lifecycle_views import LifecycleViews, _act
 from .models import AuditEntry, ConsumerGroup
@@ -91,7 +98,7 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         def wrap(view: Any) -> Any:
-            return self.admin_site.admin_view(view)
+            return self.admin_site.admin_view(_naming_the_permission(self, view))
 
         group = "<str:stream_prefix>/<str:consumer_group>/"
         return [
@@ -120,11 +127,18 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
             store = get_store()
             groups = store.list_groups()
             prefixes = {p: _describe_prefix_or_none(store, p) for p in {g["stream_prefix"] for g in groups}}
+            backlogs = {
+                (g["stream_prefix"], g["consumer_group"]): _backlog_or_none(
+                    store, g["stream_prefix"], g["consumer_group"]
+                )
+                for g in groups
+            }
         except CoordinatorError as e:
             return self._error_page(request, e, "Consumer groups")
+        samples = {p: drain_samples.record(v) for p, v in prefixes.items() if v is not None}
         context = {
             "title": "Consumer groups",
-            "groups": presenters.group_rows(groups, prefixes),
+            "groups": presenters.group_rows(groups, prefixes, backlogs, samples),
             "refresh_s": refresh(request),
         }
         return self._render(request, "admin_ui/group_list.html", context)
@@ -142,8 +156,9 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
             return self._error_page(
                 request, e, f"{stream_prefix} / {consumer_group}", stream_prefix, consumer_group
             )
+        samples = drain_samples.record(prefix_view) if prefix_view is not None else {}
         context = {
-            **presenters.group_detail(view, prefix_view),
+            **presenters.group_detail(view, prefix_view, samples),
             "title": f"{stream_prefix} / {consumer_group}",
             "can_manage": access.can_manage(request.user),
             "audit_url": self._audit_url(request, stream_prefix, consumer_group),
@@ -351,10 +366,56 @@ def _describe_prefix_or_none(store: MetadataStore, stream_prefix: str) -> dict[s
         return None  # deleted between the two reads
 
 
+def _backlog_or_none(store: MetadataStore, stream_prefix: str, group: str) -> list[dict[str, Any]] | None:
+    try:
+        return store.backlog(stream_prefix, group)
+    except (GroupNotFound, StreamPrefixNotFound):
+        return None  # deleted since the listing
+
+
+def _naming_the_permission(model_admin: admin.ModelAdmin, view: Callable[..., Any]) -> Callable[..., Any]:
+    """``view``, answering :class:`access.MissingPermission` with a 403 page that names the permission
+    (Django's own 403 is a bare "403 Forbidden" that tells the operator nothing)."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return view(request, *args, **kwargs)
+        except access.MissingPermission as e:
+            return _forbidden(model_admin, request, e)
+
+    return wrapper
+
+
+def _forbidden(
+    model_admin: admin.ModelAdmin, request: HttpRequest, error: access.MissingPermission
+) -> TemplateResponse:
+    app_label, codename = error.permission.split(".", 1)
+    name = (
+        Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        .values_list("name", flat=True)
+        .first()
+    )
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "app_label": model_admin.opts.app_label,
+        "title": "Permission needed",
+        "error": error,
+        "permission_name": name,
+    }
+    return TemplateResponse(request, "admin_ui/forbidden.html", context, status=403)
+
+
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: the trail is written by the operator pages, the API and commands (``source``), and never
-    edited or deleted here (``manage.py prune_audit`` applies its retention)."""
+    edited or deleted here (``manage.py prune_audit`` applies its retention).
+
+    The details column wraps, and a long one (a skip lists every entry's fields) shows its first line
+    with the whole JSON, indented, one click away: nothing is cut off at the table's edge."""
+
+    VIEW_PERMISSION = "admin_ui.view_auditentry"
 
     list_display = (
         "timestamp",
@@ -363,8 +424,8 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         "action",
         "stream_prefix",
         "consumer_group",
-        "outcome",
-        "details",
+        "outcome_column",
+        "details_column",
     )
     list_filter = ("action", "outcome", "source", "stream_prefix")
     search_fields = ("username", "stream_prefix", "consumer_group", "message")
@@ -381,3 +442,27 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         "outcome",
         "message",
     )
+
+    @admin.display(description="outcome", ordering="outcome")
+    def outcome_column(self, entry: AuditEntry) -> SafeString:
+        return presenters.breakable_code(entry.outcome)
+
+    @admin.display(description="details")
+    def details_column(self, entry: AuditEntry) -> SafeString:
+        return presenters.audit_details_html(entry.details, entry.message)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            return self._missing_view_permission(request)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        if not self.has_view_or_change_permission(request):
+            return self._missing_view_permission(request)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def _missing_view_permission(self, request: HttpRequest) -> HttpResponse:
+        error = access.MissingPermission(self.VIEW_PERMISSION, "viewing the audit trail")
+        return _forbidden(self, request, error)

@@ -2,18 +2,27 @@
 that templates print as they are. No I/O here; every relative time is computed against the ``now_ms``
 that came with the view (Redis's clock), never the web server's.
 
-Whether a shard is readable is decided by the protocol core's own rule
-(:meth:`coordinator.protocol.model.Topology.blocked_by`, the same one ``group.readable`` uses), applied
-to a topology rebuilt from the view, so the page cannot disagree with what members are told.
+Where a shard stands (readable, held back by strict ordering, being revoked, unassigned, drained) is
+the protocol core's verdict, which the store puts in each backlog row (``assignment``, from
+``coordinator.protocol.describe.shard_assignment``): the pages cannot disagree with what members are
+told. What a held-back shard waits for is the core's rule too (``Topology.blocked_by``), applied to a
+topology rebuilt from the view. Figures are the store's (``backlog`` rows, ``unconsumed_totals_of``,
+``migration.blocking``); nothing here reads Redis or recomputes them.
+
+Two parts have their own modules, which this one composes: the member-by-shard matrix
+(admin_ui/matrix.py) and the migration's progress, reasons and ETA (admin_ui/migration.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from math import gcd
 from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from coordinator.protocol.describe import topology_from_views
 from coordinator.protocol.model import (
@@ -25,38 +34,15 @@ from coordinator.protocol.model import (
     Topology,
     VersionState,
 )
-from coordinator.store.codec import stream_key
+from coordinator.store.redis_store import unconsumed_totals_of
+
+from . import matrix, migration
+
+# The formatting helpers live in admin_ui/formatting.py (the matrix and migration modules use them too);
+# ``presenters.duration`` stays the name the views call.
+from .formatting import ago, count, duration, seconds, until, utc
 
 View = Mapping[str, Any]
-
-
-# ------------------------------------------------------------------------------------------ formatting
-
-
-def utc(ms: int | None) -> str:
-    """Milliseconds since the epoch as ``2026-11-29 12:03:04 UTC``; an em dash for ``None``."""
-    if ms is None:
-        return "—"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def seconds(ms: int | None) -> str:
-    """A duration in milliseconds as seconds with one decimal, e.g. ``8.5 s``."""
-    if ms is None:
-        return "—"
-    return f"{ms / 1000:.1f} s"
-
-
-def until(deadline_ms: int | None, now_ms: int) -> str:
-    """``in 12.0 s`` or ``overdue by 3.0 s``."""
-    if deadline_ms is None:
-        return "—"
-    left = deadline_ms - now_ms
-    return f"in {seconds(left)}" if left >= 0 else f"overdue by {seconds(-left)}"
-
-
-def ago(ms: int | None, now_ms: int) -> str:
-    return "—" if ms is None else f"{seconds(max(0, now_ms - ms))} ago"
 
 
 def sort_shards(shards: Any) -> list[str]:
@@ -66,25 +52,70 @@ def sort_shards(shards: Any) -> list[str]:
 # ------------------------------------------------------------------------------------------ groups list
 
 
-def migration_badge(prefix_view: View | None, consumer_group: str) -> dict[str, Any] | None:
-    """``{active, text}`` for a group's row, or None when its prefix was never resharded."""
+# The groups list names at most this many blocking shards per group (the group page lists them all).
+LIST_BLOCKING_SHOWN = 4
+
+
+def migration_badge(
+    prefix_view: View | None, consumer_group: str, samples: Any = ()
+) -> dict[str, Any] | None:
+    """``{active, text, blocking, eta}`` for a group's row, or None when its prefix was never resharded:
+    how far the group is, the old shards that hold it back (a line each) and its ETA."""
     if prefix_view is None or not prefix_view.get("migration"):
         return None
     m = prefix_view["migration"]
     arrow = f"v{m['from_version']} → v{m['to_version']} ({m['ordering']})"
     if not m["active"]:
         return {"active": False, "text": f"{arrow} completed {utc(m['completed_at_ms'])}"}
-    versions = {v["version"]: v for v in prefix_view["topology"]["versions"]}
-    total = versions[m["from_version"]]["shard_count"]
-    drained = len(m["drained"].get(consumer_group, ()))
-    return {"active": True, "text": f"migrating {arrow}: {drained}/{total} drained"}
+    progress = migration.group_progress(prefix_view, consumer_group, samples)
+    return {
+        "active": True,
+        "text": f"migrating {arrow}: {progress['drained']}/{progress['total']} drained",
+        "done": progress["done"],
+        "blocking": [migration.blocking_text(row) for row in progress["blocking"][:LIST_BLOCKING_SHOWN]],
+        "blocking_more": max(0, len(progress["blocking"]) - LIST_BLOCKING_SHOWN),
+        "eta": progress["estimate"],
+    }
 
 
-def group_rows(groups: list[dict[str, Any]], prefixes: Mapping[str, View | None]) -> list[dict[str, Any]]:
-    return [
-        {**row, "migration": migration_badge(prefixes.get(row["stream_prefix"]), row["consumer_group"])}
-        for row in groups
-    ]
+def backlog_totals(rows: Sequence[Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """A group's lag and pending over its shards (the store's own sum, ``unconsumed_totals_of``: a shard
+    whose lag Redis cannot tell counts its whole length, flagged ``lag_unknown``), with its oldest
+    pending entry's age; None when the rows could not be read."""
+    if rows is None:
+        return None
+    totals = unconsumed_totals_of(list(rows))
+    ages = [r["oldest_pending_age_ms"] for r in rows if r["pending"]]
+    oldest_ms = max((a for a in ages if a is not None), default=None)
+    return {
+        **totals,
+        "lag_unknown": any(r["lag"] is None for r in rows),
+        "oldest_pending_age": duration(oldest_ms) if oldest_ms is not None else None,
+        "old": oldest_ms is not None and oldest_ms >= OLD_PENDING_MS,
+        "shards_behind": sum(1 for r in rows if r["lag"] != 0 or r["pending"]),
+    }
+
+
+def group_rows(
+    groups: list[dict[str, Any]],
+    prefixes: Mapping[str, View | None],
+    backlogs: Mapping[tuple[str, str], Sequence[Mapping[str, Any]] | None] | None = None,
+    samples: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """The groups list: each row of ``list_groups`` with its backlog totals (``backlogs``: the store's
+    backlog rows per (prefix, group)) and its migration progress, reason and ETA."""
+    rows = []
+    for row in groups:
+        prefix, name = row["stream_prefix"], row["consumer_group"]
+        group_samples = (samples or {}).get(prefix, {}).get(name, ())
+        rows.append(
+            {
+                **row,
+                "backlog": backlog_totals((backlogs or {}).get((prefix, name))),
+                "migration": migration_badge(prefixes.get(prefix), name, group_samples),
+            }
+        )
+    return rows
 
 
 # ------------------------------------------------------------------------------------------ group detail
@@ -101,6 +132,7 @@ class ShardRow:
     shard: str
     stream_key: str
     version_state: str
+    assignment: str  # the core's ShardAssignment, as the store's backlog row says
     owner: str = ""
     owner_assignment_epoch: int | None = None
     target: str = ""
@@ -109,78 +141,60 @@ class ShardRow:
     notes: list[str] = field(default_factory=list)
 
 
-def _owners(view: View) -> dict[str, tuple[str, int | None, bool]]:
-    """shard -> (member, its assignment epoch or None, being revoked) for live members."""
-    owners: dict[str, tuple[str, int | None, bool]] = {}
-    for m in view["members"]:
-        for a in m["current_assignment"]:
-            owners[a["shard"]] = (m["member_id"], a["assignment_epoch"], False)
-        for s in m["revoking"]:
-            owners[s] = (m["member_id"], None, True)
-    return owners
+# The core's ShardAssignment (``assignment`` of the store's backlog rows) in words, with a colour.
+_STATUS = {
+    "READABLE": ("readable", "ok"),
+    "HELD_BACK": ("held by strict ordering", "warn"),
+    "REVOKING": ("being revoked", "warn"),
+    "DRAINED": ("drained", "muted"),
+    "UNASSIGNED": ("unassigned", "muted"),
+}
 
 
 def shard_rows(view: View) -> list[ShardRow]:
-    """One row per shard of every non-retired version: owner, readability, revocation, target."""
+    """One row per shard of the ACTIVE and DRAINING versions (the store's backlog rows, whose
+    ``assignment`` is the core's verdict): owner, state, target, and notes on what it waits for."""
     topology = topology_of(view)
     migration = view["migration"]
     drained = {
         Shard.parse(s) for s in (migration["drained"].get(view["consumer_group"], ()) if migration else ())
     }
-    owners = _owners(view)
+    live = [m for m in view["members"] if is_live(m)]
+    epochs = {a["shard"]: a["assignment_epoch"] for m in live for a in m["current_assignment"]}
     target_of = {s: member for member, shards in view["target_assignment"].items() for s in shards}
     deadlines = {p["shard"]: p["deadline_ms"] for p in view["pending_revocations"]}
     rows = []
-    for version in topology.versions:
-        if version.state is VersionState.RETIRED:
-            continue
-        for shard in version.shards():
-            rows.append(
-                _shard_row(shard, version, owners, target_of, drained, topology, deadlines, view["now_ms"])
-            )
+    for b in view["backlog"]:
+        row = ShardRow(
+            shard=b["shard"],
+            stream_key=b["stream_key"],
+            version_state=b["version_state"],
+            assignment=b["assignment"],
+            owner=b["owner"] or "",
+            owner_assignment_epoch=epochs.get(b["shard"]),
+            target=target_of.get(b["shard"], ""),
+        )
+        row.status, row.css = _STATUS[row.assignment]
+        _add_notes(row, topology, drained, deadlines.get(row.shard), view["now_ms"])
+        rows.append(row)
     return rows
 
 
-def _shard_row(
-    shard: Shard,
-    version: RoutingVersion,
-    owners: Mapping[str, tuple[str, int | None, bool]],
-    target_of: Mapping[str, str],
-    drained: set[Shard],
-    topology: Topology,
-    deadlines: Mapping[str, int | None],
-    now_ms: int,
-) -> ShardRow:
-    name = str(shard)
-    row = ShardRow(
-        shard=name,
-        stream_key=stream_key(topology.stream_prefix, shard),
-        version_state=version.state.value,
-        target=target_of.get(name, ""),
-    )
-    waiting_for = sorted(topology.blocked_by(shard) - drained)
-    if waiting_for:
+def _add_notes(
+    row: ShardRow, topology: Topology, drained: set[Shard], deadline_ms: int | None, now_ms: int
+) -> None:
+    waiting_for = sorted(topology.blocked_by(Shard.parse(row.shard)) - drained)
+    if waiting_for and row.assignment != "DRAINED":
         row.notes.append("strict ordering: waits for " + ", ".join(map(str, waiting_for)) + " to drain")
-    owner = owners.get(name)
-    if owner is not None:
-        row.owner, row.owner_assignment_epoch, revoking = owner
-        if revoking:
-            row.status, row.css = "being revoked", "warn"
-            row.notes.append(f"release deadline {until(deadlines.get(name), now_ms)}")
-        elif waiting_for:
-            row.status, row.css = "held by strict ordering", "warn"
-        else:
-            row.status, row.css = "readable", "ok"
-        if row.target and row.target != row.owner:
-            row.notes.append(f"moves to {row.target} once released")
-        elif shard in drained:
-            row.notes.append("drained for this group: the owner gives it up on its next heartbeat")
-    elif row.target:
+    if row.assignment == "REVOKING":
+        row.notes.append(f"release deadline {until(deadline_ms, now_ms)}")
+    if row.assignment == "DRAINED" and row.owner:
+        row.notes.append("drained for this group: the owner gives it up on its next heartbeat")
+    elif row.owner and row.target and row.target != row.owner:
+        row.notes.append(f"moves to {row.target} once released")
+    elif not row.owner and row.target:
         row.status, row.css = "awaiting pickup", "info"
         row.notes.append(f"granted to {row.target} on its next heartbeat")
-    elif shard in drained:
-        row.status, row.css = "drained", "muted"
-    return row
 
 
 def is_live(member: View) -> bool:
@@ -202,12 +216,22 @@ def member_rows(view: View) -> list[dict[str, Any]]:
                 "client_text": f"{client['host'] or '?'} pid {client['pid'] or '?'}",
                 "revocation_deadline": until(m["revocation_deadline_ms"], now_ms),
                 "last_heartbeat": ago(m["last_heartbeat_ms"], now_ms),
+                "current_text": assignment_text(m["current_assignment"]),
                 "ended": ""
                 if m["ended_at_ms"] is None
                 else f"{m['end_reason']} {ago(m['ended_at_ms'], now_ms)}",
             }
         )
     return rows
+
+
+def assignment_text(current: list[Mapping[str, Any]]) -> str:
+    """A member's current assignment, shards grouped by the assignment epoch they were granted at:
+    ``v1:0, v1:1 @ 1; v2:4 @ 4``."""
+    by_epoch: dict[int, list[str]] = {}
+    for a in current:
+        by_epoch.setdefault(a["assignment_epoch"], []).append(a["shard"])
+    return "; ".join(f"{', '.join(shards)} @ {epoch}" for epoch, shards in sorted(by_epoch.items()))
 
 
 def revocation_rows(view: View) -> dict[str, list[dict[str, Any]]]:
@@ -226,31 +250,33 @@ def revocation_rows(view: View) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def migration_progress(view: View) -> dict[str, Any] | None:
+def migration_progress(
+    view: View, prefix_view: View | None = None, samples: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The prefix's migration as the group page shows it: per group of the prefix, drained/total, the
+    old shards that hold it back and why (``describe_prefix``'s ``migration.blocking``), the entries it
+    has left and an ETA from the drain rate (admin_ui/migration.py; ``samples``: the earlier figures
+    per group, from admin_ui/drain_samples.py)."""
     m = view["migration"]
     if m is None:
         return None
-    total = m["shards_to_drain"]
+    pm = prefix_view.get("migration") if prefix_view is not None else None
+    same = bool(pm) and pm["started_at_ms"] == m["started_at_ms"]  # not one that started in between
     groups = [
         {
-            "consumer_group": name,
-            "drained": len(shards),
-            "total": total,
-            "percent": 100 if total == 0 else round(100 * len(shards) / total),
-            "remaining": [
-                f"v{m['from_version']}:{i}" for i in range(total) if f"v{m['from_version']}:{i}" not in shards
-            ],
+            **migration.group_progress(prefix_view, name, (samples or {}).get(name, ())),
             "is_this_group": name == view["consumer_group"],
         }
-        for name, shards in sorted(m["drained"].items())
+        for name in (sorted(pm["drained"]) if same and prefix_view is not None else ())
     ]
     end_ms = m["completed_at_ms"] if m["completed_at_ms"] is not None else view["now_ms"]
     return {
         **m,
         "groups": groups,
+        "eta": migration.overall_estimate(groups) if m["active"] and groups else None,
         "started": utc(m["started_at_ms"]),
         "completed": utc(m["completed_at_ms"]),
-        "duration": seconds(end_ms - m["started_at_ms"]),
+        "duration": duration(end_ms - m["started_at_ms"]),
     }
 
 
@@ -266,21 +292,27 @@ def version_rows(view: View) -> list[dict[str, Any]]:
     ]
 
 
-def group_detail(view: View, prefix_view: View | None = None) -> dict[str, Any]:
-    """Everything the group detail page shows (``prefix_view``: the prefix's retention policy)."""
+def group_detail(
+    view: View, prefix_view: View | None = None, samples: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything the group detail page shows (``prefix_view``: the prefix's migration and retention
+    policy; ``samples``: the drain-rate samples of its groups)."""
     members = member_rows(view)
     backlog = backlog_rows(view)
+    shards = shard_rows(view)
     return {
         "view": view,
+        "totals": backlog_totals(view["backlog"]),
         "members": [m for m in members if m["live"]],
         "ended_members": [m for m in members if not m["live"]],
-        "shards": shard_rows(view),
+        "shards": shards,
+        "matrix": matrix.member_shard_matrix(view, shards, backlog),
         # Shards with something to show first; the idle ones (nothing undelivered or pending) folded.
         "backlog": [b for b in backlog if not b["idle"]],
         "backlog_idle": [b for b in backlog if b["idle"]],
         "dead_letters": view.get("dead_letters"),
         "revocations": revocation_rows(view),
-        "migration": migration_progress(view),
+        "migration": migration_progress(view, prefix_view, samples),
         "undrained": undrained_rows(view),
         "release_drain_allowed": release_drain_allowed(view),
         "retention": retention_view(prefix_view),
@@ -334,29 +366,6 @@ OLD_PENDING_MS = 5 * 60_000
 PREVIEW_CHARS = 80
 PREVIEW_FIELDS = 6
 
-_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
-
-
-def duration(ms: int | None) -> str:
-    """A human-readable duration, its two largest units: ``45 s``, ``12 min 5 s``, ``3 h 12 min``,
-    ``2 d 4 h``; ``850 ms`` under a second; an em dash for ``None``."""
-    if ms is None:
-        return "—"
-    if ms < 1_000:
-        return f"{max(ms, 0)} ms"
-    for i, (name, size) in enumerate(_UNITS):
-        if ms >= size:
-            text = f"{ms // size} {name}"
-            if i + 1 < len(_UNITS) and (rest := ms % size // _UNITS[i + 1][1]):
-                text += f" {rest} {_UNITS[i + 1][0]}"
-            return text
-    raise AssertionError("unreachable: ms >= 1000")
-
-
-def count(value: int | None) -> str:
-    """A figure the store may not know (lag of a stream whose consumer group cannot tell): ``?``."""
-    return "?" if value is None else str(value)
-
 
 def preview(fields: Mapping[str, str], limit: int = PREVIEW_CHARS) -> str:
     """``k=v, k2=v2…``: the first fields of an entry, each value cut to ``limit`` characters."""
@@ -399,41 +408,12 @@ def undrained_rows(view: View) -> list[dict[str, Any]]:
     return [
         {
             **u,
-            "owner_text": _owner_text(u),
+            "owner_text": migration.owner_text(u),
             "oldest_pending_age": duration(u["oldest_pending_age_ms"]),
-            "why": _why_undrained(u),
+            "why": migration.why_undrained(u),
         }
         for u in m.get("undrained", ())
     ]
-
-
-def _owner_text(u: Mapping[str, Any]) -> str:
-    if u["owner"]:
-        return str(u["owner"])
-    return "no live member" if not u["live_members"] else "nobody (being reassigned)"
-
-
-def _why_undrained(u: Mapping[str, Any]) -> list[str]:
-    why = []
-    if not u["live_members"]:
-        why.append(
-            "the group has no live member, so nobody reads this shard: start a member, or release "
-            "the group from the drain"
-        )
-    elif not u["owner"]:
-        why.append("no member owns it right now: it is granted on the target member's next heartbeat")
-    if u["lag"] is None:
-        why.append("entries not yet delivered: unknown")
-    elif u["lag"]:
-        why.append(f"{u['lag']} entr{'y' if u['lag'] == 1 else 'ies'} not yet delivered")
-    if u["pending"]:
-        why.append(
-            f"{u['pending']} delivered but not acknowledged, the oldest "
-            f"{duration(u['oldest_pending_age_ms'])} old: redeliver, or skip what cannot be handled"
-        )
-    if not why:
-        why.append("caught up: the next tick marks it drained")
-    return why
 
 
 def release_drain_allowed(view: View) -> bool:
@@ -476,3 +456,35 @@ def pending_rows(entries: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         }
         for e in entries
     ]
+
+
+# ------------------------------------------------------------------------------------------ audit trail
+
+
+def breakable_code(code: str) -> SafeString:
+    """An error code that may wrap after its underscores (``MIGRATION_IN_PROGRESS``) in a narrow column."""
+    parts = code.split("_")
+    return format_html_join(mark_safe("_<wbr>"), "{}", ((part,) for part in parts))
+
+
+# An audit row's details up to this many characters are shown whole; longer ones fold their JSON.
+AUDIT_DETAILS_INLINE = 120
+
+
+def audit_details_html(details: Any, message: str = "") -> SafeString:
+    """The audit changelist's details cell: the JSON on one wrapping line, or, when it is long, its
+    beginning with the whole of it (indented) in a ``<details>``; the refusal's message underneath."""
+    flat = json.dumps(details, ensure_ascii=False, sort_keys=True)
+    if len(flat) <= AUDIT_DETAILS_INLINE:
+        body = format_html('<code class="rsc-audit-details">{}</code>', flat)
+    else:
+        body = format_html(
+            '<details class="rsc-audit-details"><summary><code>{}…</code> <span class="rsc-note">({} '
+            "characters: show all)</span></summary><pre>{}</pre></details>",
+            flat[:AUDIT_DETAILS_INLINE],
+            len(flat),
+            json.dumps(details, ensure_ascii=False, sort_keys=True, indent=2),
+        )
+    if message:
+        body = format_html('{}<div class="rsc-audit-message">{}</div>', body, message)
+    return body

@@ -1,29 +1,44 @@
-"""End-to-end benchmark: the whole product as real processes on one private Redis (tests/e2e/stack.py).
+"""End-to-end benchmark of the consumer side: the whole product as real processes on one private Redis.
 
-    python bench/e2e_bench.py [--out FILE] [--messages N] [--shards S] [--batch-size B]
+    python bench/e2e_bench.py [--out FILE] [--messages N] [--reps R] [--batch-size B]
 
-One run, one machine, one private Redis, one coordinator API (gunicorn), one tick (Celery worker + beat):
+One run, one machine, one private Redis, one coordinator API (gunicorn), one tick (Celery worker + beat)
+(tests/e2e/stack.py). The producer has its own benchmark (bench/producer_bench.py).
 
-1. ``producer``: ``consumers.producer.Producer`` (routing + the fenced ``produce.lua``) against raw redis-py
-   XADD of the same envelope fields, one at a time and in batches (``send_batch`` vs a pipeline);
-2. ``throughput``: end-to-end messages per second - produce, fenced read, no-op handler, fenced ack - with
-   1 and with 4 ``run_member`` processes, next to a raw XADD / XREADGROUP / XACK loop with the same
-   batch size, the same number of consumer processes and the same shards. Timed from the first send
-   to the moment Redis shows every entry delivered and acked;
-3. ``latency``: produce-to-handle p50 / p99 (the producer's wall clock in the payload, the handler's at
-   its start) at a steady rate with 4 members;
-4. ``kill_9_recovery``: ``kill -9`` of one of those members, then the time until each of its shards is
-   handled again by another member (lease expiry by the tick, reassignment, claim of its pending entries);
-5. ``rebalance_3_to_6``: 3 more members join a group of 3; time until the group is STABLE and balanced,
-   from the launch of the new processes and from the first join the coordinator saw.
+1. ``throughput``: at 8 and 64 shards, with 1 and 4 consumer processes, side by side on the SAME entries:
 
-Everything is measured here, nothing is typed in; every wait is bounded. The whole run takes a couple of
-minutes. Figures from a loaded 2-core CI box are noisy: compare runs on the same machine.
+   * ``e2e``: ``run_member`` processes with a no-op handler (fenced fetch, handler, folded ack);
+   * ``raw``: one process per member running a raw per-shard ``XREADGROUP COUNT b ... >`` + ``XACK`` loop
+     (redis-py, the runtime's idle backoff), the shards split evenly between them;
+   * ``faststream``: FastStream's Redis stream consumer-group subscriber, one per shard (when installed);
+     it reads only the newest ``--faststream-messages`` entries of each backlog (it is too slow for all
+     of them), and entries it leaves pending (it does, now and then) are reported, not counted.
+
+   Every side has its own Redis consumer group on the same stream keys. Each repetition produces one
+   backlog of N envelope entries with ``consumers.producer.Producer.send_batch`` while every consumer
+   process is stopped (SIGSTOP), then lets one side at a time consume it (SIGCONT ... drained ...
+   SIGSTOP). So each side reads exactly the same entries, produced the same way, none of the production
+   is timed or counted, and nothing else runs while one side is measured. Per side: messages per
+   second (SIGCONT to "every entry delivered and acked", as Redis reports it), client CPU (user + system
+   time of the consumer processes, /proc) and Redis CPU (``INFO cpu`` of the server), both per message.
+   The Redis figure includes everything the server did in the window: for ``e2e`` that is also the
+   members' heartbeats and the tick, which are part of the product's cost. Ratios are per repetition,
+   then the median of the repetitions.
+2. ``latency``: produce-to-handle p50 / p99 with 4 members on 8 shards at half the measured maximum
+   (the median ``e2e`` rate at 8 shards, 4 members), producing steadily from this process (the
+   producer's wall clock in the payload, the handler's at its start).
+3. ``idle``: one member holding 64 empty shards: its CPU over ``--idle-seconds``, as a share of a core.
+4. ``kill_9_recovery`` and ``rebalance_3_to_6``: as before (kill -9 of a member under load; 3 members
+   joining a group of 3).
+
+Everything is measured here, nothing is typed in; every wait is bounded. Figures from a loaded 2-core
+box are noisy: compare runs on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import multiprocessing
 import os
@@ -32,6 +47,9 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +59,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import redis  # noqa: E402
 
-from consumers.dataplane.envelope import encode_event  # noqa: E402
 from consumers.producer import Producer  # noqa: E402
+from consumers.runtime import Runtime  # noqa: E402
 from coordinator.protocol.model import Shard  # noqa: E402
 from coordinator.store.codec import stream_key  # noqa: E402
 from tests.e2e.helpers import watch_rebalance  # noqa: E402
@@ -56,6 +74,10 @@ from tests.e2e.stack import (  # noqa: E402
 )
 
 LEASE_TTL_MS, HEARTBEAT_INTERVAL_MS, TICK_INTERVAL_MS = 2000, 200, 200
+# Throughput groups: consumers are stopped while the others run, so their lease must outlast that.
+PAUSED_LEASE_TTL_MS, PAUSED_HEARTBEAT_INTERVAL_MS = 600_000, 1000
+IDLE_MIN_S, IDLE_MAX_S = 0.002, 0.05  # tests/e2e/settings.py's runtime idle backoff, for the raw loop
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -67,126 +89,95 @@ def rounded(d: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in d.items()}
 
 
-# ---------------------------------------------------------------------------------------------- 1. producer
+def timings(
+    lease_ttl_ms: int = LEASE_TTL_MS, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
+) -> dict[str, int]:
+    return {"lease_ttl_ms": lease_ttl_ms, "heartbeat_interval_ms": heartbeat_interval_ms}
 
 
-def bench_producer(stack: Stack, seconds: float, batch: int) -> dict[str, Any]:
-    prefix = "pbench"
-    stack.create_group(prefix, "pbench-g", shard_count=8, **timings())
-    client = redis.Redis.from_url(stack.redis.url)
-    producer = Producer(client)
-    keys = [f"k{i}" for i in range(64)]
-    raw_keys = [f"raw:{{{prefix}}}:{i}" for i in range(8)]
-
-    def fields(i: int) -> dict[str, Any]:
-        event = encode_event(keys[i % 64], {"seq": i})
-        return {
-            "event_id": event.event_id,
-            "partition_key": event.partition_key,
-            "content_type": event.content_type,
-            "payload": event.payload,
-            "headers": event.headers,
-            "routing_version": b"1",
-            "produced_at_ms": b"0",
-        }
-
-    def rate(step: Any, per_step: int) -> float:
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            step(n)
-            n += 1
-        return n * per_step / (time.perf_counter() - t0)
-
-    def raw_batch(n: int) -> None:
-        pipe = client.pipeline(transaction=False)
-        for i in range(batch):
-            pipe.xadd(raw_keys[i % 8], fields(n * batch + i))
-        pipe.execute()
-
-    result = {
-        "producer_send_per_s": rate(lambda n: producer.send(prefix, keys[n % 64], {"seq": n}), 1),
-        "raw_xadd_per_s": rate(lambda n: client.xadd(raw_keys[n % 8], fields(n)), 1),
-        f"producer_send_batch_{batch}_msgs_per_s": rate(
-            lambda n: producer.send_batch(prefix, [(keys[i % 64], {"seq": i}) for i in range(batch)]), batch
-        ),
-        f"raw_pipelined_xadd_{batch}_msgs_per_s": rate(raw_batch, batch),
-    }
-    client.close()
-    return rounded(result)
+# ---------------------------------------------------------------------------------------------- counters
 
 
-# ---------------------------------------------------------------------------------------------- 2. throughput
+def group_cpu_s(pgids: list[int]) -> float:
+    """User + system CPU seconds of every live process in these process groups (threads included)."""
+    total = 0
+    wanted = set(pgids)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in wanted:  # fields[2]: pgrp; [11], [12]: utime, stime
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
 
 
-def drained(client: redis.Redis, keys: list[str], group: str) -> bool:
-    """Every entry of every key delivered to ``group`` and acked."""
+def redis_cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def last_ids(client: redis.Redis, keys: list[str]) -> dict[str, bytes]:
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.xinfo_stream(key)
+    return {key: info["last-generated-id"] for key, info in zip(keys, pipe.execute(), strict=True)}
+
+
+def progress(client: redis.Redis, last: dict[str, bytes], group: str) -> tuple[bool, int]:
+    """(every entry up to ``last`` of every key delivered to ``group``, entries pending in ``group``)."""
+    pipe = client.pipeline(transaction=False)
+    for key in last:
         pipe.xinfo_groups(key)
-    replies = pipe.execute()
-    for stream, groups in zip(replies[::2], replies[1::2], strict=True):
+    delivered, pending = True, 0
+    for key, groups in zip(last, pipe.execute(), strict=True):
         [info] = [g for g in groups if g["name"] in (group, group.encode())]
-        if info["pending"] or info["last-delivered-id"] != stream["last-generated-id"]:
-            return False
-    return True
+        pending += int(info["pending"])
+        delivered = delivered and info["last-delivered-id"] == last[key]
+    return delivered, pending
 
 
-def produce_and_drain(
-    client: redis.Redis, send: Any, messages: int, chunk: int, keys: list[str], group: str
-) -> float:
-    """Send ``messages`` in chunks as fast as possible; seconds until Redis shows all of them acked."""
-    t0 = time.perf_counter()
-    for start in range(0, messages, chunk):
-        send(start, min(chunk, messages - start))
-    wait_until(lambda: drained(client, keys, group), timeout_s=300, interval_s=0.005, what="drained")
-    return time.perf_counter() - t0
+def tail_backlog(client: redis.Redis, keys: list[str], group: str, per_key: int) -> int:
+    """Move ``group`` so that only the last ``per_key`` entries of each key are new to it (FastStream is
+    too slow for the whole backlog); returns how many that is."""
+    total = 0
+    for key in keys:
+        rows = client.xrevrange(key, count=per_key + 1)
+        client.xgroup_setid(key, group, rows[-1][0] if len(rows) > per_key else "0-0")
+        total += min(per_key, len(rows))
+    return total
 
 
-def e2e_throughput(stack: Stack, members: int, shards: int, messages: int, batch_size: int) -> float:
-    prefix, group = f"tput{members}", "tput"
-    stack.create_group(prefix, group, shard_count=shards, **timings())
-    procs = [
-        stack.start_member(
-            f"tput{members}-{i}",
-            E2E_STREAM_PREFIX=prefix,
-            E2E_CONSUMER_GROUP=group,
-            E2E_HANDLED_LOG="",  # no-op handler
-            E2E_BATCH_SIZE=str(batch_size),
-        )
-        for i in range(members)
-    ]
-    try:
-        wait_until(
-            lambda: stable_and_balanced(stack.describe(prefix, group), members, shards),
-            timeout_s=60,
-            what=f"{members} members stable",
-        )
-        client = redis.Redis.from_url(stack.redis.url)
-        producer = Producer(client)
-        keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(shards)]
-
-        def send(start: int, n: int) -> None:
-            producer.send_batch(prefix, [(f"k{(start + i) % 256}", {"seq": start + i}) for i in range(n)])
-
-        elapsed = produce_and_drain(client, send, messages, 100, keys, group)
-        client.close()
-        return messages / elapsed
-    finally:
-        for proc in procs:
-            proc.kill()
+# ---------------------------------------------------------------------------------------------- consumers
 
 
-def _raw_consumer(
-    url: str, keys: list[str], group: str, name: str, batch: int, ready: Any, stop: Any
-) -> None:
-    """The raw loop of one consumer process: per shard XREADGROUP COUNT batch ... > then XACK, polling
-    with the runtime's idle backoff (2 ms doubling to 50 ms per empty shard)."""
+@dataclass
+class Side:
+    """One way of consuming: its consumer group and its (stoppable) processes, by process group id."""
+
+    name: str
+    group: str
+    pgids: list[int]
+    stop: Callable[[], None]
+
+    def signal(self, signum: int) -> None:
+        for pgid in self.pgids:
+            with suppress(ProcessLookupError):
+                os.killpg(pgid, signum)
+
+
+def _raw_consumer(url: str, keys: list[str], group: str, name: str, batch: int, ready: Any) -> None:
+    """A raw consumer process: per shard XREADGROUP COUNT batch ... > then XACK, with the runtime's idle
+    backoff (2 ms doubling to 50 ms per empty shard). It decodes nothing, like a no-op handler."""
+    os.setpgid(0, 0)
     client = redis.Redis.from_url(url)
     idle = dict.fromkeys(keys, 0.0)
     due = dict.fromkeys(keys, 0.0)
     ready.set()
-    while not stop.is_set():
+    while True:
         now = time.monotonic()
         for key in keys:
             if due[key] > now:
@@ -197,60 +188,218 @@ def _raw_consumer(
                 client.xack(key, group, *[entry_id for entry_id, _ in entries])
                 idle[key] = 0.0
             else:
-                idle[key] = min(max(idle[key] * 2, 0.002), 0.05)
+                idle[key] = min(max(idle[key] * 2, IDLE_MIN_S), IDLE_MAX_S)
                 due[key] = now + idle[key]
         time.sleep(max(0.0, min(due.values()) - time.monotonic()))
 
 
-def raw_throughput(url: str, consumers: int, shards: int, messages: int, batch_size: int) -> float:
-    group = "raw"
-    keys = [f"rawtput{consumers}:{{x}}:{i}" for i in range(shards)]
+def _faststream_consumer(url: str, keys: list[str], group: str, name: str, batch: int, ready: Any) -> None:
+    """FastStream's stream consumer-group subscriber, one per shard, no-op handler (acks after it)."""
+    os.setpgid(0, 0)
+    from faststream.redis import RedisBroker, StreamSub
+
+    broker = RedisBroker(url, logger=None)  # no log line per message
+    for key in keys:
+        sub = StreamSub(
+            key, group=group, consumer=name, max_records=batch, polling_interval=50, declare=False
+        )
+
+        @broker.subscriber(stream=sub)
+        async def handle(body: Any) -> None:
+            pass
+
+    async def main() -> None:
+        await broker.start()
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def spawn_side(name: str, target: Any, url: str, keys: list[str], processes: int, batch: int) -> Side:
+    group = f"{name}-{len(keys)}-{processes}"
     client = redis.Redis.from_url(url)
     for key in keys:
-        client.xgroup_create(key, group, id="$", mkstream=True)
+        client.xgroup_create(key, group, id="$")
+    client.close()
     ctx = multiprocessing.get_context("spawn")
-    stop = ctx.Event()
-    readies, procs = [], []
-    for c in range(consumers):
+    procs, readies = [], []
+    for c in range(processes):
         ready = ctx.Event()
-        mine = keys[c::consumers]
-        proc = ctx.Process(target=_raw_consumer, args=(url, mine, group, f"c{c}", batch_size, ready, stop))
-        proc.start()
-        readies.append(ready)
-        procs.append(proc)
-    try:
-        for ready in readies:
-            assert ready.wait(60), "raw consumer did not start"
-        pad = b"x" * 40
-
-        def send(start: int, n: int) -> None:
-            pipe = client.pipeline(transaction=False)
-            for i in range(start, start + n):
-                pipe.xadd(
-                    keys[i % shards], {"event_id": str(i), "partition_key": f"k{i % 256}", "payload": pad}
-                )
-            pipe.execute()
-
-        return messages / produce_and_drain(client, send, messages, 100, keys, group)
-    finally:
-        stop.set()
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
-        client.close()
-
-
-def bench_throughput(stack: Stack, shards: int, messages: int, batch_size: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"shards": shards, "messages": messages, "batch_size": batch_size}
-    for members in (1, 4):
-        e2e = e2e_throughput(stack, members, shards, messages, batch_size)
-        raw = raw_throughput(stack.redis.url, members, shards, messages, batch_size)
-        result[f"{members}_member"] = rounded(
-            {"e2e_msgs_per_s": e2e, "raw_loop_msgs_per_s": raw, "e2e_over_raw": e2e / raw}
+        proc = ctx.Process(
+            target=target, args=(url, keys[c::processes], group, f"c{c}", batch, ready), daemon=True
         )
-        print(f"throughput, {members} member(s): e2e {e2e:.0f}/s, raw {raw:.0f}/s", flush=True)
+        proc.start()
+        procs.append(proc)
+        readies.append(ready)
+    for ready in readies:
+        assert ready.wait(120), f"{name} consumer did not start"
+
+    def stop() -> None:
+        for proc in procs:
+            proc.kill()
+            proc.join(10)
+
+    return Side(name, group, [p.pid for p in procs], stop)
+
+
+def start_members(
+    stack: Stack, prefix: str, group: str, shards: int, members: int, batch: int, **extra: str
+) -> Side:
+    env = {"E2E_STREAM_PREFIX": prefix, "E2E_CONSUMER_GROUP": group, "E2E_HANDLED_LOG": "",
+           "E2E_BATCH_SIZE": str(batch), **extra}  # fmt: skip
+    procs = [stack.start_member(f"{group}-{i}", listener="e2e_noop", **env) for i in range(members)]
+    wait_until(
+        lambda: stable_and_balanced(stack.describe(prefix, group), members, shards),
+        timeout_s=120,
+        what=f"{members} members stable",
+    )
+
+    def stop() -> None:
+        for proc in procs:
+            proc.kill()
+
+    return Side("e2e", group, [p.pid for p in procs], stop)
+
+
+def faststream_available() -> str:
+    """'' when FastStream's Redis support imports, else why not."""
+    try:
+        import faststream.redis  # noqa: F401
+    except ImportError as e:
+        return f"not installed ({e}); pip install 'faststream[redis]' (the 'bench' extra)"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------- 1. throughput
+
+
+def measure(side: Side, client: redis.Redis, last: dict[str, bytes], messages: int) -> dict[str, float]:
+    """Let ``side`` consume its backlog of ``messages``: until every entry is delivered and acked, or, for
+    a side that leaves entries pending for good (FastStream does, now and then), until nothing has been
+    acked for 3 s once everything is delivered; those entries are not counted."""
+    _, pending0 = progress(client, last, side.group)
+    cpu0, redis0, t0 = group_cpu_s(side.pgids), redis_cpu_s(client), time.perf_counter()
+    side.signal(signal.SIGCONT)
+    seen, moved = (False, -1), t0
+    while True:
+        now = time.perf_counter()
+        state = progress(client, last, side.group)
+        if state != seen:
+            seen, moved = state, now
+        delivered, pending = state
+        if delivered and (pending == pending0 or (side.name != "e2e" and now - moved > 3.0)):
+            break
+        assert now - t0 < 600, f"{side.name}: not drained after 600 s"
+        time.sleep(0.01)
+    elapsed = (now if pending == pending0 else moved) - t0
+    side.signal(signal.SIGSTOP)
+    cpu1, redis1 = group_cpu_s(side.pgids), redis_cpu_s(client)
+    left = max(0, pending - pending0)  # below 0: it acked entries an earlier repetition left pending
+    acked = messages - left
+    return {
+        "msgs_per_s": acked / elapsed,
+        "client_cpu_us_per_msg": (cpu1 - cpu0) * 1e6 / acked,
+        "redis_cpu_us_per_msg": (redis1 - redis0) * 1e6 / acked,
+        "left_pending": left,
+    }
+
+
+def produce_backlog(client: redis.Redis, prefix: str, messages: int, rep: int) -> None:
+    producer = Producer(client)
+    for start in range(0, messages, 100):
+        n = min(100, messages - start)
+        producer.send_batch(
+            prefix, [(f"k{(start + i) % 256}", {"seq": start + i, "rep": rep}) for i in range(n)]
+        )
+
+
+@contextmanager
+def sides(
+    stack: Stack, prefix: str, shards: int, members: int, batch: int, fast: bool
+) -> Iterator[list[Side]]:
+    keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(shards)]
+    started: list[Side] = []
+    try:
+        group = f"tput-{shards}-{members}"
+        stack.create_group(prefix, group, shard_count=shards, start_from="latest",
+                           **timings(PAUSED_LEASE_TTL_MS, PAUSED_HEARTBEAT_INTERVAL_MS))  # fmt: skip
+        started.append(start_members(stack, prefix, group, shards, members, batch))
+        started.append(spawn_side("raw", _raw_consumer, stack.redis.url, keys, members, batch))
+        if fast:
+            started.append(
+                spawn_side("faststream", _faststream_consumer, stack.redis.url, keys, members, batch)
+            )
+        for side in started:
+            side.signal(signal.SIGSTOP)
+        yield started
+    finally:
+        for side in started:
+            side.signal(signal.SIGCONT)
+            side.stop()
+
+
+def bench_throughput(stack: Stack, shards: int, members: int, args: argparse.Namespace) -> dict[str, Any]:
+    prefix = f"tput{shards}"
+    client = stack.client()
+    keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(shards)]
+    runs: dict[str, list[dict[str, float]]] = {}
+    with sides(stack, prefix, shards, members, args.batch_size, not faststream_available()) as started:
+        for rep in range(args.reps):
+            produce_backlog(client, prefix, args.messages, rep)
+            last = last_ids(client, keys)
+            for side in started:
+                messages = args.messages
+                if side.name == "faststream":
+                    messages = tail_backlog(client, keys, side.group, -(-args.faststream_messages // shards))
+                runs.setdefault(side.name, []).append(measure(side, client, last, messages))
+            line = ", ".join(f"{name} {r[-1]['msgs_per_s']:.0f}/s" for name, r in runs.items())
+            print(f"throughput {shards} shards, {members} member(s), rep {rep + 1}: {line}", flush=True)
+    result: dict[str, Any] = {"shards": shards, "members": members, "messages": args.messages,
+                              "batch_size": args.batch_size, "repetitions": args.reps}  # fmt: skip
+    for name, reps in runs.items():
+        result[name] = rounded({k: statistics.median(r[k] for r in reps) for k in reps[0]})
+        result[name]["runs_msgs_per_s"] = [round(r["msgs_per_s"]) for r in reps]
+        result[name]["left_pending"] = sum(int(r["left_pending"]) for r in reps)
+    for other in (name for name in runs if name != "e2e"):
+        result[f"e2e_over_{other}"] = round(
+            statistics.median(
+                e["msgs_per_s"] / o["msgs_per_s"] for e, o in zip(runs["e2e"], runs[other], strict=True)
+            ),
+            3,
+        )
     return result
+
+
+# ------------------------------------------------------------------------------- 2. idle
+
+
+def bench_idle(stack: Stack, seconds: float) -> dict[str, Any]:
+    """One member holding 64 empty shards, with the runtime's default idle backoff and the group's default
+    heartbeat interval: its CPU time over ``seconds``."""
+    prefix, group, shards = "idle", "idle-g", 64
+    stack.create_group(prefix, group, shard_count=shards)
+    backoff_ms = Runtime().idle_backoff_max_ms
+    side = start_members(stack, prefix, group, shards, 1, 16, E2E_IDLE_BACKOFF_MAX_MS=str(backoff_ms))
+    try:
+        time.sleep(3.0)  # past the take-over: every shard's ticket is idle
+        cpu0, t0 = group_cpu_s(side.pgids), time.perf_counter()
+        time.sleep(seconds)
+        cpu = group_cpu_s(side.pgids) - cpu0
+        elapsed = time.perf_counter() - t0
+        config = stack.describe(prefix, group)["config"]
+    finally:
+        side.stop()
+    return rounded(
+        {
+            "shards": shards,
+            "seconds": elapsed,
+            "cpu_s": cpu,
+            "share_of_one_core_pct": 100 * cpu / elapsed,
+            "idle_backoff_max_ms": backoff_ms,
+            "heartbeat_interval_ms": config["heartbeat_interval_ms"],
+        }
+    )
 
 
 # ------------------------------------------------------------------------------- 3-4. latency, kill -9
@@ -266,13 +415,14 @@ def bench_latency_and_kill(stack: Stack, shards: int, seconds: float, rate_per_s
         lambda: stable_and_balanced(stack.describe(prefix, group), 4, shards), timeout_s=60, what="4 stable"
     )
     logs = HandledLogs(stack.handled_dir)
+    batch = max(5, int(rate_per_s / 200))  # at most about 200 sends a second from this process
     producer = ProducerLoop(
-        stack.redis.url, prefix, keys=256, rate_per_s=rate_per_s, batch=5, stamp=True
+        stack.redis.url, prefix, keys=256, rate_per_s=rate_per_s, batch=batch, stamp=True
     ).start()
     try:
         time.sleep(seconds)  # the measurement window: steady production
         produced = producer.snapshot()
-        logs.wait_all_handled(produced, timeout_s=60)
+        logs.wait_all_handled(produced, timeout_s=120)
         first: dict[str, dict[str, Any]] = {}
         for row in sorted(logs.rows, key=lambda r: r["start_ns"]):
             first.setdefault(row["event_id"], row)
@@ -282,8 +432,11 @@ def bench_latency_and_kill(stack: Stack, shards: int, seconds: float, rate_per_s
         latency = rounded(
             {
                 "messages": len(latencies),
-                "rate_per_s": rate_per_s,
+                "target_rate_per_s": rate_per_s,
+                "achieved_rate_per_s": len(produced) / seconds,
+                "send_batch": batch,
                 "members": 4,
+                "shards": shards,
                 "p50_ms": percentile(latencies, 0.50),
                 "p99_ms": percentile(latencies, 0.99),
                 "max_ms": max(latencies),
@@ -357,19 +510,20 @@ def bench_rebalance(stack: Stack, shards: int) -> dict[str, Any]:
             proc.kill()
 
 
-def timings() -> dict[str, int]:
-    return {"lease_ttl_ms": LEASE_TTL_MS, "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="", help="also write the JSON result to this file")
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per throughput run")
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=16, help="entries per read, e2e and raw alike")
-    parser.add_argument("--producer-seconds", type=float, default=2.0)
+    parser.add_argument("--messages", type=int, default=20_000, help="entries per repetition and side")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (medians are reported)")
+    parser.add_argument(
+        "--faststream-messages", type=int, default=4000, help="FastStream reads the last N of each backlog"
+    )
+    parser.add_argument("--batch-size", type=int, default=16, help="entries per read, every side alike")
+    parser.add_argument("--shard-counts", default="8,64")
+    parser.add_argument("--member-counts", default="1,4")
     parser.add_argument("--latency-seconds", type=float, default=8.0)
-    parser.add_argument("--latency-rate", type=float, default=500.0)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--skip-rebalance", action="store_true", help="no rebalance section")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -379,15 +533,25 @@ def main() -> None:
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "faststream": faststream_available() or "measured",
     }
     with Stack(tick_interval_ms=TICK_INTERVAL_MS) as stack:
         results["redis"] = stack.client().info("server")["redis_version"]
-        results["producer"] = bench_producer(stack, args.producer_seconds, 100)
-        print(f"producer: {results['producer']}", flush=True)
-        results["throughput"] = bench_throughput(stack, args.shards, args.messages, args.batch_size)
-        results.update(bench_latency_and_kill(stack, args.shards, args.latency_seconds, args.latency_rate))
-        results["rebalance_3_to_6"] = bench_rebalance(stack, 12)
-        print(f"rebalance 3 -> 6: {results['rebalance_3_to_6']}", flush=True)
+        results["throughput"] = [
+            bench_throughput(stack, int(shards), int(members), args)
+            for shards in args.shard_counts.split(",")
+            for members in args.member_counts.split(",")
+        ]
+        results["idle"] = bench_idle(stack, args.idle_seconds)
+        print(f"idle: {results['idle']}", flush=True)
+        rows = [r for r in results["throughput"] if r["shards"] == 8 and r["members"] == 4] or results[
+            "throughput"
+        ]
+        rate = rows[0]["e2e"]["msgs_per_s"] / 2
+        results.update(bench_latency_and_kill(stack, 8, args.latency_seconds, rate))
+        if not args.skip_rebalance:
+            results["rebalance_3_to_6"] = bench_rebalance(stack, 12)
+            print(f"rebalance 3 -> 6: {results['rebalance_3_to_6']}", flush=True)
     results["bench_seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(results, indent=2)
     print(text)

@@ -68,15 +68,111 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+E2E_INTRO = (
+    "Each side consumes the same backlog of envelope entries (produced by `Producer.send_batch` while "
+    "every consumer process was stopped), one side at a time, with its own consumer group: `e2e` is "
+    "`run_member` with a no-op handler (fenced fetch of all shards, folded ack), `raw` a per-shard "
+    "XREADGROUP + XACK loop in its own process, `faststream` FastStream's stream group subscriber. CPU per "
+    "message: the consumer processes' user + system time, and the Redis server's (which for `e2e` "
+    "includes heartbeats and the tick). Medians of {reps} repetitions; ratios per repetition, then their "
+    "median."
+)
+
+
 def e2e_section(data: dict[str, Any]) -> list[str]:
-    lines = [
-        "## Data plane end to end (`bench/e2e_bench.py`)",
+    rows = data.get("throughput", [])
+    lines = ["## Data plane end to end (`bench/e2e_bench.py`)", "", E2E_INTRO.format(reps=_reps(data)), ""]
+    sides = [s for s in ("e2e", "raw", "faststream") if any(s in r for r in rows)]
+    ratios = [f"e2e / {s}" for s in sides if s != "e2e"]
+    head = ["shards", "members"]
+    for side in sides:
+        head += [f"{side} msgs/s", f"{side} client µs/msg", f"{side} Redis µs/msg"]
+    lines += ["| " + " | ".join(head + ratios) + " |", "|" + "---:|" * (len(head) + len(ratios))]
+    for row in rows:
+        cells = [str(row["shards"]), str(row["members"])]
+        for side in sides:
+            figures = row.get(side, {})
+            cells += [
+                _fmt(figures.get("msgs_per_s", "-"), 0),
+                _fmt(figures.get("client_cpu_us_per_msg", "-")),
+                _fmt(figures.get("redis_cpu_us_per_msg", "-")),
+            ]
+        cells += [f"**{row[f'e2e_over_{s}']:.2f}x**" for s in sides if s != "e2e"]
+        lines.append("| " + " | ".join(cells) + " |")
+    if data.get("faststream", "measured") != "measured":
+        lines += ["", f"FastStream: {data['faststream']}."]
+    lines += _idle_lines(data.get("idle")) + _latency_lines(data.get("latency"))
+    raw_json = ["<details><summary>Raw JSON</summary>", "", "```json", json.dumps(data, indent=2), "```"]
+    return [*lines, "", *raw_json, "", "</details>"]
+
+
+def _idle_lines(idle: dict[str, Any] | None) -> list[str]:
+    if not idle:
+        return []
+    return [
         "",
-        "```json",
-        json.dumps(data, indent=2),
-        "```",
+        f"Idle: one member holding {idle['shards']} empty shards used "
+        f"**{idle['share_of_one_core_pct']:.2f}% of one core** ({idle['cpu_s']:.2f} s of CPU over "
+        f"{idle['seconds']:.1f} s; idle backoff up to {idle.get('idle_backoff_max_ms', '?')} ms, a heartbeat "
+        f"every {idle.get('heartbeat_interval_ms', '?')} ms).",
     ]
-    return lines
+
+
+def _latency_lines(latency: dict[str, Any] | None) -> list[str]:
+    if not latency:
+        return []
+    return [
+        "",
+        f"Produce -> handle latency, {latency['members']} members on {latency['shards']} shards, at "
+        f"{_fmt(latency['achieved_rate_per_s'], 0)} msgs/s (half the measured maximum): p50 "
+        f"**{latency['p50_ms']:.1f} ms**, p99 **{latency['p99_ms']:.1f} ms** "
+        f"(max {latency['max_ms']:.1f} ms).",
+    ]
+
+
+def _reps(data: dict[str, Any]) -> int:
+    rows = data.get("throughput", [])
+    return int(rows[0]["repetitions"]) if rows else 0
+
+
+def producer_section(path: Path) -> list[str]:
+    """bench/producer_bench.py's results, rendered by bench/report_producer.py."""
+    if not path.exists():
+        return []
+    import report_producer  # type: ignore[import-not-found]  # beside this script, on sys.path
+
+    return [report_producer.render(json.loads(path.read_text())).rstrip("\n")]
+
+
+def cluster_section(path: Path) -> list[str]:
+    """bench/cluster_bench.py: one coordinator over a local 3-primary Redis Cluster."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    hb, tick = data["heartbeats"], data["tick"]
+
+    def per_primary(usage: dict[str, dict[str, float]]) -> str:
+        return ", ".join(
+            f"{u['cpu_percent']}% ({u['commands_per_second']:,.0f} cmd/s)" for u in usage.values()
+        )
+
+    scale = f"{data['groups']:,} groups x {data['members_per_group']} members ({data['members']:,} members)"
+    where = f"{data['prefixes']} stream prefixes on a local cluster of {data['primaries']} primaries"
+    load = f"{data['clients']} client processes, {data['seconds']:.0f} s of steady heartbeats"
+    latency = f"p50 {hb['p50_ms']:.2f} ms, p99 {hb['p99_ms']:.2f} ms"
+    return [
+        "## Redis Cluster (`bench/cluster_bench.py`)",
+        "",
+        f"{scale} over {where}, one coordinator (gunicorn, {data['workers']} workers), {load}; setup "
+        f"{data['setup_seconds']} s (not measured).",
+        "",
+        "| measure | value | Redis CPU per primary |",
+        "|---|---:|---|",
+        f"| steady heartbeats/s | {hb['per_second']:,.1f} ({latency}) "
+        f"| {per_primary(hb['redis_per_primary'])} |",
+        f"| tick over every group (mean / max of {tick['runs']}) | {tick['mean_seconds']} s / "
+        f"{tick['max_seconds']} s | {per_primary(tick['redis_per_primary'])} |",
+    ]
 
 
 def main() -> None:
@@ -98,6 +194,8 @@ def main() -> None:
         lines += [*heartbeat_section(json.loads(heartbeat_file.read_text())), ""]
     if e2e_file.exists():
         lines += [*e2e_section(json.loads(e2e_file.read_text())), ""]
+    lines += [*producer_section(e2e_file.parent / "producer.json"), ""]
+    lines += [*cluster_section(e2e_file.parent / "cluster.json"), ""]
     out.write_text("\n".join(lines))
     print(f"wrote {out}")
 

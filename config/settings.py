@@ -12,6 +12,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from coordinator.celery import beat_schedule
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -130,6 +132,11 @@ INSTALLED_APPS = [
 RSC_DEMO = env.bool("RSC_DEMO", default=False)
 if RSC_DEMO:
     INSTALLED_APPS.append("consumers.demo")
+# Your own apps, comma-separated dotted paths ("billing,shipping.apps.ShippingConfig"): their
+# listeners.py is what `manage.py run_member` runs, here or under `make run`. They must be importable
+# from the repository root (or installed in .venv).
+RSC_EXTRA_APPS = [app for app in env.list("RSC_EXTRA_APPS", default=[]) if app not in INSTALLED_APPS]
+INSTALLED_APPS += RSC_EXTRA_APPS
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -198,35 +205,60 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# The project's own loggers, and Django's request errors (5xx); Django's other loggers keep their
-# default configuration. Django's default sends request errors only to mail_admins when DEBUG is off,
-# so without ADMINS a 500 left no trace: here they reach the console whatever DEBUG and ADMINS say
-# (and still the admins' mail, as before). An unexpected exception is logged once, with its traceback,
-# under the incident_id its response carries (coordinator/api/errors.py, docs/protocol.md section 12).
+# Logging of this project (a host project that installs the apps keeps its own LOGGING: the apps
+# configure nothing). One console handler on the root logger at LOG_LEVEL, so the project's loggers, a
+# listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
+# LOG_FORMAT=json writes one JSON object per line (python-json-logger), with the record's extra fields
+# (member_id, consumer_group, shard, incident_id, ...) as keys.
+# Django's request errors (5xx) reach the console whatever DEBUG and ADMINS say (Django's default sends
+# them only to mail_admins when DEBUG is off, so without ADMINS a 500 left no trace); mail_admins
+# still gets them where ADMINS is set.
+# Celery's per-task lines ("received", "succeeded", beat's "sending due task": three lines per tick
+# every second) are kept at WARNING: the tick logs what it changed, and nothing when it changed nothing.
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"require_debug_false": {"()": "django.utils.log.RequireDebugFalse"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {
+        "require_debug_false": {"()": "django.utils.log.RequireDebugFalse"},
+        # member_id, consumer_group, stream_prefix, shard on a member's records (consumers/logcontext.py)
+        "rsc_member": {"()": "consumers.logcontext.MemberContextFilter"},
+    },
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            "timestamp": False,
+        },
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["rsc_member"]},
         "mail_admins": {
             "class": "django.utils.log.AdminEmailHandler",
             "level": "ERROR",
             "filters": ["require_debug_false"],
         },
     },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        **{
-            name: {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}
-            for name in ("coordinator", "consumers", "admin_ui", "config")
-        },
-        # ERROR: the 5xx only (Django logs 4xx at WARNING). Not propagated: the "django" logger's
-        # console handler would print them a second time with DEBUG on.
+        # Not propagated: with DEBUG on, Django's own "django" console handler would print them twice.
         "django.request": {"handlers": ["console", "mail_admins"], "level": "ERROR", "propagate": False},
+        # runserver's access log: a line per member heartbeat. Its 4xx (WARNING) and 5xx (ERROR) stay.
+        "django.server": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        **{
+            name: {"level": "WARNING"}
+            # axes.apps: a start-up banner in every process (API workers, Celery, each run_member).
+            for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat", "axes.apps")
+        },
     },
 }
+# Celery keeps Django's LOGGING above instead of installing its own handlers on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Redis and Celery ------------------------------------------------------------------------------
 
@@ -234,7 +266,11 @@ LOGGING = {
 # `make run` (config/devstack.py) then starts a private embedded Redis and sets it for its children.
 REDIS_URL = env.str("REDIS_URL", default="") or None
 
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or REDIS_URL
+# Celery's broker is never a cluster client (kombu would talk to the seed node alone): with a cluster
+# REDIS_URL (redis+cluster://, docs/cluster.md) set CELERY_BROKER_URL to a plain Redis (check rsc.E007).
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or (
+    None if REDIS_URL and REDIS_URL.split("://", 1)[0].lower().endswith("+cluster") else REDIS_URL
+)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
@@ -277,6 +313,19 @@ RSC_MEMBER_TOKENS = env.list("RSC_MEMBER_TOKENS", default=[])
 RSC_ADMIN_TOKENS = env.list("RSC_ADMIN_TOKENS", default=[])
 # Larger request bodies are refused with 413 before they are read.
 RSC_API_MAX_BODY_BYTES = env.int("RSC_API_MAX_BODY_BYTES", default=64 * 1024)
+# Scrape-only bearer tokens for /metrics (coordinator/metrics.py); admin credentials work too.
+RSC_METRICS_TOKENS = env.list("RSC_METRICS_TOKENS", default=[])
+# Database credentials are cached per process for at most this long; a change committed anywhere
+# applies at once regardless (a shared generation in Redis), this is the fall-back while Redis is down.
+RSC_CREDENTIAL_CACHE_S = env.float("RSC_CREDENTIAL_CACHE_S", default=5.0)
+# Per live member: RSC_HEARTBEAT_BURST heartbeats back to back, then one per RSC_HEARTBEAT_FLOOR_MS
+# (429 HEARTBEAT_TOO_FREQUENT beyond; 0 turns the floor off). The fastest legal heartbeat interval is
+# 100 ms (10/s), so the default leaves a member twice that rate plus bursts.
+RSC_HEARTBEAT_FLOOR_MS = env.int("RSC_HEARTBEAT_FLOOR_MS", default=50)
+RSC_HEARTBEAT_BURST = env.int("RSC_HEARTBEAT_BURST", default=20)
+# Joins running at once per API process; one more gets 429 JOINS_THROTTLED (shed first under load so
+# steady heartbeats keep every lease). 0: no limit.
+RSC_MAX_CONCURRENT_JOINS = env.int("RSC_MAX_CONCURRENT_JOINS", default=4)
 # Admin API requests per credential (token or staff user), "<count>/<second|minute|hour|day>"; more are
 # refused with 429 and Retry-After. Counted in the default cache: per process with the default
 # LocMemCache (coordinator/api/throttling.py).
@@ -319,23 +368,12 @@ RSC_RETENTION_MAX_STREAMS = env.int("RSC_RETENTION_MAX_STREAMS", default=2000)
 # Audit rows older than this many days are deleted by the retention pass and `manage.py prune_audit`.
 RSC_AUDIT_RETENTION_DAYS = env.int("RSC_AUDIT_RETENTION_DAYS", default=365)
 
-# The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS. A beat not run within one interval
-# expires instead of piling up while the worker is busy or down: the next beat does the same work.
-# The expiry is an absolute time from beat's clock, checked against the worker's: keep their hosts
-# NTP-synced to well within one interval, or the worker discards every beat (then use run_tick).
-CELERY_BEAT_SCHEDULE = {
-    "coordinator-tick": {
-        "task": "coordinator.tasks.tick",
-        "schedule": RSC_TICK_INTERVAL_MS / 1000,
-        "options": {"expires": RSC_TICK_INTERVAL_MS / 1000},
-    },
-    # The retention pass (coordinator.service.run_retention), expiring like the tick's beats.
-    "coordinator-retention": {
-        "task": "coordinator.tasks.retention",
-        "schedule": RSC_RETENTION_INTERVAL_MS / 1000,
-        "options": {"expires": RSC_RETENTION_INTERVAL_MS / 1000},
-    },
-}
+# The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS and the retention pass every
+# RSC_RETENTION_INTERVAL_MS, each beat expiring at the next one (why, and the clock-sync caveat:
+# coordinator/celery.py, the helper a host project's own Celery app uses too).
+CELERY_BEAT_SCHEDULE = beat_schedule(
+    tick_interval_ms=RSC_TICK_INTERVAL_MS, retention_interval_ms=RSC_RETENTION_INTERVAL_MS
+)
 
 # --- consumers: members run by `manage.py run_member` (consumers/management/commands/run_member.py) ---
 
@@ -343,6 +381,11 @@ CELERY_BEAT_SCHEDULE = {
 RSC_COORDINATOR_URL = env.str("RSC_COORDINATOR_URL", default="http://127.0.0.1:8000")
 # The bearer token members present (one of the coordinator's RSC_MEMBER_TOKENS, or a credential).
 RSC_MEMBER_TOKEN = env.str("RSC_MEMBER_TOKEN", default="")
+# Starts every member id this process makes: set it to the member-id prefix of RSC_MEMBER_TOKEN's
+# credential when that credential is scoped to one (manage.py create_api_credential --member-id-prefix).
+RSC_MEMBER_ID_PREFIX = env.str("RSC_MEMBER_ID_PREFIX", default="")
+# run_member serves its Prometheus metrics on this port (0: not served). docs/metrics.md
+RSC_MEMBER_METRICS_PORT = env.int("RSC_MEMBER_METRICS_PORT", default=0)
 # The per-process runtime (consumers.Runtime): a dict of its fields, or the dotted path of a factory
 # returning one. max_concurrency = worker threads inside ONE member, reported as its capacity.
 RSC_RUNTIME = {"max_concurrency": env.int("RSC_RUNTIME_MAX_CONCURRENCY", default=1)}

@@ -6,14 +6,14 @@ and the handlers answer problem details for /api/ paths when something fails out
 
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
-from django.urls import include, path, re_path
+from django.urls import include, path
 
 from coordinator.api import errors as api_errors
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include("coordinator.api.urls")),
-    re_path(r"^api(?:/[\s\S]*)?$", api_errors.api_not_found),
+    # The API under /api/v1/ and the catch-all for the rest of /api/ (the include a host project uses).
+    path("", include("coordinator.urls")),
 ]
 
 # Serves the admin's CSS/JS under gunicorn too, but only when DEBUG is on (runserver does it anyway).

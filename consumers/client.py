@@ -27,13 +27,16 @@ from consumers.member.state import COORDINATOR_UNREACHABLE, INVALID_RESPONSE, He
 # Codes a client may retry (docs/protocol.md section 12), for problems that do not say so themselves.
 RETRIABLE_CODES = frozenset(
     {"GROUP_NOT_FOUND", "STREAM_PREFIX_NOT_FOUND", "GROUP_MAX_SIZE_REACHED", "STORE_UNAVAILABLE",
-     "CONCURRENT_UPDATE", "TOO_MANY_REQUESTS", COORDINATOR_UNREACHABLE}
+     "CONCURRENT_UPDATE", "TOO_MANY_REQUESTS", "JOINS_THROTTLED", "HEARTBEAT_TOO_FREQUENT",
+     COORDINATOR_UNREACHABLE}
 )  # fmt: skip
 
 
 class CoordinatorRequestError(ConsumersError):
     """The coordinator refused a request (or could not be asked). ``code`` is the coordinator's code
-    (``FENCED_MEMBER_EPOCH``, ``GROUP_NOT_FOUND``, ...) or ``COORDINATOR_UNREACHABLE``."""
+    (``FENCED_MEMBER_EPOCH``, ``GROUP_NOT_FOUND``, ...) or ``COORDINATOR_UNREACHABLE``;
+    ``problem_details`` the problem's structured fields (its ``details`` object: ``current_join_seq``
+    of a ``STALE_JOIN``, ``retry_after_ms`` of a 429, ...); ``retry_after_ms`` when to come back."""
 
     def __init__(
         self,
@@ -50,6 +53,8 @@ class CoordinatorRequestError(ConsumersError):
         self.retriable = code in RETRIABLE_CODES if retriable is None else retriable  # type: ignore[misc]
         self.status = status
         self.retry_after_ms = retry_after_ms
+        details = (problem or {}).get("details")
+        self.problem_details: dict[str, Any] = dict(details) if isinstance(details, Mapping) else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, code={self.code})"
@@ -77,7 +82,8 @@ class HttpCoordinatorClient:
     One persistent connection, used under a lock (a member heartbeats one request at a time, so the
     lock is uncontended; give each member its own client). A request on a reused connection that the
     server had already closed is retried once on a fresh one: a heartbeat may be repeated safely (a
-    repeated join replaces the first incarnation; renewals and leaves are idempotent)."""
+    repeated join carries the same ``join_seq``, so the coordinator answers it as a retry; renewals and
+    leaves are idempotent)."""
 
     def __init__(
         self,
@@ -164,6 +170,9 @@ def _parse(
         return body
     retry_after_ms = _retry_after_ms(response.getheader("Retry-After"))
     if isinstance(body, dict) and isinstance(body.get("code"), str):
+        # details.retry_after_ms is exact (the header is in whole seconds, rounded up): prefer it.
+        exact_ms = _details_retry_after_ms(body)
+        retry_after_ms = exact_ms if exact_ms is not None else retry_after_ms
         retriable = body.get("retriable")
         raise CoordinatorRequestError(
             body["code"],
@@ -181,6 +190,14 @@ def _parse(
     raise CoordinatorRequestError(
         f"HTTP_{status}", f"HTTP {status} without a problem document", status=status
     )
+
+
+def _details_retry_after_ms(problem: Mapping[str, Any]) -> int | None:
+    details = problem.get("details")
+    value = details.get("retry_after_ms") if isinstance(details, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 def _retry_after_ms(value: str | None) -> int | None:
@@ -211,12 +228,18 @@ class StoreCoordinatorClient:
             owned=None if request.owned_shards is None else frozenset(request.owned_shards),
             capacity=request.capacity,
             client=None if client is None else ClientInfo(**dict(client)),
+            join_seq=request.join_seq,
         )
         try:
             return self.store.heartbeat(stream_prefix, consumer_group, hb)  # type: ignore[no-any-return]
         except CoordinatorError as e:
+            wait_ms = e.details.get("retry_after_ms")
             raise CoordinatorRequestError(
-                e.code.value, e.message, retriable=e.retriable, problem={"code": e.code.value, **e.details}
+                e.code.value,
+                e.message,
+                retriable=e.retriable,
+                retry_after_ms=wait_ms if isinstance(wait_ms, int) else None,
+                problem={"code": e.code.value, **e.details, "details": dict(e.details)},
             ) from e
 
     def close(self) -> None:

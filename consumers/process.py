@@ -13,6 +13,8 @@ Usable without Django::
     consumers.run([bill], coordinator_url="http://coordinator:8000", token="...",
                   redis_url="redis://redis:6379/0", runtime=consumers.Runtime(max_concurrency=4))
 
+On a Redis Cluster, ``redis_url="redis+cluster://node:6379/"`` (docs/cluster.md).
+
 ``run`` blocks until SIGTERM / SIGINT: the first one stops gracefully (every member finishes its
 in-flight work, acks it and leaves the group, bounded by ``shutdown_timeout_s``), a second one exits at
 once.
@@ -137,7 +139,8 @@ def dataplane_factory_for(redis_client: Any) -> Callable[[str, str], Any]:
 
 def redis_client_for(url: str) -> Any:
     """The data plane's Redis client: bytes replies (payloads are bytes), bounded timeouts, and no
-    re-sends after a connection error (:mod:`consumers.dataplane.connection` says why)."""
+    re-sends after a connection error (:mod:`consumers.dataplane.connection` says why). A
+    ``redis+cluster://`` URL gives a Redis Cluster client with the same properties (docs/cluster.md)."""
     from consumers.dataplane.connection import redis_client
 
     return redis_client(url)

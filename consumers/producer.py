@@ -4,47 +4,80 @@ Theory of operation
 -------------------
 Routing is Kafka's: ``shard_index(key, shard_count)`` over the ACTIVE routing version
 (docs/protocol.md section 10). The producer caches that version and shard count per stream prefix and
-passes them, with the stream key it computed, to ``produce.lua``; the script compares them with the
+passes them, with the stream keys it computed, to ``produce.lua``; the script compares them with the
 ``route`` field of the metadata hash and appends only if they are still current. After a shard-count
 change the old version is sealed, so a producer with a stale cache is refused (nothing appended), gets
 the current route in the same reply, recomputes and retries. In the steady state a send is one round
-trip; an append can never land in a sealed version, since the check and the append are one script.
+trip and one script call; an append can never land in a sealed version, since the check and the append
+are one script.
+
+Three paths, one script:
+
+* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent with ``execute_command``: no
+  batch planning, no redis-py ``Script`` object (whose call path costs more than the command itself),
+  the stream keys and shards of the cached route precomputed once per route.
+* ``send_batch``: the entries are grouped by shard and packed into calls of at most
+  ``max_entries_per_call`` entries, several shards per call (``produce.lua`` takes several streams of
+  one prefix: they share its hash tag). Up to 500 entries are one script call; more go in one pipeline.
+* ``send`` with ``linger_ms``: concurrent senders (threads) are gathered for up to ``linger_ms`` and
+  sent together through the batch path; each sender gets its own result or error (:class:`_Linger`).
+
+Script loading: ``EVALSHA`` of the script's SHA1; a ``NOSCRIPT`` reply (the server restarted, failed
+over or ran ``SCRIPT FLUSH``) means the script did not run, so nothing was appended: the producer loads
+it (``SCRIPT LOAD``) and sends the same call once more. That is the only re-send besides a stale-route
+refusal, and both follow a reply that says nothing was written.
 
 Guarantee: **at-least-once**. A send that raises :class:`~consumers.errors.DataPlaneUnavailable` may or
 may not have been appended (the reply was lost after the append), so a caller that retries may write the
 event twice. Each call appends with a fresh ``event_id``; consumers that must de-duplicate use their own
-business keys. A stale-route refusal is not ambiguous (nothing was written) and is retried here, up to
-``max_retries`` times; a connection error never is. Nor should the client re-send on its own: build it
-with :func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a warning,
-see :mod:`consumers.dataplane.connection`).
+business keys. A connection error is never retried here. Nor should the client re-send on its own:
+build it with :func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a
+warning, see :mod:`consumers.dataplane.connection`).
 
-Batches: the entries of ``send_batch`` are grouped by shard and sent as one script call per shard
-(in chunks of at most ``max_entries_per_call``), all in one pipeline; refused groups are re-routed and
-re-sent. Entries of one partition key keep their order: they travel in one call, and a refused call
-appended nothing.
+Entries of one partition key keep their order within a batch: they go to one shard, in input order, in
+calls sent in order; a refused call appended nothing, and once a route is stale every later call on it
+is refused too.
 
-Thread-safe: the route cache is guarded by a lock; the client is a connection pool.
+Thread-safe: the route cache is a dict replaced under a lock (reads need none); the client is a pool.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from consumers.dataplane import checks, connection, scripts
-from consumers.dataplane.envelope import EncodedEvent, encode_event
-from consumers.errors import DataPlaneError, InvalidRequest, RoutingUnstable, StreamPrefixNotFound
+from consumers.dataplane.envelope import JSON, OCTET_STREAM, encode_event
+from consumers.errors import (
+    ConsumersError,
+    DataPlaneError,
+    InvalidRequest,
+    RoutingUnstable,
+    StreamPrefixNotFound,
+)
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
+from coordinator.store.clients import is_cluster, run_evalsha
 from coordinator.store.codec import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
 
-_Call = tuple[Shard, list[int]]  # one script call: a shard and the indices of the entries it appends
+# One encoded event, in produce.lua's order: event_id, partition_key, content_type, payload, headers.
+_Event = tuple[str, bytes, str, bytes, str]
+# One script call: (shard index, indices of its events) per stream, in the order they are appended.
+_Call = list[tuple[int, list[int]]]
+
+_OK = (b"OK", "OK")
+_STALE = (b"STALE_ROUTE", "STALE_ROUTE")
+_NO_ROUTE = (b"NO_ROUTE", "NO_ROUTE")
+_NO_STREAM = (b"NO_STREAM", "NO_STREAM")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,20 +110,52 @@ class Route:
         return Shard(version=self.version, index=shard_index(key, self.shard_count))
 
 
+class _Target:
+    """A cached route with everything a send needs precomputed: the keys, shards and script arguments
+    of every shard of the version (built once per route, not once per send)."""
+
+    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single_heads", "version_arg")
+
+    def __init__(self, stream_prefix: str, route: Route) -> None:
+        self.route = route
+        self.meta = meta_key(stream_prefix)
+        self.shards = tuple(Shard(version=route.version, index=i) for i in range(route.shard_count))
+        self.keys = tuple(stream_key(stream_prefix, s) for s in self.shards)
+        self.version_arg = str(route.version)
+        self.count_arg = str(route.shard_count)
+        self.index_args = tuple(str(i) for i in range(route.shard_count))
+        # EVALSHA's arguments before the event's five values, for a single send to each shard.
+        self.single_heads = tuple(
+            (2, self.meta, key, self.version_arg, self.count_arg, index, 1)
+            for key, index in zip(self.keys, self.index_args, strict=True)
+        )
+
+
 class Producer:
-    """Sends keyed events to sharded streams. See the module docstring for routing and guarantees."""
+    """Sends keyed events to sharded streams. See the module docstring for routing and guarantees.
+
+    ``linger_ms`` (default ``None``: off): ``send`` waits up to this long for other threads' sends and
+    appends them all in one script call (docs/producer.md, "Linger"). ``send_batch`` never lingers.
+    """
 
     max_entries_per_call = 500
 
-    def __init__(self, client: redis.Redis, *, max_retries: int = 5) -> None:
+    def __init__(self, client: redis.Redis, *, max_retries: int = 5, linger_ms: float | None = None) -> None:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise InvalidRequest(f"max_retries must be a non-negative int; got {max_retries!r}")
+        if linger_ms is not None and (
+            isinstance(linger_ms, bool) or not isinstance(linger_ms, int | float) or not 0 < linger_ms <= 1000
+        ):
+            raise InvalidRequest(f"linger_ms must be None (off) or a number in (0, 1000]; got {linger_ms!r}")
         connection.warn_if_resending(client, "Producer")
         self.client = client
         self.max_retries = max_retries
-        self._produce = scripts.register(client, "produce")
-        self._routes: dict[str, Route] = {}
+        self.linger_ms = linger_ms
+        self._script = scripts.script_text("produce")
+        self._sha = client.register_script(self._script).sha  # SHA1 of the text; loads nothing
+        self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
+        self._linger = _Linger(self, linger_ms / 1000) if linger_ms is not None else None
 
     # ------------------------------------------------------------------------------------------ API
 
@@ -105,8 +170,26 @@ class Producer:
         """Append one event; returns where it went. ``content_type=None``: JSON, or octet-stream for
         bytes (see :func:`consumers.dataplane.envelope.encode_event`). At-least-once (module docstring).
         """
-        event = encode_event(partition_key, payload, headers, content_type)
-        return self._send(stream_prefix, [event])[0]
+        event = _encode(partition_key, payload, headers, content_type)
+        if self._linger is not None:
+            return self._linger.send(stream_prefix, event)
+        target = self._targets.get(stream_prefix) if type(stream_prefix) is str else None
+        if target is None:
+            target = self._load_target(stream_prefix)
+        for _attempt in range(self.max_retries + 1):
+            index = shard_index(event[1], target.route.shard_count)
+            key = target.keys[index]
+            reply = self._evalsha(self.client, target.single_heads[index] + event, stream_prefix)
+            if reply[0] in _OK:
+                return SendResult(
+                    stream_key=key,
+                    entry_id=_text(reply[1][0]),
+                    event_id=event[0],
+                    routing_version=target.route.version,
+                    shard=target.shards[index],
+                )
+            target = self._refused(stream_prefix, target.shards[index], reply)
+        raise _unstable(stream_prefix, self.max_retries, sent=0, total=1)
 
     def send_batch(
         self,
@@ -118,15 +201,28 @@ class Producer:
         If it raises, some entries may have been appended (at-least-once: a retry of the whole batch may
         duplicate those)."""
         events = [_encode_item(item) for item in items]
-        return self._send(stream_prefix, events) if events else []
+        if not events:
+            return []
+        results: list[SendResult | None] = [None] * len(events)
+        self._send_events(stream_prefix, events, results)
+        return results  # type: ignore[return-value]  # every slot is filled when nothing raised
 
     def route(self, stream_prefix: str) -> Route:
         """The cached route of ``stream_prefix``, read from Redis on first use."""
-        checks.identifier(stream_prefix, "stream_prefix")
+        return self._target(stream_prefix).route
+
+    def forget_route(self, stream_prefix: str) -> None:
         with self._lock:
-            cached = self._routes.get(stream_prefix)
-        if cached is not None:
-            return cached
+            self._targets.pop(stream_prefix, None)
+
+    # ------------------------------------------------------------------------------------------ routes
+
+    def _target(self, stream_prefix: str) -> _Target:
+        target = self._targets.get(stream_prefix) if type(stream_prefix) is str else None
+        return target if target is not None else self._load_target(stream_prefix)
+
+    def _load_target(self, stream_prefix: str) -> _Target:
+        checks.identifier(stream_prefix, "stream_prefix")
         with scripts.translate_redis_errors(f"reading the route of {stream_prefix!r}"):
             text = self.client.hget(meta_key(stream_prefix), "route")
         if text is None:
@@ -137,118 +233,289 @@ class Producer:
             )
         return self._remember(stream_prefix, Route.parse(text))
 
-    def forget_route(self, stream_prefix: str) -> None:
+    def _remember(self, stream_prefix: str, route: Route) -> _Target:
+        target = _Target(stream_prefix, route)
         with self._lock:
-            self._routes.pop(stream_prefix, None)
+            self._targets[stream_prefix] = target
+        return target
 
-    # ------------------------------------------------------------------------------------------ internals
+    def _refused(self, stream_prefix: str, shard: Shard | None, reply: Any) -> _Target:
+        """A call that appended nothing: the newer route to retry with, or the typed error."""
+        status = reply[0]
+        if status in _STALE:
+            return self._remember(stream_prefix, Route.parse(reply[1]))
+        if status in _NO_ROUTE:
+            self.forget_route(stream_prefix)
+            raise StreamPrefixNotFound(
+                f"stream prefix {stream_prefix!r} does not exist any more", stream_prefix=stream_prefix
+            )
+        where = f"shard {shard} of " if shard is not None else ""
+        if status in _NO_STREAM:
+            raise DataPlaneError(
+                f"appending to {where}{stream_prefix!r}: a stream of the active version is missing; nothing "
+                "appended"
+            )
+        raise DataPlaneError(f"appending to {where}{stream_prefix!r}: unexpected script reply {reply!r}")
 
-    def _remember(self, stream_prefix: str, route: Route) -> Route:
-        with self._lock:
-            self._routes[stream_prefix] = route
-        return route
+    # ------------------------------------------------------------------------------------------ calls
 
-    def _send(self, stream_prefix: str, events: list[EncodedEvent]) -> list[SendResult]:
-        route = self.route(stream_prefix)
-        results: list[SendResult | None] = [None] * len(events)
+    def _evalsha(self, client: Any, args: tuple[Any, ...], stream_prefix: str) -> Any:
+        """``EVALSHA produce.lua`` with ``args`` (numkeys, keys, argv); after ``NOSCRIPT`` (nothing ran)
+        load the script and send it once more. No ``redis.*`` error leaves."""
+        try:
+            try:
+                return client.execute_command("EVALSHA", self._sha, *args)
+            except NoScriptError:
+                self._load_script()
+                return client.execute_command("EVALSHA", self._sha, *args)
+        except redis.RedisError as e:
+            with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+                raise e
+
+    def _load_script(self) -> None:
+        self.client.script_load(self._script)
+
+    def _send_events(
+        self, stream_prefix: str, events: list[_Event], results: list[SendResult | None]
+    ) -> None:
+        """The batch path: fill ``results`` (input order) or raise. ``RoutingUnstable`` leaves the slots
+        of the entries that were appended filled and the others ``None``."""
+        target = self._target(stream_prefix)
         todo = list(range(len(events)))
         for _attempt in range(self.max_retries + 1):
-            calls = self._plan(route, events, todo)
-            replies = self._execute(stream_prefix, route, calls, events)
+            calls = self._plan(target.route, events, todo)
+            replies = self._execute(stream_prefix, target, calls, events)
             refused: list[int] = []
-            current = route
-            for (shard, indices), reply in zip(calls, replies, strict=True):
-                newer = self._handle(stream_prefix, route, shard, indices, reply, events, results)
-                if newer is not None:
-                    refused += indices
-                    current = newer
+            newer = target
+            for call, reply in zip(calls, replies, strict=True):
+                if reply[0] in _OK:
+                    self._record(target, call, reply[1], events, results)
+                else:
+                    newer = self._refused(stream_prefix, None, reply)
+                    refused += (i for _, indices in call for i in indices)
             if not refused:
-                return [r for r in results if r is not None]
-            route = self._remember(stream_prefix, current)
-            todo = sorted(refused)
-        sent = sum(r is not None for r in results)
-        raise RoutingUnstable(
-            f"stream prefix {stream_prefix!r}: the route changed under {self.max_retries + 1} attempts in a "
-            f"row; {len(events) - sent} of {len(events)} entries were not appended",
-            stream_prefix=stream_prefix,
-            sent=sent,
-            not_sent=len(events) - sent,
-        )
+                return
+            target, todo = newer, sorted(refused)
+        raise _unstable(stream_prefix, self.max_retries, sent=len(events) - len(todo), total=len(events))
 
-    def _plan(self, route: Route, events: list[EncodedEvent], todo: list[int]) -> list[_Call]:
-        """Group the entries to send by shard (input order kept within each), chunked per call."""
-        by_shard: dict[Shard, list[int]] = {}
+    def _plan(self, route: Route, events: list[_Event], todo: list[int]) -> list[_Call]:
+        """Group the entries by shard (input order kept within each), then pack the groups, in shard
+        order, into calls of at most ``max_entries_per_call`` entries (a group larger than the room left
+        continues in the next call)."""
+        by_shard: dict[int, list[int]] = {}
+        count = route.shard_count
         for i in todo:
-            by_shard.setdefault(route.shard_for(events[i].partition_key), []).append(i)
+            by_shard.setdefault(shard_index(events[i][1], count), []).append(i)
         size = self.max_entries_per_call
-        return [
-            (shard, indices[start : start + size])
-            for shard, indices in sorted(by_shard.items())
-            for start in range(0, len(indices), size)
-        ]
+        calls: list[_Call] = [[]]
+        room = size
+        for index in sorted(by_shard):
+            indices = by_shard[index]
+            while indices:
+                if room == 0:
+                    calls.append([])
+                    room = size
+                calls[-1].append((index, indices[:room]))
+                indices, room = indices[room:], room - min(room, len(indices))
+        return calls
 
     def _execute(
-        self, stream_prefix: str, route: Route, calls: list[_Call], events: list[EncodedEvent]
+        self, stream_prefix: str, target: _Target, calls: list[_Call], events: list[_Event]
     ) -> list[Any]:
-        meta = meta_key(stream_prefix)
+        def args(call: _Call) -> tuple[Any, ...]:
+            flat: list[Any] = [len(call) + 1, target.meta]
+            flat += (target.keys[index] for index, _ in call)
+            flat += (target.version_arg, target.count_arg)
+            for index, indices in call:
+                flat += (target.index_args[index], len(indices))
+                for i in indices:
+                    flat += events[i]
+            return tuple(flat)
 
-        def call(shard: Shard, indices: list[int], client: Any) -> Any:
-            args: list[Any] = [route.version, route.shard_count, shard.index]
-            for i in indices:
-                args += events[i].script_args()
-            return self._produce(keys=[meta, stream_key(stream_prefix, shard)], args=args, client=client)
-
+        if len(calls) == 1:
+            return [self._evalsha(self.client, args(calls[0]), stream_prefix)]
+        packed = [args(call) for call in calls]
         with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
-            if len(calls) == 1:
-                try:
-                    return [call(*calls[0], self.client)]
-                except redis.ResponseError as e:
-                    return [e]
-            pipe = self.client.pipeline(transaction=False)
-            for shard, indices in calls:
-                call(shard, indices, pipe)
-            return list(pipe.execute(raise_on_error=False))
+            replies = self._pipelined(packed)
+            if any(isinstance(r, NoScriptError) for r in replies):  # none of those ran: load, send again
+                self._load_script()
+                again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+                for i, reply in zip(again, self._pipelined([packed[i] for i in again]), strict=True):
+                    replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
+        return replies
 
-    def _handle(
-        self,
-        stream_prefix: str,
-        route: Route,
-        shard: Shard,
-        indices: list[int],
-        reply: Any,
-        events: list[EncodedEvent],
+    def _pipelined(self, packed: list[tuple[Any, ...]]) -> list[Any]:
+        if is_cluster(self.client):
+            # Not redis-py's ClusterPipeline: it would re-send a call whose reply a connection error
+            # cut (an append written twice). One prefix is one slot, so one primary's plain pipeline.
+            return run_evalsha(self.client, self._sha, self._script, packed)
+        pipe = self.client.pipeline(transaction=False)
+        for args in packed:
+            pipe.execute_command("EVALSHA", self._sha, *args)
+        return list(pipe.execute(raise_on_error=False))
+
+    @staticmethod
+    def _record(
+        target: _Target,
+        call: _Call,
+        ids: Sequence[Any],
+        events: list[_Event],
         results: list[SendResult | None],
-    ) -> Route | None:
-        """Record one call's outcome; returns the newer route if the call was refused as stale."""
-        what = f"appending to shard {shard} of {stream_prefix!r}"
-        if isinstance(reply, Exception):
-            raise scripts.translate_reply_error(what, reply) from reply
-        status = _text(reply[0])
-        if status == "OK":
-            key = stream_key(stream_prefix, shard)
-            for i, entry_id in zip(indices, reply[1], strict=True):
+    ) -> None:
+        version = target.route.version
+        position = 0
+        for index, indices in call:
+            key, shard = target.keys[index], target.shards[index]
+            for i in indices:
                 results[i] = SendResult(
                     stream_key=key,
-                    entry_id=_text(entry_id),
-                    event_id=events[i].event_id,
-                    routing_version=route.version,
+                    entry_id=_text(ids[position]),
+                    event_id=events[i][0],
+                    routing_version=version,
                     shard=shard,
                 )
-            return None
-        if status == "STALE_ROUTE":
-            return Route.parse(reply[1])
-        if status == "NO_ROUTE":
-            self.forget_route(stream_prefix)
-            raise StreamPrefixNotFound(f"stream prefix {stream_prefix!r} does not exist any more")
-        if status == "NO_STREAM":
-            raise DataPlaneError(f"{what}: the stream of the active version is missing; nothing appended")
-        raise DataPlaneError(f"{what}: unexpected script reply {reply!r}")
+                position += 1
 
 
-def _encode_item(item: Sequence[Any]) -> EncodedEvent:
+# ---------------------------------------------------------------------------------------------- linger
+
+
+class _Waiter:
+    """One lingering send: its event and, once its window is flushed, its result or error."""
+
+    __slots__ = ("done", "error", "event", "result", "stream_prefix")
+
+    def __init__(self, stream_prefix: str, event: _Event) -> None:
+        self.stream_prefix = stream_prefix
+        self.event = event
+        self.done = threading.Event()
+        self.result: SendResult | None = None
+        self.error: BaseException | None = None
+
+
+class _Window:
+    __slots__ = ("full", "waiters")
+
+    def __init__(self) -> None:
+        self.waiters: list[_Waiter] = []
+        self.full = threading.Event()
+
+
+class _Linger:
+    """Gathers concurrent sends into windows; no thread of its own.
+
+    The first sender of a window is its leader: it waits until the window is ``linger_s`` old (or holds
+    ``max_entries_per_call`` events), closes it, sends its events through the batch path (one script
+    call per stream prefix) and hands each sender its own outcome. The other senders of the window just
+    wait for that. A window closed, the next sender opens a new one, whose leader lingers while the
+    previous window is being sent. Errors are per sender: an unknown prefix fails only its own senders,
+    a ``RoutingUnstable`` only the senders whose entries were not appended, and a
+    ``DataPlaneUnavailable`` every sender of that prefix in the window (each outcome unknown).
+    """
+
+    def __init__(self, producer: Producer, linger_s: float) -> None:
+        self._producer = producer
+        self._linger_s = linger_s
+        self._lock = threading.Lock()
+        self._open: _Window | None = None
+
+    def send(self, stream_prefix: str, event: _Event) -> SendResult:
+        waiter = _Waiter(stream_prefix, event)
+        with self._lock:
+            window, leader = self._open, self._open is None
+            if window is None:
+                window = self._open = _Window()
+            window.waiters.append(waiter)
+            if len(window.waiters) >= self._producer.max_entries_per_call:
+                self._open = None  # full: the next sender opens a new window
+                window.full.set()
+        if leader:
+            window.full.wait(self._linger_s)
+            with self._lock:
+                if self._open is window:
+                    self._open = None
+            self._flush(window.waiters)
+        else:
+            waiter.done.wait()
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.result is not None
+        return waiter.result
+
+    def _flush(self, waiters: list[_Waiter]) -> None:
+        by_prefix: dict[str, list[_Waiter]] = {}
+        for w in waiters:
+            by_prefix.setdefault(w.stream_prefix, []).append(w)
+        try:
+            for stream_prefix, group in by_prefix.items():
+                self._flush_prefix(stream_prefix, group)
+        except BaseException as e:  # never leave a sender waiting forever
+            for w in waiters:
+                if not w.done.is_set():
+                    w.error = e
+            raise
+        finally:
+            for w in waiters:
+                w.done.set()
+
+    def _flush_prefix(self, stream_prefix: str, group: list[_Waiter]) -> None:
+        results: list[SendResult | None] = [None] * len(group)
+        error: ConsumersError | None = None
+        try:
+            self._producer._send_events(stream_prefix, [w.event for w in group], results)
+        except ConsumersError as e:
+            error = e
+        for w, result in zip(group, results, strict=True):
+            w.result, w.error = result, (error if result is None else None)
+            w.done.set()
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+# json.dumps(value, separators=(",", ":"), ensure_ascii=False) builds a new encoder on every call; one
+# encoder with the same options gives the same bytes (envelope.encode_event's encoding).
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_VERSION_4_MASK = ~((0xF000 << 64) | (0xC000 << 48))
+_VERSION_4_BITS = (0x4000 << 64) | (0x8000 << 48)
+
+
+def _event_id() -> str:
+    """``uuid.uuid4().hex`` without building a ``UUID``: 122 random bits, version 4, RFC 4122 variant."""
+    return "%032x" % ((int.from_bytes(os.urandom(16)) & _VERSION_4_MASK) | _VERSION_4_BITS)
+
+
+def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
+    """What ``encode_event`` makes, as ``produce.lua``'s five values. The common call (a ``str`` key, no
+    headers, no content type) is encoded here directly; everything else goes through ``encode_event``."""
+    if type(partition_key) is str and headers is None and content_type is None:
+        if type(payload) is bytes:
+            return (_event_id(), partition_key.encode(), OCTET_STREAM, payload, "{}")
+        try:
+            data = _dumps(payload).encode()
+        except (TypeError, ValueError) as e:
+            raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
+        return (_event_id(), partition_key.encode(), JSON, data, "{}")
+    e = encode_event(partition_key, payload, headers, content_type)
+    return (e.event_id, e.partition_key, e.content_type, e.payload, e.headers)
+
+
+def _encode_item(item: Sequence[Any]) -> _Event:
     if not isinstance(item, tuple | list) or len(item) not in (2, 3):
         raise InvalidRequest("batch items are (key, payload) or (key, payload, headers) tuples")
-    return encode_event(item[0], item[1], item[2] if len(item) == 3 else None)
+    return _encode(item[0], item[1], item[2] if len(item) == 3 else None, None)
+
+
+def _unstable(stream_prefix: str, max_retries: int, *, sent: int, total: int) -> RoutingUnstable:
+    return RoutingUnstable(
+        f"stream prefix {stream_prefix!r}: the route changed under {max_retries + 1} attempts in a row; "
+        f"{total - sent} of {total} entries were not appended",
+        stream_prefix=stream_prefix,
+        sent=sent,
+        not_sent=total - sent,
+    )
 
 
 def _text(value: Any) -> str:

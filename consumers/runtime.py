@@ -1,7 +1,8 @@
 """The per-process runtime component (the "bean"): configured once, shared by every member.
 
-``Runtime.max_concurrency`` is the *runtime max concurrency* of docs/protocol.md: how many worker
-threads ONE member can run. It is reported as ``capacity`` when a member joins and caps the member's
+``Runtime.max_concurrency`` is the *runtime max concurrency* of docs/protocol.md: how many handler
+batches ONE member can run at once (its workers: the units' threads, bounded by
+consumers/member/pool.py). It is reported as ``capacity`` when a member joins and caps the member's
 worker count (a member runs exactly ``min(max_concurrency, the response's max_concurrency)`` workers).
 It is nothing else: not a number of shards, not a number of members (that is a listener's
 ``concurrency``), and never an assignment weight.
@@ -30,8 +31,8 @@ class RuntimeConfigError(InvalidRequest):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Runtime:
-    max_concurrency: int = 1  # worker threads inside one member (reported as capacity)
-    batch_size: int = 16  # entries read per data-plane call, handed to one worker as one batch
+    max_concurrency: int = 1  # handler batches one member runs at once (reported as capacity)
+    batch_size: int = 16  # entries read per shard per fetch, handled as one batch
     idle_backoff_min_ms: int = 5  # an empty shard is polled again after this, doubling ...
     idle_backoff_max_ms: int = 100  # ... up to this
     retry_backoff_max_ms: int = 5_000  # Redis / coordinator unreachable: back off up to this

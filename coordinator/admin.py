@@ -6,9 +6,10 @@ Who may do what
 ``change_apicredential`` lets a staff user deactivate credentials and rename nothing else of
 consequence. Anything that gives a token *more* power needs ``coordinator.manage_groups`` as well, the
 permission that already stands for "may administer the coordinator": changing a role (a member token
-promoted to admin could then delete groups) and re-activating an admin credential. Without it those
-fields are read-only in the form, and ``save_model`` refuses them again, so a hand-made POST gains
-nothing either.
+promoted to admin could then delete groups), changing a member credential's scope (stream prefixes,
+groups, member-id prefix: a wider scope reaches other teams' groups) and re-activating an admin
+credential. Without it those fields are read-only in the form, and ``save_model`` refuses them again,
+so a hand-made POST gains nothing either.
 
 Every deactivation, re-activation and role change is logged at WARNING on ``coordinator.admin`` (kept at
 LOG_LEVEL=WARNING) and recorded in the admin's own history (``LogEntry``, "Recent actions"), naming the
@@ -37,13 +38,18 @@ def may_raise_privileges(request: HttpRequest) -> bool:
     return request.user.has_perm(MANAGE_GROUPS_PERMISSION)
 
 
+SCOPE_FIELDS = ("stream_prefixes", "consumer_groups", "member_id_prefix")
+# Fields only a user with manage_groups may change (read-only in the form for the others).
+PRIVILEGED_FIELDS = ("role", *SCOPE_FIELDS)
+
+
 @admin.register(ApiCredential)
 class ApiCredentialAdmin(admin.ModelAdmin):
-    list_display = ("name", "role", "active", "created_at")
+    list_display = ("name", "role", "active", *SCOPE_FIELDS, "created_at")
     list_filter = ("role", "active")
     search_fields = ("name",)
     readonly_fields = ("name", "token_sha256", "created_at")
-    fields = ("name", "role", "active", "token_sha256", "created_at")
+    fields = ("name", "role", "active", *SCOPE_FIELDS, "token_sha256", "created_at")
     actions = ("deactivate",)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -53,8 +59,8 @@ class ApiCredentialAdmin(admin.ModelAdmin):
         readonly = tuple(super().get_readonly_fields(request, obj))
         if may_raise_privileges(request):
             return readonly
-        locked = ("role", "active") if _is_inactive_admin(obj) else ("role",)
-        return readonly + locked
+        locked = ("active",) if _is_inactive_admin(obj) else ()
+        return readonly + PRIVILEGED_FIELDS + locked
 
     def save_model(self, request: HttpRequest, obj: ApiCredential, form: ModelForm, change: bool) -> None:
         raise_if_privileges_raised(request, obj, form)
@@ -63,6 +69,15 @@ class ApiCredentialAdmin(admin.ModelAdmin):
             log.warning(
                 "API credential %r: role changed to %s by %s", obj.name, obj.role, request.user.get_username()
             )
+        for field in SCOPE_FIELDS:
+            if field in form.changed_data:
+                log.warning(
+                    "API credential %r: %s changed to %r by %s",
+                    obj.name,
+                    field,
+                    getattr(obj, field),
+                    request.user.get_username(),
+                )
         if "active" in form.changed_data:
             verb = "re-activated" if obj.active else "deactivated"
             log.warning("API credential %r %s by %s", obj.name, verb, request.user.get_username())
@@ -98,8 +113,13 @@ def raise_if_privileges_raised(request: HttpRequest, obj: ApiCredential, form: M
     """
     if may_raise_privileges(request):
         return
+    scope_changed = [
+        f for f in SCOPE_FIELDS if f in form.changed_data and getattr(obj, f) != form.initial.get(f)
+    ]
     if "role" in form.changed_data and obj.role != form.initial.get("role"):
         refused = f"changing the role of {obj.name!r} to {obj.role}"
+    elif scope_changed:
+        refused = f"changing the scope ({', '.join(scope_changed)}) of {obj.name!r}"
     elif "active" in form.changed_data and obj.active and obj.role == ApiCredential.Role.ADMIN:
         refused = f"re-activating the admin credential {obj.name!r}"
     else:

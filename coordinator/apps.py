@@ -8,10 +8,16 @@ class CoordinatorConfig(AppConfig):
 
     def ready(self) -> None:
         # No I/O here. The registry is a set, so running ready() twice (as tests may) is harmless.
+        from django.conf import settings
         from django.core import checks
 
-        from .checks import check_rsc_settings
+        from .checks import check_celery_broker, check_rsc_settings
+        from .conf import apply_defaults
+
+        # A host project defines only the RSC_* settings it changes (docs/plugin.md); idempotent.
+        apply_defaults(settings)
 
         checks.register(check_rsc_settings, "rsc")
+        checks.register(check_celery_broker, "rsc")
         # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
         from .api import auth  # noqa: F401

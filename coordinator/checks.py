@@ -52,6 +52,10 @@ RANGES_MS: dict[str, tuple[int, int, str]] = {
 COUNTS: dict[str, tuple[int, int, int, str]] = {
     "RSC_MAX_ENDED_MEMBERS": (100, 0, MAX_ENDED_MEMBERS_LIMIT, "the tick's max_ended_members"),
     "RSC_RETENTION_MAX_STREAMS": (2_000, 1, 1_000_000, "streams visited per retention pass"),
+    # coordinator/api/throttling.py: 0 turns the floor off; at most one heartbeat a minute is the end.
+    "RSC_HEARTBEAT_FLOOR_MS": (50, 0, 60_000, "the per-member heartbeat floor"),
+    "RSC_HEARTBEAT_BURST": (20, 1, 10_000, "the heartbeat floor's burst"),
+    "RSC_MAX_CONCURRENT_JOINS": (4, 0, 10_000, "joins at once per API process"),
 }
 
 
@@ -75,6 +79,38 @@ def check_api_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
         for name in ("RSC_MEMBER_TOKENS", "RSC_ADMIN_TOKENS")
         for index, token in enumerate(getattr(settings, name, None) or ())
         if token and len(token) < MIN_TOKEN_LENGTH
+    ]
+
+
+@register(Tags.security, deploy=True)
+def check_unscoped_member_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """rsc.W002: environment member tokens cannot be scoped to prefixes, groups or member ids."""
+    if not any(getattr(settings, "RSC_MEMBER_TOKENS", None) or ()):
+        return []
+    return [
+        Warning(
+            "RSC_MEMBER_TOKENS holds member tokens that may join any group of any stream prefix.",
+            hint="Issue scoped database credentials instead: `manage.py create_api_credential NAME --role "
+            "member --stream-prefixes 'orders-*' --groups 'billing'` (docs/protocol.md section 13).",
+            id="rsc.W002",
+        )
+    ]
+
+
+def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """rsc.E007: Celery's broker cannot be a Redis Cluster (kombu has no cluster client)."""
+    from coordinator.store.clients import is_cluster_url
+
+    broker = getattr(settings, "CELERY_BROKER_URL", None) or ""
+    if not (isinstance(broker, str) and is_cluster_url(broker)):
+        return []
+    return [
+        Error(
+            "CELERY_BROKER_URL is a Redis Cluster URL; Celery's broker (kombu) would talk to that one node.",
+            hint="Point CELERY_BROKER_URL at a plain Redis (redis://...), e.g. a small separate instance "
+            "(docs/cluster.md).",
+            id="rsc.E007",
+        )
     ]
 
 

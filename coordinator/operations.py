@@ -40,7 +40,9 @@ usage a confirmation shows) are not actions; callers read the store directly.
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import logging
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -134,6 +136,20 @@ def actor_from_admin_request(request: Any) -> Actor:
         source=Source.ADMIN_UI,
         is_admin=access.can_manage(user),
     )
+
+
+def actor_from_command(command: str) -> Actor:
+    """A management command (``manage.py consumer_groups ...``): whoever can run manage.py with the
+    coordinator's settings holds its secrets, so it acts as an admin. The audit row names the OS user
+    and the command."""
+    return Actor(username=f"command:{command}:{_os_user()}", source=Source.COMMAND, is_admin=True)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in the environment and none for the uid (a bare container)
+        return f"uid-{os.getuid()}"
 
 
 def _username(user: Any) -> str:

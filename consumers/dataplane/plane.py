@@ -19,6 +19,9 @@ commit can still read: Redis runs the commit and the script one after the other,
 The Redis consumer group is named after the coordinator group and the Redis consumer after the member
 id, so the pending list of a consumer is exactly what that member read and has not acked.
 
+A member's steady state is :meth:`DataPlane.fetch`: for all its shards in one script, each shard's ack
+of the batch it handled, then the read of its next batch, each shard fenced on its own (``fetch.lua``).
+
 Reads never block (Lua cannot): members poll. Every call is one round trip. This class holds no state
 but the client and the registered scripts, so one instance may serve every thread of a member.
 
@@ -83,6 +86,31 @@ class ReadResult:
         return self.status is FenceStatus.OK
 
 
+@dataclass(frozen=True, slots=True)
+class ShardFetch:
+    """One shard of a :meth:`DataPlane.fetch`: what to acknowledge, and whether to read."""
+
+    shard: Shard
+    epoch: int  # the member epoch presented for this shard
+    ack_ids: Sequence[str] = ()  # handled since this shard's last fetch: acknowledged before the read
+    read: bool = True  # False: acknowledge only
+    token: str | None = None  # the shard's redeliver token as the caller knows it (None: not known)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """What a :meth:`DataPlane.fetch` did for one shard."""
+
+    status: FenceStatus  # the read's status (or the ack's, for an ack-only fetch)
+    acked: bool  # the ack ids were acknowledged (False: the fence refused before; nothing changed)
+    entries: list[Entry]
+    redeliver_token: str = ""  # as in ReadResult, when the shard was read; "" otherwise
+
+    @property
+    def ok(self) -> bool:
+        return self.status is FenceStatus.OK
+
+
 class DeadLetterOutcome(StrEnum):
     DEAD_LETTERED = "DEAD_LETTERED"  # copied to the dead-letter stream and acked
     NOT_PENDING = "NOT_PENDING"  # not pending for this member (already acked or skipped): nothing changed
@@ -123,6 +151,8 @@ class DataPlane:
         self._meta = meta_key(self.stream_prefix)
         self._redeliver = redeliver_key(self.stream_prefix, self.consumer_group)
         self._dead_letters = dead_letter_key(self.stream_prefix, self.consumer_group)
+        self._shards: dict[Shard, tuple[str, str]] = {}
+        self._fetch = scripts.register(client, "fetch")
         self._read_new = scripts.register(client, "read_new")
         self._read_pending = scripts.register(client, "read_pending")
         self._claim = scripts.register(client, "claim")
@@ -133,7 +163,58 @@ class DataPlane:
     def stream_key(self, shard: Shard) -> str:
         return stream_key(self.stream_prefix, shard)
 
+    def _shard_keys(self, shard: Shard) -> tuple[str, str]:
+        """A shard's wire form and stream key, computed once (a fetch names every shard of the member)."""
+        found = self._shards.get(shard)
+        if found is None:
+            found = self._shards[shard] = (str(shard), self.stream_key(shard))
+        return found
+
     # ------------------------------------------------------------------------------------------ reads
+
+    def fetch(self, member_id: str, shards: Sequence[ShardFetch], count: int) -> list[FetchResult]:
+        """For every shard of ``shards``, in one call: acknowledge its ``ack_ids``, then read up to
+        ``count`` new entries (``XREADGROUP ... >``) with its redeliver token. One result per shard, in
+        order. Each shard is fenced on its own (its acks like :meth:`ack`, its read like :meth:`read`):
+        a refusal for one shard does not touch the others. A member that is not live, or whose lease
+        ended, gets ``MEMBER_FENCED`` for every shard and nothing is acked or read.
+
+        This is the steady state of a member: the ack of batch n rides in the read of batch n+1, and
+        idle shards cost one call for all of them (and almost no reply: a shard whose fence passed, with
+        nothing new and the ``token`` the caller knows, is not in the script's reply).
+        ``DataPlaneUnavailable`` leaves the outcome of every part unknown (acks and reads alike), as with
+        any other call."""
+        member = checks.member_id(member_id)
+        keys: list[str] = [self._meta, self._redeliver]
+        args: list[Any] = [self.consumer_group, member, checks.count(count), len(shards)]
+        for item in shards:
+            if not isinstance(item, ShardFetch) or not isinstance(item.shard, Shard):
+                raise InvalidRequest(f"shards must hold ShardFetch values; got {item!r}", field="shards")
+            if isinstance(item.ack_ids, str | bytes):
+                raise InvalidRequest("ack_ids must be a list of entry ids, not one id", field="ack_ids")
+            ids = [checks.entry_id(i, "ack_ids") for i in item.ack_ids]
+            wire, key = self._shard_keys(item.shard)
+            keys.append(key)
+            known = "" if item.token is None else item.token
+            args += [wire, checks.epoch(item.epoch), 1 if item.read else 0, known, len(ids), *ids]
+        if not shards:
+            return []
+        with scripts.translate_redis_errors(f"fetch of {len(shards)} shards of {self.stream_prefix!r}"):
+            reply = self._fetch(keys=keys, args=args)
+        if not isinstance(reply, list) or not reply:
+            raise DataPlaneError(f"fetch: unexpected script reply {reply!r}")
+        status = _status(reply)
+        if status is not FenceStatus.OK:
+            return [FetchResult(status, False, []) for _ in shards]
+        # A shard the script does not report had no news: fence passed, acks applied, nothing new.
+        results = [FetchResult(status, True, [], (i.token or "") if i.read else "") for i in shards]
+        try:
+            for report in reply[1]:
+                at = int(report[0]) - 1
+                results[at] = _fetch_result(report[1:], shards[at].shard)
+        except (IndexError, TypeError, ValueError) as e:
+            raise DataPlaneError(f"fetch: unexpected script reply {reply!r}") from e
+        return results
 
     def read(self, member_id: str, member_epoch: int, shard: Shard, count: int) -> ReadResult:
         """Up to ``count`` entries never delivered to this group (``XREADGROUP ... >``), non-blocking,
@@ -263,6 +344,13 @@ def _read_result(
         return ReadResult(status, [])
     counts = reply[counts_at] if counts_at is not None and len(reply) > counts_at else ()
     return ReadResult(status, decode_entries(reply[1], shard, delivery, counts))
+
+
+def _fetch_result(part: list[Any], shard: Shard) -> FetchResult:
+    status, acked = _status(part), int(part[1]) >= 0
+    if len(part) < 4:
+        return FetchResult(status, acked, [])
+    return FetchResult(status, acked, decode_entries(part[2], shard, Delivery.NEW), _text(part[3]))
 
 
 def _token(reply: list[Any], at: int) -> str:

@@ -19,7 +19,7 @@ from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidReques
 
 _DIR = Path(__file__).resolve().parent
 
-FENCED_SCRIPTS = ("read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
+FENCED_SCRIPTS = ("fetch", "read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
 
 # Replies that mean "not now", not "never": a failover, a loading replica, a long-running script.
 _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
@@ -40,8 +40,13 @@ def register(client: redis.Redis, name: str) -> Script:
 
 def require_bytes_client(client: redis.Redis) -> None:
     """Payloads are arbitrary bytes: a client that decodes replies would fail on them (or corrupt)."""
+    # get_encoder() exists on Redis and RedisCluster alike (a cluster client has no connection kwargs).
+    try:
+        encoder = client.get_encoder()
+    except AttributeError:  # not a redis-py client, or one built without its constructor (tests)
+        encoder = None
     kwargs = client.get_connection_kwargs() if hasattr(client, "get_connection_kwargs") else {}
-    if kwargs.get("decode_responses"):
+    if kwargs.get("decode_responses") or getattr(encoder, "decode_responses", False):
         raise InvalidRequest(
             "the data plane needs a redis client with decode_responses=False (payloads are bytes); "
             "create a separate client for it"

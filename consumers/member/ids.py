@@ -47,15 +47,27 @@ def make_member_id(
     host: str | None = None,
     pid: int | None = None,
     suffix: str | None = None,
+    prefix: str | None = None,
 ) -> str:
+    """``prefix`` (default: the setting ``RSC_MEMBER_ID_PREFIX``, "") starts the id: a credential
+    scoped to a member-id prefix accepts only ids that start with it (docs/protocol.md section 13)."""
+    if prefix is None:
+        prefix = _configured_prefix()
+    prefix = sanitize(prefix)[:64]
     host = sanitize(host if host is not None else host_address())[:64] or "host"
-    if not (host[0].isascii() and host[0].isalnum()):
+    if not prefix and not (host[0].isascii() and host[0].isalnum()):
         host = "h" + host  # an IPv6 "::1" would start the id with "-"
     pid = os.getpid() if pid is None else pid
     suffix = sanitize(suffix if suffix is not None else secrets.token_hex(4))[:16]
-    fixed = f"{host}-{pid}-"
+    fixed = f"{prefix}{host}-{pid}-"
     tail = f"-{index}-{suffix}"
     room = MAX_MEMBER_ID_LENGTH - len(fixed) - len(tail)
     member_id = fixed + sanitize(listener)[: max(room, 0)] + tail
     assert MEMBER_ID_RE.fullmatch(member_id), member_id
     return member_id
+
+
+def _configured_prefix() -> str:
+    from django.conf import settings
+
+    return str(getattr(settings, "RSC_MEMBER_ID_PREFIX", "") or "") if settings.configured else ""

@@ -6,10 +6,13 @@ Three kinds of threads, one lock:
 
 * the *heartbeat thread* asks the state machine what is due, sends it (outside the lock), and feeds the
   answer back; it sleeps on the member's condition until the next deadline or until any input arrives;
-* one *unit* thread per shard (:class:`consumers.member.shard.ShardUnit`) reads, acks and reports
-  fence statuses and its own end;
-* the *worker pool* (:class:`consumers.member.pool.WorkerPool`) runs handler batches, sized by the
-  state machine's worker count (``min(runtime max concurrency, the response's max_concurrency)``).
+* one *unit* thread per shard (:class:`consumers.member.shard.ShardUnit`) takes the shard over, runs
+  its batches' handlers and reports fence statuses and its own end;
+* the *fetcher* thread (:class:`consumers.member.fetcher.Fetcher`) acks and reads for every unit in
+  steady state, all shards in one fenced call (an idle unit's thread sleeps);
+* the *worker pool* (:class:`consumers.member.pool.WorkerPool`) is not a thread: its slots bound how
+  many units run a batch at once, to the state machine's worker count (``min(runtime max concurrency,
+  the response's max_concurrency)``).
 
 Every input goes through the state machine under the member's lock; the resulting
 :class:`~consumers.member.state.Decisions` are carried out at once (start / stop units, resize the pool,
@@ -31,8 +34,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from consumers import logcontext
 from consumers.client import CoordinatorClient, CoordinatorRequestError
 from consumers.listener import ErrorPolicy
+from consumers.member.fetcher import Fetcher
 from consumers.member.ids import host_address, make_member_id
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
@@ -45,6 +50,7 @@ from consumers.member.state import (
     MemberStateMachine,
     Phase,
 )
+from consumers.metrics import MemberMetrics
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
 
@@ -108,6 +114,7 @@ class Member:
         self._units: dict[Shard, ShardUnit] = {}
         self.stats = MemberStats()
         self.pool = WorkerPool(self.label)
+        self.fetcher = Fetcher(host=self, dataplane=dataplane, runtime=runtime)
         client_info = {
             "host": host_address()[:255],
             "pid": os.getpid(),
@@ -122,8 +129,17 @@ class Member:
         )
         self._sm = MemberStateMachine(config, clock_ms())
         self._incarnation = self._sm.incarnation
+        # Its log lines carry member_id, consumer_group and stream_prefix (consumers/logcontext.py).
+        self.log_fields = {
+            "member_id": self.member_id,
+            "consumer_group": self.consumer_group,
+            "stream_prefix": self.stream_prefix,
+        }
+        self.metrics = MemberMetrics(self.stream_prefix, self.consumer_group, self.member_id)
         self._thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"{self.label}-heartbeat", daemon=True
+            target=logcontext.bound(self._heartbeat_loop, **self.log_fields),
+            name=f"{self.label}-heartbeat",
+            daemon=True,
         )
         self._done = threading.Event()
 
@@ -139,6 +155,7 @@ class Member:
             self.runtime.max_concurrency,
             self.error_policy.on_error,
         )
+        self.fetcher.start()
         self._thread.start()
 
     def stop(self, timeout_s: float) -> None:
@@ -201,6 +218,13 @@ class Member:
         with self._cond:
             return self._sm.lease_valid(incarnation, self._clock_ms())
 
+    def lease_deadline_ms(self, incarnation: int) -> int | None:
+        with self._cond:
+            return self._sm.lease_deadline_ms(incarnation)
+
+    def clock_ms(self) -> int:
+        return self._clock_ms()
+
     def report_member_fenced(self, incarnation: int) -> None:
         with self._cond:
             self._apply(self._sm.on_member_fenced(incarnation, self._clock_ms()))
@@ -251,12 +275,14 @@ class Member:
             with self._cond:
                 for unit in self._units.values():
                     unit.stop(abandon=True)
+            self.fetcher.close()
             self.pool.shutdown()
             try:
                 self.coordinator.close()
             except Exception:
                 log.debug("%s: closing the coordinator client failed", self.label, exc_info=True)
             self._done.set()
+            self.metrics.forget()
             log.info("%s: member %s finished (%s)", self.label, self.member_id, self.stats)
 
     def _send(self, request: HeartbeatRequest) -> None:
@@ -273,6 +299,7 @@ class Member:
                     retriable=bool(e.retriable),
                     retry_after_ms=e.retry_after_ms,
                     jitter=random.random(),
+                    details=e.problem_details,
                 )
                 self._apply(decisions)
         except Exception as e:
@@ -295,10 +322,13 @@ class Member:
             log.log(notice.level, "%s (%s): %s", self.label, self.member_id, notice.message)
         if self._sm.incarnation != self._incarnation:  # every fence starts a new incarnation
             self.stats.fenced += self._sm.incarnation - self._incarnation
+            for _ in range(self._sm.incarnation - self._incarnation):
+                self.metrics.fenced()
             self._incarnation = self._sm.incarnation
         if decisions.concurrency is not None:
             log.info("%s (%s): %d workers", self.label, self.member_id, decisions.concurrency)
             self.pool.resize(decisions.concurrency)
+            self.metrics.concurrency(decisions.concurrency)
         for stop in decisions.stop:
             unit = self._units.get(stop.shard)
             if unit is not None:
@@ -308,12 +338,18 @@ class Member:
                 host=self,
                 start=start,
                 dataplane=self.dataplane,
+                fetcher=self.fetcher,
                 pool=self.pool,
                 handler=self.listener.fn,
                 runtime=self.runtime,
                 policy=self.error_policy,
                 batch_hooks=self.batch_hooks,
+                metrics=self.metrics,
+                log_fields=self.log_fields,
             )
             self._units[start.shard] = unit
             unit.start()
+        if decisions.start or decisions.stop:
+            stopping = {stop.shard for stop in decisions.stop}
+            self.metrics.rebalanced(sum(1 for shard in self._units if shard not in stopping))
         self._cond.notify_all()

@@ -1,9 +1,12 @@
-"""A resizable pool of worker threads (one per member): it runs handler batches and nothing else.
+"""The member's worker slots: how many handler batches of one member run at once.
 
-The size follows the member's effective concurrency, which a heartbeat response may change at any
-time: growing starts threads at once; shrinking lets surplus threads exit when they finish their current
-task (a handler is never interrupted). Tasks run in submission order; a shard submits its next batch
-only after the previous one completed, which is what keeps one shard on one worker at a time.
+A shard unit runs its batches on its own thread (``{label}-worker-{shard}``): no hand-off to another
+thread per batch, which cost more than a small batch's handlers. This pool only bounds how many run at
+the same time, to the member's effective concurrency, which a heartbeat response may change at any
+time: growing lets waiting units in at once; shrinking lets the running batches finish (a handler is
+never interrupted) and admits no new one until fewer than the new size run. Units get their slots in
+the order they asked (first come, first served, so no shard starves), and a slot is handed from the
+unit that releases it straight to the next one, without waking the others.
 """
 
 from __future__ import annotations
@@ -11,86 +14,88 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 class PoolClosed(RuntimeError):
-    """A task was submitted after :meth:`WorkerPool.shutdown`."""
+    """A batch asked for a slot after (or while) :meth:`WorkerPool.shutdown`."""
+
+
+class _Waiter:
+    __slots__ = ("granted", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()  # released when the slot is granted, or the pool shut down
+        self.granted = False
 
 
 class WorkerPool:
     def __init__(self, name: str) -> None:
         self.name = name
-        self._cond = threading.Condition()
-        self._tasks: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._waiting: deque[_Waiter] = deque()
         self._target = 0
+        self._busy = 0
         self._closed = False
-        self._counter = 0
 
     @property
     def size(self) -> int:
-        """The number of workers asked for (threads above it exit as soon as they are idle)."""
-        with self._cond:
+        """The number of slots (batches that may run at once)."""
+        with self._lock:
             return self._target
 
     @property
-    def live_threads(self) -> int:
-        with self._cond:
-            return len(self._threads)
+    def running(self) -> int:
+        """Batches running now (above :attr:`size` for a while after it shrank)."""
+        with self._lock:
+            return self._busy
 
     def resize(self, workers: int) -> None:
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._target = max(0, workers)
-            while len(self._threads) < self._target:
-                self._counter += 1
-                thread = threading.Thread(
-                    target=self._work, name=f"{self.name}-worker-{self._counter}", daemon=True
-                )
-                self._threads.add(thread)
-                thread.start()
-            self._cond.notify_all()
+            self._grant()
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        future: Future[T] = Future()
-        with self._cond:
-            if self._closed:
-                raise PoolClosed(f"worker pool {self.name} is shut down")
-            self._tasks.append((future, fn, args))
-            self._cond.notify()
-        return future
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the calling thread, once a slot is free; raises :class:`PoolClosed` if the
+        pool is (or gets) shut down first."""
+        self._acquire()
+        try:
+            return fn(*args)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._grant()
 
     def shutdown(self) -> None:
-        """No new tasks; queued ones are cancelled; running ones finish (threads are daemons, so a
-        handler stuck for good does not keep the process alive)."""
-        with self._cond:
+        """No new batches: every unit waiting for a slot gets :class:`PoolClosed`; running ones finish."""
+        with self._lock:
             self._closed = True
             self._target = 0
-            while self._tasks:
-                self._tasks.popleft()[0].cancel()
-            self._cond.notify_all()
+            while self._waiting:
+                self._waiting.popleft().lock.release()
 
-    def _work(self) -> None:
-        me = threading.current_thread()
-        while True:
-            with self._cond:
-                while not self._tasks and len(self._threads) <= self._target:
-                    self._cond.wait()
-                if len(self._threads) > self._target:
-                    self._threads.discard(me)
-                    self._cond.notify_all()
-                    return
-                future, fn, args = self._tasks.popleft()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as e:  # the task reports its own errors; this only keeps the thread
-                future.set_exception(e)
-            else:
-                future.set_result(result)
+    def _acquire(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise PoolClosed(f"worker pool {self.name} is shut down")
+            if self._busy < self._target and not self._waiting:
+                self._busy += 1
+                return
+            waiter = _Waiter()
+            self._waiting.append(waiter)
+        waiter.lock.acquire()
+        if not waiter.granted:
+            raise PoolClosed(f"worker pool {self.name} is shut down")
+
+    def _grant(self) -> None:
+        """Hand free slots to the longest waiting units (the caller holds the lock)."""
+        while self._waiting and self._busy < self._target:
+            waiter = self._waiting.popleft()
+            waiter.granted = True
+            self._busy += 1
+            waiter.lock.release()

@@ -9,13 +9,23 @@ stop. It
    ``0-0``), deletes their now-empty Redis consumers, and re-reads its own pending entries (a member
    that kept its id across a fence or a reconnect) - all in stream order, before anything new. The
    first claim also gives the unit the shard's redeliver token to start from (below);
-2. then polls for new entries (``read`` never blocks): a batch at a time, backing off from
-   ``idle_backoff_min_ms`` to ``idle_backoff_max_ms`` while the shard is empty.
+2. then fetches new entries through the member's :class:`~consumers.member.fetcher.Fetcher`, which
+   reads for every shard of the member in one fenced call and keeps an empty shard's ticket itself,
+   backing off from ``idle_backoff_min_ms`` to ``idle_backoff_max_ms`` (an idle unit's thread sleeps).
 
-Each batch goes to the member's worker pool as one task, which calls the handler entry by entry and
-returns the ids it handled; the unit acks them and only then reads the next batch. So one shard is on at
-most one worker at a time and is handled in stream order, while different shards run in parallel. The
-worker does no I/O of its own beyond the handler (the unit reads and acks).
+Each batch runs on the unit's own thread once the member's :class:`~consumers.member.pool.WorkerPool`
+grants it a slot (the pool bounds how many batches of the member run at once: its effective
+concurrency); the handler is called entry by entry, and the unit hands the ids it handled to its next
+fetch, whose script acks them before it reads the next batch (the *folded ack*). So a shard is handled
+in stream order, one batch at a time, while different shards run in parallel up to the concurrency.
+No thread hand-off per batch but the fetcher's.
+
+*Unacked ids.* What was handled and not yet acked is kept (``_unacked``) until a call acks it: the next
+fetch, or a plain fenced ack sent first by any other call of the unit (a claim, a re-read of pending
+entries, a dead letter, a lease probe), so that no re-read hands out again what was handled, and
+before the unit stops (ack-on-revoke, drain on shutdown: the shard is released only once they are
+acked). A fetch whose outcome is unknown gives them back, and they are sent again (an ack is
+idempotent).
 
 *Resync.* A call that raises ``DataPlaneUnavailable`` (a connection error or a timeout) has an unknown
 outcome: a read script may have run and moved entries into this member's pending list, with the reply
@@ -44,9 +54,10 @@ Handler failures follow the listener's :class:`~consumers.listener.ErrorPolicy`,
   it dead-letters it (``dead_letter=True``: copy and ack in one fenced script) or keeps it pending
   with one ERROR, and goes on with the later entries.
 
-Told to *drain* (revoked, shutting down): the unit reads nothing more, the worker stops after the entry
-in flight, the unit acks what was handled and stops; the unhandled rest of the batch stays pending for
-the next owner to claim. Told to *abandon* (fenced): the same, minus the ack.
+Told to *drain* (revoked, shutting down): the unit reads nothing more (its ticket comes back from the
+fetcher at once), the worker stops after the entry in flight, the unit acks what was handled and stops;
+the unhandled rest of the batch stays pending for the next owner to claim. Told to *abandon* (fenced):
+the same, minus the ack.
 
 While the member cannot be sure its lease holds (no heartbeat accepted for the lease TTL), the unit
 starts no handler call and reads nothing; it probes the fence (an ack of no entries) until the lease is
@@ -61,19 +72,23 @@ next heartbeat).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from consumers import logcontext
 from consumers.dataplane import FenceStatus
 from consumers.errors import DataPlaneUnavailable
 from consumers.listener import ErrorPolicy
+from consumers.member.fetcher import Fetcher, Ticket, Wake
 from consumers.member.policy import FailurePolicy, Next, deliveries
 from consumers.member.pool import PoolClosed, WorkerPool
 from consumers.member.state import ShardStart
+from consumers.metrics import MemberMetrics
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard, entry_id_key
 
@@ -94,6 +109,8 @@ class UnitHost(Protocol):
 
     def epoch_for(self, incarnation: int) -> int | None: ...
     def lease_valid(self, incarnation: int) -> bool: ...
+    def lease_deadline_ms(self, incarnation: int) -> int | None: ...
+    def clock_ms(self) -> int: ...
     def report_member_fenced(self, incarnation: int) -> None: ...
     def report_not_owner(self, shard: Shard, incarnation: int) -> None: ...
     def report_stale_epoch(self, incarnation: int) -> None: ...
@@ -124,16 +141,21 @@ class ShardUnit:
         host: UnitHost,
         start: ShardStart,
         dataplane: Any,
+        fetcher: Fetcher,
         pool: WorkerPool,
         handler: Callable[[Any], Any],
         runtime: Runtime,
         policy: ErrorPolicy | None = None,
         batch_hooks: Sequence[Callable[[], None]] = (),
+        metrics: MemberMetrics | None = None,
+        log_fields: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
+        self.metrics = metrics
         self.shard = start.shard
         self.incarnation = start.incarnation
         self.dataplane = dataplane
+        self.fetcher = fetcher
         self.pool = pool
         self.handler = handler
         self.runtime = runtime
@@ -144,9 +166,13 @@ class ShardUnit:
         # Unit-thread state (only the unit's own thread touches these).
         self._resync_needed = False  # a call failed with an unknown outcome: re-read own pending first
         self._token: str | None = None  # the shard's redeliver token, as first seen
+        self._unacked: list[str] = []  # handled, not acked yet (the next call acks them first)
         self._unavailable = 0  # consecutive DataPlaneUnavailable failures
         self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
-        self.thread = threading.Thread(target=self._run, name=f"{host.label}-{self.shard}", daemon=True)
+        # The unit's thread runs the handler: "-worker-" says so in logs (and the e2e handler's label).
+        name = f"{host.label}-worker-{self.shard}"
+        fields = {**(log_fields or {}), "shard": str(self.shard)}
+        self.thread = threading.Thread(target=logcontext.bound(self._run, **fields), name=name, daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -155,14 +181,18 @@ class ShardUnit:
         if abandon:
             self._abandoned.set()
         self._stopping.set()
+        self.fetcher.wake()
 
     # ---------------------------------------------------------------------------------------- the loop
 
     def _run(self) -> None:
         failed = False
         try:
-            self._take_over()
-            self._consume()
+            try:
+                self._take_over()
+                self._consume()
+            finally:
+                self._settle()
         except _Stopped:
             pass
         except Exception:
@@ -193,23 +223,44 @@ class ShardUnit:
         self._resync()  # a rejoin keeps the member id: what its previous incarnation read is ours
 
     def _consume(self) -> None:
-        idle_s = self.runtime.idle_backoff_min_ms / 1000
         while True:
             if self._resync_needed:
                 self._resync("a call failed and its outcome is unknown")
-            result = self._call(self.dataplane.read, self.runtime.batch_size, read=True)
+            result = self._fetch()
             if result is None:
-                continue  # the read may have delivered entries: resync before reading anything new
+                continue  # refused, or failed: the fetch may have delivered entries (resync first)
             if self._redeliver_requested(result.redeliver_token):
                 self.failures.kept.clear()  # the operator asks for every pending entry, kept ones too
                 first_new = result.entries[0].entry_id if result.entries else None
                 self._resync("an operator asked to redeliver", below=first_new)
             if result.entries:
                 self._process(result.entries)
-                idle_s = self.runtime.idle_backoff_min_ms / 1000
-            else:
-                self._pause(idle_s)
-                idle_s = min(idle_s * 2, self.runtime.idle_backoff_max_ms / 1000)
+
+    def _fetch(self) -> Any | None:
+        """The next batch through the member's fetcher, which acks the ids handled so far in the same
+        call; None when there is nothing to handle now (a refusal acted on, the lease in doubt, or a
+        failed call: the unit is marked "resync needed" and has waited out the backoff)."""
+        if not self.host.lease_valid(self.incarnation):
+            self._call(_lease_confirmed)  # acks first, then probes until renewed (or raises _Stopped)
+        ticket = Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
+        self._unacked = []
+        self.fetcher.submit(ticket).done.wait()
+        self._unacked = ticket.ack_ids  # what was not acked comes back (an unknown outcome: again)
+        if ticket.wake is Wake.STOPPED:
+            raise _Stopped()
+        if ticket.wake is Wake.UNAVAILABLE:
+            self._resync_needed = True
+            self._wait_out_unavailable(ticket.error, ack=False)  # type: ignore[arg-type]
+            return None
+        if ticket.wake is Wake.ERROR:
+            raise ticket.error  # type: ignore[misc]
+        self._available_again()
+        if ticket.result is None:  # Wake.LEASE: the next _fetch probes
+            return None
+        if ticket.result.ok:
+            return ticket.result
+        self._on_refusal(ticket.result.status, ack=False)
+        return None
 
     def _resync_claim_window(self, cursor: str, next_cursor: str) -> None:
         """A claim whose reply was lost made the entries it claimed our own pending ones. They lie in the
@@ -253,18 +304,18 @@ class ShardUnit:
     # ---------------------------------------------------------------------------------------- batches
 
     def _process(self, entries: list[Any]) -> None:
-        """Hand ``entries`` (in stream order) to a worker, ack what it handled. A batch cut short
+        """Handle ``entries`` (in stream order) in a worker slot; what was handled is acked by the next
+        call (the next fetch, in steady state). A batch cut short
         because the lease may have ended resumes once the lease is renewed (still in order); one cut
         short by a stop stays pending for the next owner; one stopped by a failed entry under the
         "redeliver" policy resumes from that entry after the backoff."""
         while entries:
             try:
-                batch = self.pool.submit(self._run_batch, entries).result()
-            except (CancelledError, PoolClosed):
+                batch = self.pool.run(self._run_batch, entries)
+            except PoolClosed:
                 raise _Stopped() from None  # the member is finishing: its pool is gone
             if batch.handled and not self._abandoned.is_set():
-                self._call(self.dataplane.ack, batch.handled, ack=True)
-                self.host.record(acked=len(batch.handled))
+                self._unacked += batch.handled  # acked by the next call (the fetch, in steady state)
             entries = entries[batch.attempted :]
             if batch.failure is not None:
                 entries = self._after_failure(*batch.failure, entries)
@@ -274,24 +325,33 @@ class ShardUnit:
                 self._call(_lease_confirmed)  # returns once renewed; raises _Stopped on stop or fence
 
     def _run_batch(self, entries: list[Any]) -> _Batch:
-        """On a worker thread: the handler, entry by entry, until done, told to stop, the lease may have
+        """In a worker slot: the handler, entry by entry, until done, told to stop, the lease may have
         ended, or (under "redeliver") an entry failed."""
         self._run_hooks()
         batch = _Batch()
+        # The lease check of every handler call, against the deadline as of now: one lock per batch, not
+        # per entry. A renewal during the batch only ends it early; the unit then checks and goes on.
+        deadline = self.host.lease_deadline_ms(self.incarnation)
+        clock_ms = self.host.clock_ms
         try:
             for entry in entries:
-                if self._stopping.is_set() or not self.host.lease_valid(self.incarnation):
+                if self._stopping.is_set() or deadline is None or clock_ms() >= deadline:
                     break
                 batch.attempted += 1
+                started = time.perf_counter()
                 try:
                     self.handler(entry)
                 except Exception as e:
+                    if self.metrics is not None:
+                        self.metrics.handled(time.perf_counter() - started, ok=False)
                     batch.failed.append(entry.entry_id)
                     self._log_failure(entry)
                     if self.failures.stops_batch:
                         batch.failure = (entry, f"{type(e).__name__}: {e}")
                         break
                 else:
+                    if self.metrics is not None:
+                        self.metrics.handled(time.perf_counter() - started, ok=True)
                     batch.handled.append(entry.entry_id)
         finally:
             self.host.record(handled=len(batch.handled), failed=len(batch.failed))
@@ -320,6 +380,7 @@ class ShardUnit:
 
     def _after_failure(self, entry: Any, error: str, rest: list[Any]) -> list[Any]:
         """The "redeliver" policy, after ``entry`` failed: what to hand out next (``rest`` follows it)."""
+        self._flush_acks()  # what was handled before it, before the backoff
         decision = self.failures.decide(entry)
         if decision.next is Next.DEAD_LETTER:
             self._dead_letter(entry, error)
@@ -385,7 +446,33 @@ class ShardUnit:
 
     # ---------------------------------------------------------------------------------------- data plane
 
-    def _call(self, operation: Callable[..., Any], *args: Any, ack: bool = False, read: bool = False) -> Any:
+    def _flush_acks(self) -> None:
+        """Ack what was handled and not acked yet, with a plain fenced ack (retried until it goes through,
+        is refused, or the unit is abandoned); what could not be acked stays for the next try."""
+        if not self._unacked:
+            return
+        ids, self._unacked = self._unacked, []
+        try:
+            self._call(self.dataplane.ack, ids, ack=True, settle=False)
+        except BaseException:
+            self._unacked = ids + self._unacked
+            raise
+        self.host.record(acked=len(ids))
+
+    def _settle(self) -> None:
+        """On the way out: ack-on-revoke and drain. A draining unit acks what it handled before the member
+        may release the shard; an abandoned (fenced) one acks nothing."""
+        with contextlib.suppress(_Stopped):  # abandoned meanwhile, or refused: nothing to ack with
+            self._flush_acks()
+
+    def _call(
+        self,
+        operation: Callable[..., Any],
+        *args: Any,
+        ack: bool = False,
+        read: bool = False,
+        settle: bool = True,
+    ) -> Any:
         """One fenced data-plane call at the member's current epoch; returns its result once OK.
 
         Acks go on while draining (the data plane allows acking a shard being revoked); everything
@@ -396,7 +483,12 @@ class ShardUnit:
 
         ``DataPlaneUnavailable`` marks the unit "resync needed" and is retried after a backoff, except
         for a ``read`` (of new entries or orphans): that returns None after the backoff, so the caller
-        re-reads its own pending entries before it reads anything else."""
+        re-reads its own pending entries before it reads anything else.
+
+        Any other call first acks what was handled (``settle``): a re-read must not hand it out again.
+        """
+        if settle and self._unacked:
+            self._flush_acks()
         while True:
             if self._abandoned.is_set() or (self._stopping.is_set() and not ack):
                 raise _Stopped()

@@ -27,13 +27,17 @@ That is the member's half of the single-owner rule. An abandoned unit's shard is
 coordinator released it when it fenced the member), but the shard is not started again until the old
 unit has stopped, so within one process a shard is never handled by two units at once.
 
-Heartbeats. One at a time. A join carries the capacity and client info; a renewal carries the member
-epoch and ``owned_shards``; a leave carries epoch -1. The next one is due ``heartbeat_interval_ms`` after
-a response, *at once* when what the member would report changed (a unit stopped, a grant arrived) or the
-data plane said our epoch is stale, and after a failure with exponential backoff (capped at the
-heartbeat interval while the member holds shards, so the lease keeps a chance to be renewed). Failures
-other than fencing change nothing else: the member keeps consuming its assignment, because the fencing
-that matters is in Redis (the lease), not in this process.
+Heartbeats. One at a time. A join carries the capacity, client info and ``join_seq``; a renewal carries
+the member epoch and ``owned_shards``; a leave carries epoch -1. The next one is due
+``heartbeat_interval_ms`` after a response, *at once* when what the member would report changed (a unit
+stopped, a grant arrived) or the data plane said our epoch is stale, and after a failure by the rules of
+:mod:`consumers.member.retry` (backoff, jitter, Retry-After; while we hold a lease, never later than one
+round trip before it ends). Failures other than fencing change nothing else: the member keeps consuming
+its assignment, because the fencing that matters is in Redis (the lease), not in this process.
+
+Join idempotency (docs/protocol.md section 3; docs/consumers.md). Every attempt of one incarnation's
+join carries the same ``join_seq``; each fence moves to the next. ``STALE_JOIN`` in answer to our own
+join means another join of our id is recorded above ours (a shared id): a fence of that join.
 
 The lease, as the member can know it. The coordinator renews the lease to (its receive time +
 ``lease_ttl_ms``) on every accepted heartbeat, so (our send time + ``lease_ttl_ms``) is a lower bound of
@@ -58,6 +62,7 @@ from typing import Any
 
 from coordinator.protocol.model import Shard
 
+from .retry import join_retry_delay_ms, lease_bound_due_ms, renewal_retry_delay_ms
 from .values import (
     AMBIGUOUS_CODES,
     CLIENT_ERROR,
@@ -66,6 +71,7 @@ from .values import (
     INVALID_RESPONSE,
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    STALE_JOIN,
     Decisions,
     Grant,
     HeartbeatRequest,
@@ -86,6 +92,7 @@ __all__ = [
     "INVALID_RESPONSE",
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
+    "STALE_JOIN",
     "TRANSITIONS",
     "Decisions",
     "Grant",
@@ -173,6 +180,8 @@ class MemberStateMachine:
         self.config = config
         self.phase = Phase.JOINING
         self.incarnation = 1
+        # Sent with every attempt of this incarnation's join; the next number after each fence.
+        self.join_seq = 1
         self.member_epoch = JOIN_EPOCH
         self.member_state = ""  # the coordinator's view (STABLE, UNREVOKED_SHARDS, ...), for logs
         self.assigned: dict[Shard, Grant] = {}
@@ -196,6 +205,9 @@ class MemberStateMachine:
         # A lower bound of the lease deadline, on the member's clock: the coordinator renews the lease to
         # (its receive time + lease_ttl_ms), and it received the request after we built it.
         self._lease_deadline_ms: int | None = None
+        # How long the last successful heartbeat took (at least the floor): the margin a retry keeps
+        # before the lease deadline.
+        self._round_trip_ms = config.round_trip_floor_ms
         self._lease_lapse_noted = False
         self._pending = _Pending()
 
@@ -218,12 +230,16 @@ class MemberStateMachine:
         member may already own our shards, so a unit must not start another handler call - not even
         for entries it read before (a process frozen past its lease, then resumed, would otherwise
         handle them next to the new owner). The data plane decides for certain at the next read."""
-        return (
-            incarnation == self.incarnation
-            and self.member_epoch > 0
-            and self._lease_deadline_ms is not None
-            and now_ms < self._lease_deadline_ms
-        )
+        deadline = self.lease_deadline_ms(incarnation)
+        return deadline is not None and now_ms < deadline
+
+    def lease_deadline_ms(self, incarnation: int) -> int | None:
+        """The time from which :meth:`lease_valid` is false, as things stand (a later heartbeat may move
+        it on); None when it is false already for another reason. A unit checks it before every handler
+        call of a batch without asking the member each time."""
+        if incarnation != self.incarnation or self.member_epoch <= 0:
+            return None
+        return self._lease_deadline_ms
 
     def epoch_for(self, incarnation: int) -> int | None:
         """The epoch a unit of ``incarnation`` presents to the data plane; None once it is stale."""
@@ -261,7 +277,11 @@ class MemberStateMachine:
         }
         if self.phase is Phase.JOINING:
             request = HeartbeatRequest(
-                member_epoch=JOIN_EPOCH, capacity=self.config.capacity, client=self.config.client, **common
+                member_epoch=JOIN_EPOCH,
+                capacity=self.config.capacity,
+                client=self.config.client,
+                join_seq=self.join_seq,
+                **common,
             )
             self._may_be_member = True
         elif self.phase is Phase.LEAVING:
@@ -290,7 +310,8 @@ class MemberStateMachine:
         try:
             response = Response.from_json(body)
         except InvalidResponse as e:
-            return self._failed(now_ms, INVALID_RESPONSE, str(e), retriable=True)
+            join = request.member_epoch == JOIN_EPOCH
+            return self._failed(now_ms, INVALID_RESPONSE, str(e), retriable=True, join=join)
         if response.member_epoch <= 0:
             return self._fence(now_ms, f"the coordinator answered with member epoch {response.member_epoch}")
         if self._failures:
@@ -298,10 +319,11 @@ class MemberStateMachine:
         self._failures = 0
         self._apply_response(request, response)
         self._lease_deadline_ms = request.sent_ms + response.lease_ttl_ms
+        self._round_trip_ms = max(self.config.round_trip_floor_ms, now_ms - request.sent_ms)
         if self._lease_lapse_noted:
             self._note(logging.INFO, "lease renewed: handling again")
             self._lease_lapse_noted = False
-        self._due_ms = now_ms if self._urgent else now_ms + self.heartbeat_interval_ms
+        self._due_ms = now_ms if self._urgent else self._lease_bound(now_ms, self.heartbeat_interval_ms)
         return self._decide(now_ms)
 
     def on_heartbeat_error(
@@ -314,10 +336,12 @@ class MemberStateMachine:
         retriable: bool = True,
         retry_after_ms: int | None = None,
         jitter: float = 0.0,
+        details: Mapping[str, Any] | None = None,
     ) -> Decisions:
         """A heartbeat failed with ``code`` (the coordinator's, or ``COORDINATOR_UNREACHABLE``).
 
-        ``jitter`` in [0, 1) spreads the retries of many members (the loop passes a random number)."""
+        ``jitter`` in [0, 1) spreads the retries of many members (the loop passes a random number);
+        ``details`` are the problem's structured fields (``current_join_seq`` of a ``STALE_JOIN``)."""
         if not self._complete(request):
             return self._decide(now_ms)
         if request.member_epoch == LEAVE_EPOCH:
@@ -328,9 +352,12 @@ class MemberStateMachine:
             return self._failed(now_ms, code, message, retriable, retry_after_ms, jitter)
         if code in FENCING_CODES:
             return self._fence(now_ms, f"heartbeat refused with {code}: {message}")
+        if code == STALE_JOIN and request.member_epoch == JOIN_EPOCH:
+            return self._stale_join(request, now_ms, message, details or {}, jitter)
         if request.member_epoch == JOIN_EPOCH and not _ambiguous(code):
             self._may_be_member = False  # the coordinator answered, and the answer was no
-        return self._failed(now_ms, code, message, retriable, retry_after_ms, jitter)
+        join = request.member_epoch == JOIN_EPOCH
+        return self._failed(now_ms, code, message, retriable, retry_after_ms, jitter, join=join)
 
     # ------------------------------------------------------------------------------------------ data plane
 
@@ -431,7 +458,7 @@ class MemberStateMachine:
         # A response to a heartbeat sent after a shard was suspended is the coordinator's newer word.
         self.suspended = {s: seq for s, seq in self.suspended.items() if seq >= request.seq}
 
-    def _fence(self, now_ms: int, reason: str) -> Decisions:
+    def _fence(self, now_ms: int, reason: str, *, retry_in_ms: int = 0) -> Decisions:
         dropped = sorted(s for s, u in self.units.items() if u is not UnitState.ABANDONED)
         self._note(
             logging.WARNING,
@@ -442,6 +469,7 @@ class MemberStateMachine:
             self.units[shard] = UnitState.ABANDONED
             self._pending.stop.append(ShardStop(shard=shard, abandon=True, reason="fenced"))
         self.incarnation += 1
+        self.join_seq += 1  # a new incarnation: its join must not be taken for a retry of the last one
         self.member_epoch = JOIN_EPOCH
         self.member_state = ""
         self.assigned = {}
@@ -451,10 +479,36 @@ class MemberStateMachine:
         self._lease_lapse_noted = False
         self._last_sent_owned = None
         self._may_be_member = False
-        self._failures = 0
-        self._due_ms = now_ms
+        self._failures = 1 if retry_in_ms else 0
+        self._due_ms = now_ms + retry_in_ms
         self._transition(PhaseInput.FENCED)
         return self._decide(now_ms)
+
+    def _stale_join(
+        self, request: HeartbeatRequest, now_ms: int, message: str, details: Mapping[str, Any], jitter: float
+    ) -> Decisions:
+        """Our join was refused with ``STALE_JOIN`` (see the theory of operation): it changed nothing and
+        nothing of ours is live. A fence of that join; the next one goes above the recorded number."""
+        recorded = details.get("current_join_seq")
+        if isinstance(recorded, int) and not isinstance(recorded, bool):
+            self.join_seq = max(self.join_seq, recorded)  # _fence moves one above it
+        return self._fence(
+            now_ms,
+            f"join {request.join_seq} refused with {STALE_JOIN} ({message}): the coordinator recorded a "
+            f"later join of member id {self.config.member_id!r} (is it shared with another process?)",
+            retry_in_ms=join_retry_delay_ms(1, self.config, None, jitter),
+        )
+
+    def _lease_bound(self, now_ms: int, delay_ms: int) -> int:
+        """When the next heartbeat is due, ``delay_ms`` from now, but never later than one round trip
+        before the lease ends as we know it (rule 4 of :mod:`consumers.member.retry`)."""
+        return lease_bound_due_ms(
+            now_ms,
+            now_ms + delay_ms,
+            lease_deadline_ms=self._lease_deadline_ms if self.member_epoch > 0 else None,
+            round_trip_ms=self._round_trip_ms,
+            floor_ms=self.config.round_trip_floor_ms,
+        )
 
     def _failed(
         self,
@@ -464,22 +518,27 @@ class MemberStateMachine:
         retriable: bool,
         retry_after_ms: int | None = None,
         jitter: float = 0.0,
+        *,
+        join: bool = False,
     ) -> Decisions:
         self._failures += 1
-        cap = self.config.retry_backoff_max_ms
-        if self.member_epoch > 0:
-            cap = min(cap, self.heartbeat_interval_ms)
-        delay = min(cap, self.config.retry_backoff_initial_ms * 2 ** min(self._failures - 1, 30))
-        delay -= int(delay * self.config.retry_jitter_ratio * min(max(jitter, 0.0), 1.0))
-        if retry_after_ms is not None:
-            delay = max(delay, min(retry_after_ms, self.config.retry_backoff_max_ms))
-        self._due_ms = now_ms + delay
+        if join:
+            delay = join_retry_delay_ms(self._failures, self.config, retry_after_ms, jitter)
+        else:
+            interval = self.heartbeat_interval_ms if self.member_epoch > 0 else None
+            delay = renewal_retry_delay_ms(
+                self._failures, self.config, retry_after_ms, jitter, heartbeat_interval_ms=interval
+            )
+        self._due_ms = self._lease_bound(now_ms, delay)
+        bounded = " (before the lease ends)" if self._due_ms < now_ms + delay else ""
+        delay = self._due_ms - now_ms
         level = logging.WARNING if retriable else logging.ERROR
         if not _worth_logging(self._failures):
             level = logging.DEBUG  # a long outage logs at failures 1, 2, 4, 8, ... not at every retry
         keeping = f"; keeping {_names(sorted(self.units))}" if self.units else ""
         self._note(
-            level, f"heartbeat failed ({code}: {message}); retry {self._failures} in {delay} ms{keeping}"
+            level,
+            f"heartbeat failed ({code}: {message}); retry {self._failures} in {delay} ms{bounded}{keeping}",
         )
         return self._decide(now_ms)
 

@@ -15,6 +15,8 @@ LEAVE_EPOCH = -1
 
 # Heartbeat error codes that mean "you are not a member any more": drop everything, rejoin with 0.
 FENCING_CODES = frozenset({"FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"})
+# A join whose join_seq is below the one the coordinator recorded for our id (docs/protocol.md section 3).
+STALE_JOIN = "STALE_JOIN"
 # Codes the member side makes up (the coordinator's are docs/protocol.md section 12).
 COORDINATOR_UNREACHABLE = "COORDINATOR_UNREACHABLE"
 INVALID_RESPONSE = "INVALID_RESPONSE"
@@ -106,6 +108,8 @@ class HeartbeatRequest:
     seq: int = 0
     incarnation: int = 0
     sent_ms: int = 0  # when it was built (the member's clock): the earliest moment it could renew the lease
+    # Joins only: the member's count of its own joins, the same for every retry of one join (section 3).
+    join_seq: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"member_id": self.member_id, "member_epoch": self.member_epoch}
@@ -115,6 +119,8 @@ class HeartbeatRequest:
             body["capacity"] = self.capacity
         if self.client is not None:
             body["client"] = dict(self.client)
+        if self.join_seq is not None:
+            body["join_seq"] = self.join_seq
         return body
 
 
@@ -158,7 +164,10 @@ class MemberConfig:
     initial_heartbeat_interval_ms: int = 3_000  # until the first response says otherwise
     retry_backoff_initial_ms: int = 100
     retry_backoff_max_ms: int = 5_000
-    retry_jitter_ratio: float = 0.2  # a failed heartbeat's backoff is shortened by up to this fraction
+    retry_jitter_ratio: float = 0.2  # a failed renewal's backoff is shortened by up to this fraction
+    # The least a round trip is taken to be when a retry is pulled in before the lease ends (the last
+    # successful heartbeat's duration counts when it is longer).
+    round_trip_floor_ms: int = 50
     leave_timeout_ms: int = 2_000  # how long a leave is retried before the lease is left to expire
 
     def __post_init__(self) -> None:
@@ -166,3 +175,5 @@ class MemberConfig:
             raise ValueError(f"capacity must be at least 1; got {self.capacity}")
         if not 0 < self.retry_backoff_initial_ms <= self.retry_backoff_max_ms:
             raise ValueError("retry backoff: 0 < initial <= max is required")
+        if self.round_trip_floor_ms < 1:
+            raise ValueError(f"round_trip_floor_ms must be at least 1; got {self.round_trip_floor_ms}")

@@ -22,6 +22,19 @@ included). A request gets its role from exactly one credential, in this order:
 No credential is a 401 with ``WWW-Authenticate: Bearer``; a credential without the role is a 403.
 Tokens never appear in a log line or an error body: only a credential's *name* is ever reported.
 
+Scopes and ownership (docs/protocol.md section 13, "Credentials and scopes"): a *member* credential from
+the database carries a :class:`Scope` (stream-prefix and group patterns, a member-id prefix) that
+:func:`require_scope` checks on the member endpoints (403 OUTSIDE_CREDENTIAL_SCOPE). Every request has
+an *identity* (:func:`identity_of`): ``database:<pk>``, ``environment:<digest>`` or ``session:<user
+pk>``, which a join records as the member's owner; the protocol core then refuses a heartbeat, leave
+or rejoin of that member id from any other identity (MEMBER_ID_NOT_OWNED). Environment tokens are
+unscoped (development, or a deliberately broad credential; ``check --deploy`` warns).
+
+A deactivation applies at once in every process: a change bumps the shared generation
+``rsc:credentials:generation`` in the coordinator's Redis when it commits, and every authentication
+compares the cached credentials' generation with it (one GET). If Redis cannot be read, the cache falls
+back to its time limit.
+
 If the database cannot be read, environment tokens keep working (heartbeats must not depend on the
 credential database); a token that could only have been a database credential then gets a 503.
 """
@@ -43,8 +56,10 @@ from django.dispatch import receiver
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from coordinator.models import ApiCredential, token_digest
-from coordinator.protocol.errors import StoreUnavailable
+from coordinator.models import ANY, ApiCredential, matches_any, parse_patterns, token_digest
+from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
+
+from .errors import ApiErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +76,59 @@ class Role(StrEnum):
 _RANK = {Role.MEMBER: 1, Role.ADMIN: 2}
 
 
+class OutsideCredentialScope(CoordinatorError):
+    """A member credential used for a stream prefix, group or member id outside its scope (403).
+    ``details``: ``scope`` (which part), ``value`` and ``allowed``; nothing was read or changed."""
+
+    code = ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE  # type: ignore[assignment]
+
+
+_WHAT = {
+    "stream_prefixes": "stream prefix",
+    "consumer_groups": "consumer group",
+    "member_id_prefix": "member id",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a scoped member credential may touch: glob patterns and a member-id prefix."""
+
+    stream_prefixes: tuple[str, ...] = (ANY,)
+    consumer_groups: tuple[str, ...] = (ANY,)
+    member_id_prefix: str = ""
+
+    def check(
+        self, name: str, stream_prefix: str, consumer_group: str | None = None, member_id: str | None = None
+    ) -> None:
+        """Raise OutsideCredentialScope for the first part of the request outside this scope."""
+        refusals = (
+            ("stream_prefixes", stream_prefix, not matches_any(stream_prefix, self.stream_prefixes)),
+            (
+                "consumer_groups",
+                consumer_group,
+                consumer_group is not None and not matches_any(consumer_group, self.consumer_groups),
+            ),
+            (
+                "member_id_prefix",
+                member_id,
+                member_id is not None and not member_id.startswith(self.member_id_prefix),
+            ),
+        )
+        for scope, value, refused in refusals:
+            if refused:
+                allowed: Any = (
+                    self.member_id_prefix if scope == "member_id_prefix" else list(getattr(self, scope))
+                )
+                raise OutsideCredentialScope(
+                    f"credential {name!r} may not use {_WHAT[scope]} {value!r}: its "
+                    f"scope {scope} is {allowed!r} (an admin can widen it in the credential's admin page)",
+                    scope=scope,
+                    value=value,
+                    allowed=allowed,
+                )
+
+
 @dataclass(frozen=True, slots=True)
 class TokenPrincipal:
     """The ``request.user`` of a token-authenticated request. It never holds the token."""
@@ -68,6 +136,8 @@ class TokenPrincipal:
     name: str
     role: Role
     source: str  # "environment" or "database"
+    identity: str = ""  # "database:<pk>" / "environment:<digest>": who owns the members it joins
+    scope: Scope | None = None  # None: unscoped (admin credentials, environment tokens)
 
     is_authenticated = True
     is_anonymous = False
@@ -78,12 +148,23 @@ class TokenPrincipal:
         return f"{self.source} credential {self.name!r} ({self.role})"
 
 
-def _candidates_from_settings() -> list[tuple[bytes, str, Role]]:
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    digest: bytes
+    principal: TokenPrincipal
+
+
+def _candidates_from_settings() -> list[_Candidate]:
     found = []
     for setting, role in (("RSC_MEMBER_TOKENS", Role.MEMBER), ("RSC_ADMIN_TOKENS", Role.ADMIN)):
         for index, token in enumerate(getattr(settings, setting, None) or ()):
             if token:
-                found.append((token_digest(token), f"{setting}[{index}]", role))
+                digest = token_digest(token)
+                # The identity is the token's (not its place in the list): reordering the setting
+                # does not hand one token's members to another. 64 bits of a SHA-256 leak nothing.
+                identity = f"environment:{digest.hex()[:16]}"
+                principal = TokenPrincipal(f"{setting}[{index}]", role, "environment", identity)
+                found.append(_Candidate(digest, principal))
     return found
 
 
@@ -98,31 +179,93 @@ def _candidates_from_settings() -> list[tuple[bytes, str, Role]]:
 # fill stores its rows only if the generation has not moved since it started, and a change invalidates
 # twice: at once (this thread's later reads see it, even inside the transaction) and on commit (which
 # discards whatever was stored, or is still being read, from before the commit).
-DB_CREDENTIALS_TTL_S = 5.0
-_Candidates = list[tuple[bytes, str, Role]]
-_db_cache: tuple[float, _Candidates] | None = None
+#
+# Across processes: the same commit also bumps SHARED_GENERATION_KEY in the coordinator's Redis, and a
+# cached fill is used only while that shared value is the one it was read under. So a deactivation in
+# one gunicorn worker (or the admin's process) is refused by every other process from the next request.
+DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
+
+
+def _cache_ttl_s() -> float:
+    return float(getattr(settings, "RSC_CREDENTIAL_CACHE_S", DB_CREDENTIALS_TTL_S))
+
+SHARED_GENERATION_KEY = "rsc:credentials:generation"
+_Candidates = list[_Candidate]
+_db_cache: tuple[float, bytes | None, _Candidates] | None = None  # (filled at, shared generation, rows)
 _db_generation = 0
 _db_cache_lock = threading.Lock()
+_shared_failure_logged_at = 0.0
+
+
+def _scope_of(row: dict[str, Any]) -> Scope | None:
+    if row["role"] != Role.MEMBER:
+        return None
+    scope = Scope(
+        parse_patterns(row["stream_prefixes"], "stream_prefixes"),
+        parse_patterns(row["consumer_groups"], "consumer_groups"),
+        row["member_id_prefix"],
+    )
+    return None if scope == Scope() else scope
 
 
 def _read_active_credentials() -> _Candidates:
     """The query behind the cache (its own function so a test can interleave a change with it)."""
-    rows = ApiCredential.objects.filter(active=True).values_list("token_sha256", "name", "role")
-    return [(bytes.fromhex(digest), name, Role(role)) for digest, name, role in rows]
+    rows = ApiCredential.objects.filter(active=True).values(
+        "pk", "token_sha256", "name", "role", "stream_prefixes", "consumer_groups", "member_id_prefix"
+    )
+    found = []
+    for row in rows:
+        try:
+            scope = _scope_of(row)
+        except Exception:  # a malformed scope saved around the model's validation: refuse that token
+            log.error("API credential %r has a malformed scope; it is refused until fixed", row["name"])
+            continue
+        principal = TokenPrincipal(row["name"], Role(row["role"]), "database", f"database:{row['pk']}", scope)
+        found.append(_Candidate(bytes.fromhex(row["token_sha256"]), principal))
+    return found
+
+
+def _shared_generation() -> bytes | None:
+    """The shared generation in the coordinator's Redis, or None if it cannot be read (then the cache
+    falls back to its time limit; logged at most once per DB_CREDENTIALS_TTL_S)."""
+    global _shared_failure_logged_at
+    from coordinator.store import get_store  # not at import: auth is loaded before the store is set up
+
+    if not settings.REDIS_URL:
+        return None
+    try:
+        value = get_store().client.get(SHARED_GENERATION_KEY)
+    except Exception as e:  # redis errors, or no store configured
+        now = time.monotonic()
+        if now - _shared_failure_logged_at >= DB_CREDENTIALS_TTL_S:
+            _shared_failure_logged_at = now
+            log.warning(
+                "credential generation unreadable (%s); credential changes made in other "
+                "processes apply within %.0f s",
+                e,
+                DB_CREDENTIALS_TTL_S,
+            )
+        return None
+    return value if isinstance(value, bytes) else b"0" if value is None else str(value).encode()
 
 
 def _candidates_from_database() -> _Candidates:
     global _db_cache
     now = time.monotonic()
+    shared = _shared_generation()
     # No lock to read (every authenticated request passes here): each is one reference read, and a pair
     # torn by a concurrent invalidation only makes the generation check below refuse to store the fill.
     generation, cached = _db_generation, _db_cache
-    if cached is not None and now - cached[0] < DB_CREDENTIALS_TTL_S:
-        return cached[1]
+    if (
+        cached is not None
+        and now - cached[0] < _cache_ttl_s()
+        and (shared is None or cached[1] == shared)
+    ):
+        return cached[2]
     found = _read_active_credentials()
     with _db_cache_lock:
         if _db_generation == generation:  # no change began or committed while we read: keep it
-            _db_cache = (now, found)
+            _db_cache = (now, shared, found)
     return found
 
 
@@ -133,14 +276,31 @@ def _invalidate_cached_credentials() -> None:
         _db_cache = None
 
 
+def _publish_change() -> None:
+    """After a commit: this process forgets its fill, and every other one is told through Redis."""
+    _invalidate_cached_credentials()
+    from coordinator.store import get_store
+
+    if not settings.REDIS_URL:  # no coordinator Redis (a process that only manages credentials)
+        return
+    try:
+        get_store().client.incr(SHARED_GENERATION_KEY)
+    except Exception as e:
+        log.warning(
+            "credential change not published to other processes (%s); they apply it within %.0f s",
+            e,
+            DB_CREDENTIALS_TTL_S,
+        )
+
+
 @receiver(post_save, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-save")
 @receiver(post_delete, sender=ApiCredential, dispatch_uid="rsc-forget-credentials-on-delete")
 def forget_cached_credentials(using: str = DEFAULT_DB_ALIAS, **_: Any) -> None:
     """Drop the cached database credentials now and again when the change commits (or at once, in
-    autocommit): a change made in this process applies from the first request that starts after its
-    commit (other processes see it within DB_CREDENTIALS_TTL_S)."""
+    autocommit), and then tell every other process: a change applies everywhere from the first request
+    that starts after its commit."""
     _invalidate_cached_credentials()
-    transaction.on_commit(_invalidate_cached_credentials, using=using)
+    transaction.on_commit(_publish_change, using=using)
 
 
 def match_token(token: str) -> TokenPrincipal | None:
@@ -148,14 +308,14 @@ def match_token(token: str) -> TokenPrincipal | None:
     presented = token_digest(token)
     best: TokenPrincipal | None = None
 
-    def consider(candidates: list[tuple[bytes, str, Role]], source: str) -> None:
+    def consider(candidates: list[_Candidate]) -> None:
         nonlocal best
-        for digest, name, role in candidates:  # no early exit: every candidate is compared
-            matched = hmac.compare_digest(digest, presented)
-            if matched and (best is None or _RANK[role] > _RANK[best.role]):
-                best = TokenPrincipal(name=name, role=role, source=source)
+        for candidate in candidates:  # no early exit: every candidate is compared
+            matched = hmac.compare_digest(candidate.digest, presented)
+            if matched and (best is None or _RANK[candidate.principal.role] > _RANK[best.role]):
+                best = candidate.principal
 
-    consider(_candidates_from_settings(), "environment")
+    consider(_candidates_from_settings())
     try:
         from_db = _candidates_from_database()
     except DatabaseError as e:
@@ -163,7 +323,7 @@ def match_token(token: str) -> TokenPrincipal | None:
         if best is None:
             raise StoreUnavailable("the credential database is unavailable; retry shortly") from e
         return best
-    consider(from_db, "database")
+    consider(from_db)
     return best
 
 
@@ -191,6 +351,23 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
 class StaffSessionAuthentication(authentication.SessionAuthentication):
     """A logged-in Django user (CSRF enforced for unsafe methods); its role is decided by role_of."""
+
+
+def identity_of(request: Request) -> str:
+    """Who the request acts as, for member ownership: a token's identity or ``session:<user pk>``."""
+    user: Any = request.user
+    if isinstance(user, TokenPrincipal):
+        return user.identity
+    return f"session:{user.pk}"
+
+
+def require_scope(
+    request: Request, stream_prefix: str, consumer_group: str | None = None, member_id: str | None = None
+) -> None:
+    """Raise OutsideCredentialScope unless the request's credential may use these (unscoped: always)."""
+    user: Any = request.user
+    if isinstance(user, TokenPrincipal) and user.scope is not None:
+        user.scope.check(user.name, stream_prefix, consumer_group, member_id)
 
 
 def role_of(request: Request) -> Role | None:

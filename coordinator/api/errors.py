@@ -68,6 +68,9 @@ class ApiErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
     TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
+    # coordinator/api/auth.py: a member credential used outside its stream-prefix / group / member-id
+    # scope. Nothing was read or changed.
+    OUTSIDE_CREDENTIAL_SCOPE = "OUTSIDE_CREDENTIAL_SCOPE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
     # coordinator/operations.py: the audit row of an operator action could not be written, so the action
     # was not made (fail closed). Retriable: the database is usually back within seconds.
@@ -82,6 +85,8 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.UNKNOWN_SHARD: (400, "Unknown shard"),
     ApiErrorCode.UNAUTHENTICATED: (401, "Authentication required"),
     ApiErrorCode.PERMISSION_DENIED: (403, "Permission denied"),
+    ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE: (403, "Outside the credential's scope"),
+    ErrorCode.MEMBER_ID_NOT_OWNED: (403, "Member id belongs to another credential"),
     ErrorCode.GROUP_NOT_FOUND: (404, "Group not found"),
     ErrorCode.STREAM_PREFIX_NOT_FOUND: (404, "Stream prefix not found"),
     ApiErrorCode.NOT_FOUND: (404, "Not found"),
@@ -93,6 +98,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.MIGRATION_IN_PROGRESS: (409, "Migration in progress"),
     ErrorCode.UNKNOWN_MEMBER_ID: (409, "Unknown member id"),
     ErrorCode.FENCED_MEMBER_EPOCH: (409, "Fenced member epoch"),
+    ErrorCode.STALE_JOIN: (409, "Stale join"),
     ErrorCode.GROUP_MAX_SIZE_REACHED: (409, "Group is full"),
     ErrorCode.GROUP_HAS_LIVE_MEMBERS: (409, "Group has live members"),
     ErrorCode.MIGRATION_NOT_ACTIVE: (409, "No migration to release from"),
@@ -105,6 +111,8 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ApiErrorCode.PAYLOAD_TOO_LARGE: (413, "Payload too large"),
     ApiErrorCode.UNSUPPORTED_MEDIA_TYPE: (415, "Unsupported media type"),
     ApiErrorCode.TOO_MANY_REQUESTS: (429, "Too many requests"),
+    ErrorCode.HEARTBEAT_TOO_FREQUENT: (429, "Heartbeats too frequent"),
+    ErrorCode.JOINS_THROTTLED: (429, "Too many joins at once"),
     ErrorCode.ILLEGAL_TRANSITION: (500, "Internal protocol violation"),
     ApiErrorCode.INTERNAL_ERROR: (500, "Internal error"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Metadata store unavailable"),
@@ -245,7 +253,7 @@ def _describe(exc: Exception, instance: str | None) -> _Described:
             detail = _DRIVER_DETAIL[
                 exc.code
             ]  # a translated driver error: its words (hosts, ports) are logged
-        return exc.code, detail, exc.retriable, exc.details, extensions, {}
+        return exc.code, detail, exc.retriable, exc.details, extensions, _retry_after(exc)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -270,6 +278,15 @@ def _describe(exc: Exception, instance: str | None) -> _Described:
         return code, _text(exc.detail), retriable, {}, {}, headers
     incident = log_incident(instance, exc, "unexpected error")
     return ApiErrorCode.INTERNAL_ERROR, _incident_detail(incident), False, {}, {"incident_id": incident}, {}
+
+
+def _retry_after(exc: CoordinatorError) -> dict[str, str]:
+    """``Retry-After`` of an error that says when to come back (``details["retry_after_ms"]``, a 429),
+    in whole seconds rounded up as HTTP requires; the milliseconds stay in the details."""
+    wait_ms = exc.details.get("retry_after_ms")
+    if not isinstance(wait_ms, int) or wait_ms < 0:
+        return {}
+    return {"Retry-After": str(max(1, -(-wait_ms // 1000)))}
 
 
 def _incident_detail(incident: str) -> str:

@@ -51,7 +51,7 @@ class RedeliverView(_ShardAction):
         "and re-reads its own pending entries, in order, before anything new. The body may be left out.",
         parameters=[*_GROUP, doc.SHARD, *doc.RESPONSE_HEADERS],
         request=RedeliverSerializer,
-        responses={202: doc.RedeliverResponseSerializer, **doc.problems(*_SHARD_CODES)},
+        responses={202: doc.RedeliverResponseSerializer, **doc.admin_problems(*_SHARD_CODES)},
     )
     def post(self, request: Request, stream_prefix: str, consumer_group: str, shard: str) -> Response:
         prefix, group, wire = self.target()
@@ -72,7 +72,7 @@ class SkipView(_ShardAction):
         request=SkipSerializer,
         responses={
             200: doc.SkipResponseSerializer,
-            **doc.problems(*_SHARD_CODES, ErrorCode.ENTRY_NOT_PENDING),
+            **doc.admin_problems(*_SHARD_CODES, ErrorCode.ENTRY_NOT_PENDING),
         },
     )
     def post(self, request: Request, stream_prefix: str, consumer_group: str, shard: str) -> Response:
@@ -103,7 +103,7 @@ class ReleaseDrainView(AdminView):
         request=ReleaseDrainSerializer,
         responses={
             200: doc.ReleaseDrainResponseSerializer,
-            **doc.problems(
+            **doc.admin_problems(
                 *doc.BODY_CODES,
                 *_GROUP_CODES,
                 ErrorCode.GROUP_HAS_LIVE_MEMBERS,
@@ -133,7 +133,7 @@ class DeadLettersView(AdminView):
         parameters=[*_GROUP, DeadLettersQuerySerializer, *doc.RESPONSE_HEADERS],
         responses={
             200: doc.DeadLetterListSerializer,
-            **doc.problems(ErrorCode.INVALID_REQUEST, *_GROUP_CODES),
+            **doc.admin_problems(ErrorCode.INVALID_REQUEST, *_GROUP_CODES),
         },
     )
     def get(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
@@ -150,7 +150,7 @@ class DeadLetterView(AdminView):
         parameters=[*_GROUP, doc.DEAD_LETTER_ID, *doc.RESPONSE_HEADERS],
         responses={
             200: doc.DeadLetterSerializer,
-            **doc.problems(ErrorCode.INVALID_REQUEST, *_GROUP_CODES, ErrorCode.DEAD_LETTER_NOT_FOUND),
+            **doc.admin_problems(ErrorCode.INVALID_REQUEST, *_GROUP_CODES, ErrorCode.DEAD_LETTER_NOT_FOUND),
         },
     )
     def get(self, request: Request, stream_prefix: str, consumer_group: str, dead_letter_id: str) -> Response:
@@ -170,7 +170,7 @@ class ReplayDeadLettersView(AdminView):
         request=ReplayDeadLettersSerializer,
         responses={
             200: doc.ReplayResponseSerializer,
-            **doc.problems(
+            **doc.admin_problems(
                 *doc.BODY_CODES, *_GROUP_CODES, ErrorCode.DEAD_LETTER_NOT_FOUND, *doc.ACTION_CODES
             ),
         },
@@ -193,7 +193,7 @@ class PurgeDeadLettersView(AdminView):
         request=PurgeDeadLettersSerializer,
         responses={
             200: doc.PurgeResponseSerializer,
-            **doc.problems(*doc.BODY_CODES, *_GROUP_CODES, *doc.ACTION_CODES),
+            **doc.admin_problems(*doc.BODY_CODES, *_GROUP_CODES, *doc.ACTION_CODES),
         },
     )
     def post(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
@@ -220,7 +220,7 @@ class RetentionView(AdminView):
         request=RetentionSerializer,
         responses={
             200: doc.PrefixDescriptionSerializer,
-            **doc.problems(
+            **doc.admin_problems(
                 *doc.BODY_CODES,
                 ErrorCode.INVALID_IDENTIFIER,
                 ErrorCode.STREAM_PREFIX_NOT_FOUND,

@@ -42,11 +42,16 @@ class StrictJSONParser(BaseParser):
         if len(raw) > limit:
             raise PayloadTooLarge(f"the request body exceeds {limit} bytes")
         try:
-            return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_nan)
+            return strict_loads(raw)
         except RecursionError as e:
             raise exceptions.ParseError("malformed JSON: nested too deeply") from e
         except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, too many digits, our hooks
             raise exceptions.ParseError(f"malformed JSON: {e}") from e
+
+
+def strict_loads(raw: bytes) -> Any:
+    """UTF-8 JSON without duplicate keys or NaN/Infinity. Raises ValueError (or RecursionError)."""
+    return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_nan)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -1,23 +1,42 @@
-"""OpenAPI documentation of the responses (drf-spectacular), and the security schemes.
+"""OpenAPI documentation of the responses (drf-spectacular), the security schemes, and what the schema
+says about requests beyond what drf-spectacular reads off the serializers.
 
 The views return the store's JSON-ready dicts as they are (one source of truth for their shape: the core's
 ``describe`` module and the store's ``codec``); the serializers below only *document* those shapes.
 tests/api/test_schema.py validates real responses against the generated schema, so a change on either
 side that is not made on the other fails the tests.
+
+Requests: the schema states every rule the API enforces that JSON Schema can say (patterns, ranges,
+unknown fields refused, the fields one of which must be given), so that a request the schema calls valid
+is never refused for its shape: tests/api/test_schemathesis.py holds the server to that. Two rules it
+cannot say are stated in the create-group body's description: ``heartbeat_interval_ms`` below
+``lease_ttl_ms`` (either may take the server's default) and ``shard_count`` for a new stream prefix.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from django.conf import settings
+from django.core.validators import RegexValidator
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerExtension,
+    OpenApiSerializerFieldExtension,
+)
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
-from coordinator.protocol.describe import GroupState
+from coordinator.protocol.describe import GroupState, ShardAssignment
 from coordinator.protocol.errors import ErrorCode
-from coordinator.protocol.model import IDENTIFIER_RE, EndReason, MemberState, OrderingMode, VersionState
+from coordinator.protocol.model import (
+    IDENTIFIER_RE,
+    EndReason,
+    MemberState,
+    OrderingMode,
+    VersionState,
+)
 
 from .errors import HTTP_STATUS, PROBLEM_CONTENT_TYPE, ApiErrorCode
 
@@ -42,8 +61,6 @@ class StaffSessionScheme(OpenApiAuthenticationExtension):
     name = "staffSession"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        from django.conf import settings
-
         return {
             "type": "apiKey",
             "in": "cookie",
@@ -51,6 +68,109 @@ class StaffSessionScheme(OpenApiAuthenticationExtension):
             "description": "A Django staff session with the permission coordinator.manage_groups (admin "
             "role); unsafe methods need the X-CSRFToken header.",
         }
+
+
+# ---------------------------------------------------------------------------------------------- patterns
+# A schema pattern is read by two regex dialects: validators use ECMA-262 (JSON Schema's) and search for
+# it; generators such as Hypothesis (schemathesis) and Python validators use Python's ``re``. They agree on
+# ``^`` (the start, no multiline flag) but not on ``$``: in Python it also matches before a final "\n", so
+# a generator makes "a\n" from ``^a$`` and the server, which fullmatches, refuses it. END ("no character
+# follows") means the end of the string in both dialects. Character classes are spelled out ([0-9], never
+# \d, which is Unicode in Python and ASCII in ECMA).
+
+END = r"(?![\s\S])"
+
+
+def whole(pattern: str) -> str:
+    """A fullmatch rule (the core writes them ``^...$``) as a schema pattern that means the same in both
+    dialects."""
+    return f"^(?:{pattern.removeprefix('^').removesuffix('$')}){END}"
+
+
+def decimal_at_most(limit: int) -> str:
+    """A regex for the decimal integers 0..limit with any leading zeros: how the core reads an entry id's
+    parts (``int(text)``; ``05-0`` is ``5-0``), so that pattern and server agree to the last value."""
+    digits = str(limit)
+    alternatives = [f"[0-9]{{1,{len(digits) - 1}}}"]  # fewer digits than the limit
+    for i, digit in enumerate(digits):  # as many digits: equal up to i, smaller at i, anything after
+        low = 1 if i == 0 else 0
+        if int(digit) > low:
+            rest = len(digits) - i - 1
+            smaller = f"[{low}-{int(digit) - 1}]" if int(digit) - 1 > low else str(low)
+            alternatives.append(digits[:i] + smaller + (f"[0-9]{{{rest}}}" if rest else ""))
+    alternatives.append(digits)
+    return "0*(?:" + "|".join(alternatives) + ")"
+
+
+_U64 = decimal_at_most(2**64 - 1)
+# A Redis stream entry id as the core takes it (coordinator.protocol.model.validate_entry_ids): two
+# decimal parts below 2**64, ASCII digits only.
+ENTRY_ID_PATTERN = f"^{_U64}-{_U64}{END}"
+ENTRY_ID_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": ENTRY_ID_PATTERN,
+    "example": "1700000000000-0",
+}
+AFTER_PATTERN = f"^(?:-|{_U64}-{_U64}){END}"
+SHARD_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": whole(r"v[1-9][0-9]{0,8}:(0|[1-9][0-9]{0,4})"),  # Shard.parse's rule
+    "example": "v1:0",
+}
+# What str.strip() removes (str.isspace()), spelled as code points: not ECMA's \s, which differs (it has
+# U+FEFF, Python has U+001C..U+001F and U+0085).
+_PY_SPACE = "".join(f"\\u{c:04x}" for c in range(0x10000) if chr(c).isspace())
+# DRF's CharField refuses NUL in any string (ProhibitNullCharactersValidator). One character at least:
+# drf-spectacular offers a blank-allowing field's "" as a oneOf alternative of its own, which must not
+# also match the pattern.
+TEXT_PATTERN = f"^[^\\u0000]+{END}"
+# A required reason: no NUL, and something left once stripped (operations.validate_reason).
+REQUIRED_TEXT_PATTERN = f"^[^\\u0000]*[^\\u0000{_PY_SPACE}][^\\u0000]*{END}"
+
+
+class StrictSerializerScheme(OpenApiSerializerExtension):
+    """Every request body refuses fields it does not declare (``StrictSerializer``): the schema says so
+    with ``additionalProperties: false``, and adds the serializer's ``schema_rules`` (the combinations of
+    fields it requires, as ``anyOf`` / ``oneOf``)."""
+
+    target_class = "coordinator.api.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_basic_serializer(self.target, direction)
+        schema["additionalProperties"] = False
+        schema.update(getattr(self.target, "schema_rules", {}))
+        return schema
+
+
+class StrictTextScheme(OpenApiSerializerFieldExtension):
+    """A free-text field (``StrictCharField`` without a pattern of its own): no NUL (DRF refuses it);
+    a required reason must also hold something besides whitespace."""
+
+    target_class = "coordinator.api.serializers.StrictCharField"
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        field = self.target
+        schema: dict[str, Any] = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
+        has_own = any(isinstance(v, RegexValidator) for v in field.validators)  # identifiers
+        if "pattern" not in schema and not has_own:
+            required_reason = getattr(field, "reason_required", False)
+            schema["pattern"] = REQUIRED_TEXT_PATTERN if required_reason else TEXT_PATTERN
+        return schema
+
+
+class LeaseTtlScheme(OpenApiSerializerFieldExtension):
+    """``lease_ttl_ms`` must also be above this server's RSC_TICK_INTERVAL_MS (docs/protocol.md section 5):
+    the schema's minimum is the larger of the two bounds, read when the schema is generated."""
+
+    target_class = "coordinator.api.serializers.LeaseTtlField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        field = self.target
+        schema: dict[str, Any] = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
+        schema["minimum"] = max(schema["minimum"], int(settings.RSC_TICK_INTERVAL_MS) + 1)
+        return schema
 
 
 # ---------------------------------------------------------------------------------------------- fields
@@ -223,6 +343,11 @@ class MemberViewSerializer(serializers.Serializer):
     last_heartbeat_ms = serializers.IntegerField()
     ended_at_ms = _nullable_int()
     end_reason = _choice(EndReason, allow_null=True)
+    owner = serializers.CharField(
+        allow_blank=True,
+        help_text="The credential identity that joined the member (database:<pk>, environment:<digest>, "
+        "session:<user pk>); only it may heartbeat, leave or rejoin the id. Empty: not recorded.",
+    )
 
 
 class PendingRevocationSerializer(serializers.Serializer):
@@ -242,8 +367,12 @@ class BacklogRowSerializer(serializers.Serializer):
 
     shard = _shard()
     stream_key = serializers.CharField()
-    version_state = serializers.ChoiceField(choices=["ACTIVE", "DRAINING"])
+    # VersionState's own enum, although a retired version's shards are not listed: drf-spectacular names
+    # enums by field name, and a two-valued "version_state" took the name VersionStateEnum from the
+    # three-valued one, so a topology with a RETIRED version violated its own schema.
+    version_state = _choice(VersionState, help_text="ACTIVE or DRAINING (retired versions are not listed).")
     owner = serializers.CharField(allow_null=True)
+    assignment = _choice(ShardAssignment, help_text="Where the shard stands for the group.")
     length = serializers.IntegerField(help_text="XLEN of the stream.")
     lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
     pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
@@ -412,12 +541,21 @@ BODY_CODES = (
     ApiErrorCode.UNSUPPORTED_MEDIA_TYPE,
 )
 
+# Admin operations: at most RSC_ADMIN_API_RATE requests per credential (coordinator/api/throttling.py).
+ADMIN_CODES = (ApiErrorCode.TOO_MANY_REQUESTS,)
+
+
+def admin_problems(*codes: str) -> dict[tuple[int, str], OpenApiResponse]:
+    """``problems`` of an admin operation: also 429 TOO_MANY_REQUESTS (throttled per credential)."""
+    return problems(*codes, *ADMIN_CODES)
+
+
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
-    OpenApiTypes.INT,
+    {"type": "integer", "minimum": 1},
     OpenApiParameter.HEADER,
-    response=[503],
-    description="Seconds to wait before retrying.",
+    response=[429, 503],
+    description="Seconds to wait before retrying (whole seconds, rounded up).",
 )
 WWW_AUTHENTICATE = OpenApiParameter(
     "WWW-Authenticate", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[401], description="Bearer."
@@ -428,7 +566,7 @@ RESPONSE_HEADERS = [RETRY_AFTER, WWW_AUTHENTICATE]
 def identifier_parameter(name: str, description: str) -> OpenApiParameter:
     return OpenApiParameter(
         name,
-        {"type": "string", "pattern": IDENTIFIER_RE.pattern, "maxLength": 64},
+        {"type": "string", "pattern": whole(IDENTIFIER_RE.pattern), "minLength": 1, "maxLength": 64},
         OpenApiParameter.PATH,
         description=description + " 1-64 of [A-Za-z0-9._-], starting with a letter or digit.",
     )
@@ -438,14 +576,14 @@ STREAM_PREFIX = identifier_parameter("stream_prefix", "The stream prefix (the 't
 CONSUMER_GROUP = identifier_parameter("consumer_group", "The consumer group.")
 SHARD = OpenApiParameter(
     "shard",
-    {"type": "string", "pattern": r"^v[1-9][0-9]{0,8}:(0|[1-9][0-9]{0,4})$", "example": "v1:0"},
+    SHARD_SCHEMA,
     OpenApiParameter.PATH,
     description="A shard of the group's stream prefix, 'v<version>:<index>' (a retired version's shards "
     "are not shards of the group any more).",
 )
 DEAD_LETTER_ID = OpenApiParameter(
     "dead_letter_id",
-    {"type": "string", "pattern": r"^[0-9]+-[0-9]+$", "example": "1700000000000-0"},
+    ENTRY_ID_SCHEMA,
     OpenApiParameter.PATH,
     description="The dead letter's id in the group's dead-letter stream.",
 )

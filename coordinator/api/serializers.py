@@ -8,7 +8,10 @@ an identifier that fails reports the DRF error code ``invalid_identifier`` and t
 with ``INVALID_IDENTIFIER`` when that is all that is wrong with it.
 
 The cross-field rules (``heartbeat_interval_ms < lease_ttl_ms``, ``capacity`` required on a join) stay in
-the core, which raises ``INVALID_CONFIG`` / ``INVALID_REQUEST`` for them.
+the core, which raises ``INVALID_CONFIG`` / ``INVALID_REQUEST`` for them. The schema (``schemas``) states
+every rule here, the combinations of fields included (a serializer's ``schema_rules``); the two it
+cannot state (heartbeat below lease, a comparison of two fields; shard_count for a new prefix, a rule
+about state) are in the body's description.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from coordinator.protocol.model import (
 from coordinator.store.redis_store import START_FROM, default_config_from_settings
 
 from .errors import IDENTIFIER_ERROR_CODE
+from .schemas import AFTER_PATTERN, ENTRY_ID_SCHEMA, SHARD_SCHEMA, whole
 
 MAX_MEMBER_EPOCH = 2**53  # the largest integer every JSON implementation represents exactly
 MAX_OWNED_SHARDS = 2 * MAX_SHARD_COUNT  # a draining and an active version at most
@@ -94,7 +98,7 @@ class IdentifierField(StrictCharField):
         max_length = 128 if what == "member_id" else 64
         kwargs.setdefault("help_text", _IDENTIFIER_HELP.format(max_length=max_length))
         # The pattern documents the core's rule in the schema; the core's validator is what enforces it.
-        pattern = (MEMBER_ID_RE if what == "member_id" else IDENTIFIER_RE).pattern
+        pattern = whole((MEMBER_ID_RE if what == "member_id" else IDENTIFIER_RE).pattern)
         super().__init__(max_length=max_length, validators=[RegexValidator(pattern)], **kwargs)
 
     def run_validation(self, data: Any = serializers.empty) -> Any:
@@ -118,9 +122,7 @@ _IDENTIFIER_HELP = (
 )
 
 
-@extend_schema_field(
-    {"type": "string", "pattern": r"^v[1-9][0-9]{0,8}:(0|[1-9][0-9]{0,4})$", "example": "v1:0"}
-)
+@extend_schema_field(SHARD_SCHEMA)
 class ShardField(StrictCharField):
     """A shard in its wire form ``v<version>:<index>`` (checked by ``Shard.parse``)."""
 
@@ -143,7 +145,14 @@ class StrictChoiceField(serializers.ChoiceField):
 
 
 class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not declare (each reported under its own name, code ``unknown_field``)."""
+    """Rejects fields it does not declare (each reported under its own name, code ``unknown_field``).
+
+    ``schema_rules``: JSON Schema keywords the schema adds to the body's object (``anyOf`` / ``oneOf``
+    for the combinations of fields that ``validate`` or the core require); ``schemas.StrictSerializerScheme``
+    adds them with ``additionalProperties: false``.
+    """
+
+    schema_rules: ClassVar[dict[str, Any]] = {}
 
     def to_internal_value(self, data: Any) -> Any:
         unknown = sorted(str(k) for k in data if k not in self.fields) if isinstance(data, Mapping) else []
@@ -175,7 +184,17 @@ class ClientInfoSerializer(StrictSerializer):
 
 
 class HeartbeatSerializer(StrictSerializer):
-    """A member heartbeat (docs/protocol.md section 3). Unknown fields are rejected."""
+    """A member heartbeat (docs/protocol.md section 3). Unknown fields are rejected. A join (member_epoch
+    0) must report capacity (an integer, not null)."""
+
+    # The core's rule (Heartbeat.validated): capacity is required and not null on a join. (No "enum" in
+    # schema_rules: drf-spectacular's enum hook would name them by field and merge different ones.)
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "anyOf": [
+            {"properties": {"member_epoch": {"anyOf": [{"maximum": LEAVE_EPOCH}, {"minimum": 1}]}}},
+            {"required": ["capacity"], "properties": {"capacity": {"type": "integer"}}},
+        ]
+    }
 
     member_id = IdentifierField("member_id")
     member_epoch = StrictIntegerField(
@@ -200,6 +219,16 @@ class HeartbeatSerializer(StrictSerializer):
         "unchanged.",
     )
     client = ClientInfoSerializer(required=False, allow_null=True)
+    join_seq = StrictIntegerField(
+        min_value=0,
+        max_value=MAX_MEMBER_EPOCH,
+        required=False,
+        allow_null=True,
+        help_text="Read by joins only (ignored otherwise): the member's count of its own joins (the same "
+        "number on a retried join, the next after a fence). A join with a lower number than the member "
+        "id's last is refused (STALE_JOIN); the same number again answers the member as it is, without "
+        "fencing it.",
+    )
 
     def to_heartbeat(self) -> Heartbeat:
         data = self.validated_data
@@ -211,19 +240,30 @@ class HeartbeatSerializer(StrictSerializer):
             owned=None if owned is None else frozenset(owned),
             capacity=data.get("capacity"),
             client=None if client is None else ClientInfo(**client),
+            join_seq=data.get("join_seq"),
         )
 
 
 # ---------------------------------------------------------------------------------------------- admin
 
 
+class LeaseTtlField(StrictIntegerField):
+    """``lease_ttl_ms``: its range, and above RSC_TICK_INTERVAL_MS (checked by ``to_command``, where the
+    setting is read; the schema's minimum says so: ``schemas.LeaseTtlScheme``)."""
+
+
 def _config_field(name: str, help_text: str) -> StrictIntegerField:
     low, high = CONFIG_RANGES[name]
-    return StrictIntegerField(min_value=low, max_value=high, required=False, help_text=help_text)
+    field_class = LeaseTtlField if name == "lease_ttl_ms" else StrictIntegerField
+    return field_class(min_value=low, max_value=high, required=False, help_text=help_text)
 
 
 class CreateGroupSerializer(StrictSerializer):
-    """A new consumer group. Unknown fields are rejected."""
+    """A new consumer group. Unknown fields are rejected. heartbeat_interval_ms must be below
+    lease_ttl_ms, either of them given or the server's default (400 INVALID_CONFIG otherwise: a rule
+    JSON Schema cannot state). lease_ttl_ms must be above the server's RSC_TICK_INTERVAL_MS (its
+    minimum here). shard_count is required while the stream prefix does not exist yet (400
+    INVALID_REQUEST)."""
 
     stream_prefix = IdentifierField("stream_prefix")
     consumer_group = IdentifierField("consumer_group")
@@ -310,7 +350,7 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
-@extend_schema_field({"type": "string", "pattern": r"^[0-9]+-[0-9]+$", "example": "1700000000000-0"})
+@extend_schema_field(ENTRY_ID_SCHEMA)
 class EntryIdField(StrictCharField):
     """A Redis stream entry id ``<ms>-<seq>`` (checked by ``operations.validate_entry_id``)."""
 
@@ -355,7 +395,12 @@ def _exactly_one(data: Mapping[str, Any], first: str, second: str, *, second_giv
 
 
 class SkipSerializer(StrictSerializer):
-    """Acknowledge pending entries without handling them: the listed ids, or every one older than an age."""
+    """Acknowledge pending entries without handling them: the listed ids, or every one older than an age
+    (exactly one of entry_ids and older_than_ms)."""
+
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "oneOf": [{"required": ["entry_ids"]}, {"required": ["older_than_ms"]}]
+    }
 
     entry_ids = EntryIdListField(
         required=False,
@@ -394,11 +439,27 @@ class ReleaseDrainSerializer(StrictSerializer):
 
 
 class ReplayDeadLettersSerializer(StrictSerializer):
+    """Re-append dead letters to the active version."""
+
     ids = EntryIdListField(help_text="Dead-letter ids (entries of the group's dead-letter stream).")
     reason = ReasonField(required=False)
 
 
 class PurgeDeadLettersSerializer(StrictSerializer):
+    """Delete dead letters: the listed ids, or all (``all: true``); exactly one of the two."""
+
+    # ids without all: true; or all: true without ids. The enums sit under "not", where drf-spectacular's
+    # enum hook does not look (it would name both "PurgeDeadLettersAllEnum" and keep one).
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            {"required": ["ids"], "not": {"required": ["all"], "properties": {"all": {"enum": [True]}}}},
+            {
+                "required": ["all"],
+                "not": {"anyOf": [{"required": ["ids"]}, {"properties": {"all": {"enum": [False]}}}]},
+            },
+        ]
+    }
+
     ids = EntryIdListField(required=False, help_text="Dead-letter ids to delete.")
     all = StrictBooleanField(required=False, help_text="true: delete every dead letter of the group.")
     reason = ReasonField(required=True)
@@ -486,7 +547,7 @@ class QueryBooleanField(_QueryField):
         return text == "true"
 
 
-@extend_schema_field({"type": "string", "pattern": r"^(-|[0-9]+-[0-9]+)$"})
+@extend_schema_field({"type": "string", "pattern": AFTER_PATTERN})
 class QueryAfterField(_QueryField):
     """``-`` (from the start) or an entry id."""
 

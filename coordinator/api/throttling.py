@@ -1,4 +1,5 @@
-"""The admin API's rate limit: at most ``RSC_ADMIN_API_RATE`` requests per credential.
+"""The admin API's rate limit (at most ``RSC_ADMIN_API_RATE`` requests per credential), the member
+heartbeat floor (:func:`heartbeat_floor`) and join admission (:func:`admit_join`).
 
 Theory of operation
 -------------------
@@ -21,15 +22,38 @@ admin API, it is not an exact quota. A shared cache (Redis, Memcached) in ``CACH
 
 from __future__ import annotations
 
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from coordinator.protocol.errors import JoinsThrottled
+from coordinator.store import HeartbeatFloor
+
 from .auth import TokenPrincipal
 
 DEFAULT_ADMIN_API_RATE = "600/min"
+DEFAULT_HEARTBEAT_FLOOR_MS = 50
+DEFAULT_HEARTBEAT_BURST = 20
+
+
+def heartbeat_floor() -> HeartbeatFloor | None:
+    """The per-member heartbeat floor (docs/protocol.md section 13): a live member may send
+    ``RSC_HEARTBEAT_BURST`` heartbeats back to back, then one per ``RSC_HEARTBEAT_FLOOR_MS``; faster
+    ones get 429 HEARTBEAT_TOO_FREQUENT with Retry-After and change nothing. Kept in Redis by the fast
+    path's script, so it holds across every API process. ``RSC_HEARTBEAT_FLOOR_MS=0`` turns it off.
+    Read on every request, so a changed setting applies at once."""
+    period = int(getattr(settings, "RSC_HEARTBEAT_FLOOR_MS", DEFAULT_HEARTBEAT_FLOOR_MS))
+    if period <= 0:
+        return None
+    return HeartbeatFloor(
+        period, max(1, int(getattr(settings, "RSC_HEARTBEAT_BURST", DEFAULT_HEARTBEAT_BURST)))
+    )
 
 
 class AdminRateThrottle(SimpleRateThrottle):
@@ -49,3 +73,33 @@ class AdminRateThrottle(SimpleRateThrottle):
         else:  # not reached behind IsAdmin; no credential, nothing to count against
             return None
         return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+DEFAULT_MAX_CONCURRENT_JOINS = 4
+_joins_lock = threading.Lock()
+_joins_running = 0
+
+
+@contextmanager
+def admit_join() -> Iterator[None]:
+    """At most ``RSC_MAX_CONCURRENT_JOINS`` joins run at once in this API process; one more is refused
+    at once with 429 JOINS_THROTTLED and a jittered ``Retry-After`` (docs/protocol.md section 13,
+    "Overload"). A join is the costly heartbeat (it rewrites the group and conflicts with every other
+    change to it); shedding joins first keeps steady heartbeats and renewals, hence every live member's
+    lease, served under load. ``0`` admits every join."""
+    global _joins_running
+    limit = int(getattr(settings, "RSC_MAX_CONCURRENT_JOINS", DEFAULT_MAX_CONCURRENT_JOINS))
+    with _joins_lock:
+        if limit and _joins_running >= limit:
+            wait_ms = 500 + random.randrange(1_500)  # spread the retries of a crowd of joiners
+            raise JoinsThrottled(
+                f"this coordinator is running {_joins_running} joins at once, its limit "
+                f"(RSC_MAX_CONCURRENT_JOINS); retry in {wait_ms} ms",
+                retry_after_ms=wait_ms,
+            )
+        _joins_running += 1
+    try:
+        yield
+    finally:
+        with _joins_lock:
+            _joins_running -= 1

@@ -2,14 +2,14 @@
 
 from django.urls import path
 
-from . import docs, lifecycle, views
+from . import docs, fastpath, lifecycle, views
 
 app_name = "api-v1"
 
 urlpatterns = [
     path(
         "groups/<str:stream_prefix>/<str:consumer_group>/heartbeat",
-        views.HeartbeatView.as_view(),
+        fastpath.heartbeat,  # steady heartbeats answered before DRF; everything else: HeartbeatView
         name="heartbeat",
     ),
     path("routing/<str:stream_prefix>", views.RoutingView.as_view(), name="routing"),

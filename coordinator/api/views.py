@@ -11,6 +11,7 @@ about the protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -31,8 +32,15 @@ from coordinator.protocol.model import validate_identifier
 from coordinator.store import MetadataStore, get_store
 
 from . import schemas as doc
-from .auth import BearerTokenAuthentication, IsAdmin, IsMember, StaffSessionAuthentication
-from .errors import exception_handler
+from .auth import (
+    BearerTokenAuthentication,
+    IsAdmin,
+    IsMember,
+    StaffSessionAuthentication,
+    identity_of,
+    require_scope,
+)
+from .errors import ApiErrorCode, exception_handler
 from .parsers import StrictJSONParser, require_json_body
 from .serializers import (
     CreateGroupSerializer,
@@ -44,9 +52,11 @@ from .serializers import (
     ShardCountSerializer,
     StrictSerializer,
 )
-from .throttling import AdminRateThrottle
+from .throttling import AdminRateThrottle, admit_join, heartbeat_floor
 
 log = logging.getLogger(__name__)
+
+FAST_TRIED = "rsc_fast_heartbeat_tried"  # request attribute set by fastpath.heartbeat
 
 
 class JSONOnlyNegotiation(BaseContentNegotiation):
@@ -165,13 +175,27 @@ class HeartbeatView(ApiView):
                 ErrorCode.UNKNOWN_MEMBER_ID,
                 ErrorCode.FENCED_MEMBER_EPOCH,
                 ErrorCode.GROUP_MAX_SIZE_REACHED,
+                ErrorCode.STALE_JOIN,
+                ErrorCode.JOINS_THROTTLED,
+                ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE,
+                ErrorCode.MEMBER_ID_NOT_OWNED,
+                ErrorCode.HEARTBEAT_TOO_FREQUENT,
             ),
         },
     )
     def post(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
         prefix, group = self.path_identifiers()
         heartbeat = self.body(HeartbeatSerializer).to_heartbeat()
-        return Response(self.store.heartbeat(prefix, group, heartbeat))
+        require_scope(request, prefix, group, heartbeat.member_id)
+        heartbeat = dataclasses.replace(heartbeat, owner=identity_of(request))
+        # The pre-DRF fast path (fastpath.py) already ran the script (floor included) for this request
+        # and found the member not steady: straight to the full path, the floor counted once.
+        if getattr(request._request, FAST_TRIED, False):
+            return Response(self.store.heartbeat(prefix, group, heartbeat, fast_tried=True))
+        if heartbeat.member_epoch == 0:
+            with admit_join():  # joins are shed first under load (429 JOINS_THROTTLED)
+                return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
+        return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
 
 
 class RoutingView(ApiView):
@@ -182,11 +206,16 @@ class RoutingView(ApiView):
         parameters=[doc.STREAM_PREFIX, *doc.RESPONSE_HEADERS],
         responses={
             200: doc.TopologySerializer,
-            **doc.problems(ErrorCode.INVALID_IDENTIFIER, ErrorCode.STREAM_PREFIX_NOT_FOUND),
+            **doc.problems(
+                ErrorCode.INVALID_IDENTIFIER,
+                ErrorCode.STREAM_PREFIX_NOT_FOUND,
+                ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE,
+            ),
         },
     )
     def get(self, request: Request, stream_prefix: str) -> Response:
         (prefix,) = self.path_identifiers()
+        require_scope(request, prefix)
         return Response(self.store.routing(prefix))
 
 
@@ -206,7 +235,7 @@ class AdminGroupsView(AdminView):
         tags=["admin"],
         summary="Every consumer group of every stream prefix",
         parameters=doc.RESPONSE_HEADERS,
-        responses={200: doc.GroupSummarySerializer(many=True), **doc.problems()},
+        responses={200: doc.GroupSummarySerializer(many=True), **doc.admin_problems()},
     )
     def get(self, request: Request) -> Response:
         return Response(self.store.list_groups())
@@ -221,7 +250,7 @@ class AdminGroupsView(AdminView):
         request=CreateGroupSerializer,
         responses={
             201: doc.GroupDescriptionSerializer,
-            **doc.problems(
+            **doc.admin_problems(
                 *doc.BODY_CODES,
                 ErrorCode.INVALID_IDENTIFIER,
                 ErrorCode.INVALID_CONFIG,
@@ -244,7 +273,7 @@ class AdminGroupView(AdminView):
         tags=["admin"],
         summary="Everything about one group: epochs, members, both assignments, revocations, migration",
         parameters=[doc.STREAM_PREFIX, doc.CONSUMER_GROUP, *doc.RESPONSE_HEADERS],
-        responses={200: doc.GroupDescriptionSerializer, **doc.problems(*_GROUP_PATH_CODES)},
+        responses={200: doc.GroupDescriptionSerializer, **doc.admin_problems(*_GROUP_PATH_CODES)},
     )
     def get(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
         prefix, group = self.path_identifiers()
@@ -265,7 +294,7 @@ class AdminGroupView(AdminView):
         ],
         responses={
             204: None,
-            **doc.problems(
+            **doc.admin_problems(
                 ErrorCode.INVALID_REQUEST,
                 *_GROUP_PATH_CODES,
                 ErrorCode.GROUP_HAS_UNCONSUMED_ENTRIES,
@@ -289,7 +318,7 @@ class MaxConcurrencyView(AdminView):
         request=MaxConcurrencySerializer,
         responses={
             200: doc.GroupDescriptionSerializer,
-            **doc.problems(*doc.BODY_CODES, *_GROUP_PATH_CODES, *doc.ACTION_CODES),
+            **doc.admin_problems(*doc.BODY_CODES, *_GROUP_PATH_CODES, *doc.ACTION_CODES),
         },
     )
     def put(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
@@ -309,7 +338,7 @@ class ShardCountView(AdminView):
         request=ShardCountSerializer,
         responses={
             202: doc.PrefixDescriptionSerializer,
-            **doc.problems(
+            **doc.admin_problems(
                 *doc.BODY_CODES,
                 ErrorCode.INVALID_IDENTIFIER,
                 ErrorCode.STREAM_PREFIX_NOT_FOUND,
@@ -336,7 +365,7 @@ class StreamPrefixView(AdminView):
         parameters=[doc.STREAM_PREFIX, *doc.RESPONSE_HEADERS],
         responses={
             200: doc.PrefixDescriptionSerializer,
-            **doc.problems(ErrorCode.INVALID_IDENTIFIER, ErrorCode.STREAM_PREFIX_NOT_FOUND),
+            **doc.admin_problems(ErrorCode.INVALID_IDENTIFIER, ErrorCode.STREAM_PREFIX_NOT_FOUND),
         },
     )
     def get(self, request: Request, stream_prefix: str) -> Response:
@@ -353,7 +382,7 @@ class StreamPrefixView(AdminView):
         parameters=[doc.STREAM_PREFIX, DeletePrefixQuerySerializer, *doc.RESPONSE_HEADERS],
         responses={
             204: None,
-            **doc.problems(
+            **doc.admin_problems(
                 ErrorCode.INVALID_REQUEST,
                 ErrorCode.INVALID_IDENTIFIER,
                 ErrorCode.STREAM_PREFIX_NOT_FOUND,

@@ -89,6 +89,30 @@ def heartbeat_response(group: Group, topology: Topology, member_id: str) -> Hear
     )
 
 
+class ShardAssignment(StrEnum):
+    """Where a shard of a group stands (operators' tables, the member x shard matrix)."""
+
+    READABLE = "READABLE"  # owned, and its owner may read it
+    HELD_BACK = "HELD_BACK"  # owned, but strict ordering holds it back until old shards drain
+    REVOKING = "REVOKING"  # its owner is giving it up (ack only)
+    UNASSIGNED = "UNASSIGNED"  # no member holds it
+    DRAINED = "DRAINED"  # an old version's shard this group has finished
+
+
+def shard_assignment(
+    group: Group, topology: Topology, shard: Shard, owners: dict[Shard, str] | None = None
+) -> ShardAssignment:
+    """``owners``: ``group.owners()``, when the caller already has it (a table of every shard)."""
+    if shard in group.drained:
+        return ShardAssignment.DRAINED
+    owner = (owners if owners is not None else group.owners()).get(shard)
+    if owner is None:
+        return ShardAssignment.UNASSIGNED
+    if shard in group.members[owner].revoking:
+        return ShardAssignment.REVOKING
+    return ShardAssignment.READABLE if readable(group, topology, shard) else ShardAssignment.HELD_BACK
+
+
 def group_state(group: Group) -> GroupState:
     live = list(group.live_members())
     if not live:
@@ -123,6 +147,7 @@ def _member_view(group: Group, member: Member, now_ms: int) -> dict[str, object]
         "last_heartbeat_ms": member.last_heartbeat_ms,
         "ended_at_ms": member.ended_at_ms,
         "end_reason": member.end_reason.value if member.end_reason else None,
+        "owner": member.owner,
     }
 
 

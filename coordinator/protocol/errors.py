@@ -37,6 +37,10 @@ class ErrorCode(StrEnum):
     CONFIRMATION_MISMATCH = "CONFIRMATION_MISMATCH"
     DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
     GROUP_HAS_UNCONSUMED_ENTRIES = "GROUP_HAS_UNCONSUMED_ENTRIES"
+    MEMBER_ID_NOT_OWNED = "MEMBER_ID_NOT_OWNED"
+    HEARTBEAT_TOO_FREQUENT = "HEARTBEAT_TOO_FREQUENT"
+    STALE_JOIN = "STALE_JOIN"
+    JOINS_THROTTLED = "JOINS_THROTTLED"
 
 
 class CoordinatorError(Exception):
@@ -96,6 +100,38 @@ class MigrationInProgress(CoordinatorError):
 
 class UnknownShard(InvalidRequest):
     code = ErrorCode.UNKNOWN_SHARD
+
+
+class MemberIdNotOwned(CoordinatorError):
+    """The member id was joined by another credential: only that credential may heartbeat, leave or
+    rejoin it (docs/protocol.md section 13, "Credentials and scopes"). Nothing was changed."""
+
+    code = ErrorCode.MEMBER_ID_NOT_OWNED
+
+
+class HeartbeatTooFrequent(CoordinatorError):
+    """The member heartbeats faster than the per-member floor allows. Raised by the store layer;
+    ``details["retry_after_ms"]`` says when the next heartbeat is accepted. Nothing was changed."""
+
+    code = ErrorCode.HEARTBEAT_TOO_FREQUENT
+    retriable = True
+
+
+class JoinsThrottled(CoordinatorError):
+    """This API process is already running as many joins as it admits at once: joins are shed first
+    under load, so that steady heartbeats and renewals keep every live member's lease. Raised by the
+    HTTP layer; ``details["retry_after_ms"]`` says when to retry (jittered). Nothing was changed."""
+
+    code = ErrorCode.JOINS_THROTTLED
+    retriable = True
+
+
+class StaleJoin(CoordinatorError):
+    """A join whose ``join_seq`` is older than the one the member id last joined with: a delayed retry
+    of a join its member has since moved past. Refused so it cannot fence the live incarnation;
+    nothing was changed (whoever sent it has stopped waiting for the answer)."""
+
+    code = ErrorCode.STALE_JOIN
 
 
 class UnknownMemberId(CoordinatorError):

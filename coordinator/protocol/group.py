@@ -13,6 +13,8 @@ from .errors import (
     FencedMemberEpoch,
     GroupMaxSizeReached,
     InvalidRequest,
+    MemberIdNotOwned,
+    StaleJoin,
     UnknownMemberId,
 )
 from .model import (
@@ -44,6 +46,11 @@ class Heartbeat:
     # The member's worker capacity (runtime_max_concurrency); required on join, None = unchanged.
     capacity: int | None = None
     client: ClientInfo | None = None
+    # Who sends it (the edge's credential identity); None: not checked (internal callers, tests).
+    owner: str | None = None
+    # Joins only: the member's count of its own joins (a retried join sends the same number, a rejoin
+    # after a fence the next). None: not sent (a join then always starts a new incarnation).
+    join_seq: int | None = None
 
     def validated(self) -> Heartbeat:
         validate_member_id(self.member_id)
@@ -54,6 +61,8 @@ class Heartbeat:
             raise InvalidRequest("a join (member_epoch 0) must report capacity", field="capacity")
         if self.owned is not None and len(self.owned) > 2 * MAX_SHARD_COUNT:
             raise InvalidRequest(f"owned lists at most {2 * MAX_SHARD_COUNT} shards", field="owned")
+        if self.join_seq is not None:  # read by joins only; ignored on every other heartbeat
+            require_int_in_range(self.join_seq, "join_seq", 0, 2**53)
         return self
 
 
@@ -111,6 +120,7 @@ def end_member(group: Group, member_id: str, event: MemberEvent, reason: EndReas
 def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
     """Apply one member heartbeat. Raises (changing nothing) when it must be rejected."""
     hb = hb.validated()
+    _raise_if_not_owner(group, hb)
     if hb.member_epoch == LEAVE_EPOCH:
         return _leave(group, topology, hb.member_id, now_ms)
     if hb.member_epoch == JOIN_EPOCH:
@@ -121,6 +131,8 @@ def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> G
         lease_deadline_ms=now_ms + group.config.lease_ttl_ms,
         last_heartbeat_ms=now_ms,
         client=hb.client or member.client,
+        # A member joined before ownership was recorded is adopted by the credential it heartbeats with.
+        owner=member.owner or hb.owner or "",
     )
     capacity_changed = hb.capacity is not None and hb.capacity != member.capacity
     if capacity_changed:
@@ -132,6 +144,19 @@ def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> G
         # the new target is computed, but the assignor does not look at it.
         group = bump(group, topology)
     return _reconcile_member(group, hb.member_id, MemberEvent.HEARTBEAT, hb.owned, now_ms)
+
+
+def _raise_if_not_owner(group: Group, hb: Heartbeat) -> None:
+    """A member id belongs to the credential that joined it, for as long as the group remembers it
+    (ended members included: a fenced member's rejoin is its own, not another credential's take-over)."""
+    member = group.members.get(hb.member_id)
+    if member is None or not member.owner or hb.owner is None or hb.owner == member.owner:
+        return
+    raise MemberIdNotOwned(
+        f"member {hb.member_id!r} was joined by another credential: only that credential may heartbeat, "
+        "leave or rejoin it (use a member id of your own)",
+        member_id=hb.member_id,
+    )
 
 
 def _raise_if_fenced(group: Group, hb: Heartbeat, now_ms: int) -> Member:
@@ -170,6 +195,17 @@ def _raise_if_fenced(group: Group, hb: Heartbeat, now_ms: int) -> Member:
 
 def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
     existing = group.members.get(hb.member_id)
+    if existing is not None and hb.join_seq is not None and existing.join_seq is not None:
+        if hb.join_seq < existing.join_seq:
+            raise StaleJoin(
+                f"a join of member {hb.member_id!r} with join_seq {hb.join_seq} arrived after its join "
+                f"{existing.join_seq}: a delayed retry, refused so that it cannot fence the live member",
+                member_id=hb.member_id,
+                join_seq=hb.join_seq,
+                current_join_seq=existing.join_seq,
+            )
+        if hb.join_seq == existing.join_seq and existing.state.is_live:
+            return group  # the same join again (its response was lost): the member as it is now
     if existing is not None and existing.state.is_live:
         # A new incarnation (or a join whose response was lost) uses a live member's id: fence the old
         # one first, so that nothing it still reads with its old epoch is accepted any more.
@@ -194,6 +230,8 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group
         client=hb.client or ClientInfo(),
         joined_at_ms=now_ms,
         last_heartbeat_ms=now_ms,
+        owner=hb.owner or (existing.owner if existing is not None else ""),
+        join_seq=hb.join_seq,
     )
     group = bump(
         replace(group, members={**group.members, hb.member_id: member}), topology, joining=hb.member_id

@@ -289,6 +289,11 @@ class Member:
     last_heartbeat_ms: int
     ended_at_ms: int | None = None
     end_reason: EndReason | None = None
+    # The credential identity that joined this member id ("" = not recorded: members joined before
+    # ownership existed, and callers that do not authenticate). Only it may heartbeat, leave or rejoin.
+    owner: str = ""
+    # The join_seq of the join that made this incarnation (None: not sent). docs/protocol.md section 3.
+    join_seq: int | None = None
 
     @property
     def owned(self) -> frozenset[Shard]:

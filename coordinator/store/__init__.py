@@ -6,9 +6,9 @@ import threading
 
 from coordinator.protocol.errors import StoreUnavailable
 
-from .redis_store import MetadataStore, StoreTickReport
+from .redis_store import HeartbeatFloor, MetadataStore, StoreTickReport
 
-__all__ = ["MetadataStore", "StoreTickReport", "get_store", "reset_store"]
+__all__ = ["HeartbeatFloor", "MetadataStore", "StoreTickReport", "get_store", "reset_store"]
 
 _lock = threading.Lock()
 _stores: dict[str, MetadataStore] = {}

@@ -45,6 +45,7 @@ import redis
 from redis.commands.core import Script
 
 from coordinator.protocol.commands import ReleaseDrain
+from coordinator.protocol.describe import shard_assignment
 from coordinator.protocol.errors import (
     ConfirmationMismatch,
     CoordinatorError,
@@ -73,6 +74,16 @@ from .replies import text
 from .replies import translate_redis_errors as redis_errors
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSnapshot:
+    now_ms: int
+    state: PrefixState
+    backlog: dict[str, list[dict[str, Any]]]  # group -> its backlog rows
+    undrained: dict[str, tuple[Shard, ...]]  # group -> old shards it has yet to drain
+
+
 _DIR = Path(__file__).resolve().parent
 MAX_AGE_MS = MAX_RETENTION_MS  # one year: the largest older_than_ms
 MAX_FIELD_CHARS = 4096
@@ -283,6 +294,7 @@ class BacklogMixin:
                     "stream_key": codec.stream_key(prefix, shard),
                     "version_state": versions[shard.version].value,
                     "owner": owners.get(shard),
+                    "assignment": shard_assignment(group, state.topology, shard, owners).value,
                     "length": f.length,
                     "lag": f.lag,
                     "pending": f.pending,
@@ -296,6 +308,16 @@ class BacklogMixin:
                 }
             )
         return rows, replies[1:]
+
+    def snapshot(self, stream_prefix: str) -> PrefixSnapshot | None:
+        """Everything a metrics scrape reads of a prefix: the state (one load) and, per group, its
+        backlog rows and undrained shards. None if the prefix does not exist."""
+        now_ms, state = self._read(stream_prefix, None)
+        if state is None:
+            return None
+        backlog = {name: self._backlog_rows(state, name, now_ms, [])[0] for name in state.groups}
+        undrained = {name: self._undrained(state, name) for name in state.groups}
+        return PrefixSnapshot(now_ms=now_ms, state=state, backlog=backlog, undrained=undrained)
 
     def backlog(self, stream_prefix: str, consumer_group: str) -> list[dict[str, Any]]:
         """One row per shard of the ACTIVE and DRAINING versions, in shard order (docs/protocol.md 14)."""

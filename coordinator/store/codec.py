@@ -16,9 +16,13 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
 * ``f:<group>:<member>``: present only while the member is STABLE at the assignment epoch:
-  ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owned shards, comma separated>"``, the fast
-  path's signature;
+  ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owner digest>|<owned shards, comma separated>"``,
+  the fast path's signature (the owner digest is :func:`identity_digest` of the credential that joined
+  the member, "" if none was recorded);
 * ``r:<group>:<member>``: the JSON heartbeat response for that steady state.
+
+Outside the hash: ``rsc:{P}:hbr:<group>:<member>`` (:func:`heartbeat_rate_key`), a live member's
+heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata).
 """
 
 from __future__ import annotations
@@ -67,6 +71,11 @@ def stream_key(stream_prefix: str, shard: Shard) -> str:
 
 
 PREFIXES_KEY = "rsc:prefixes"
+
+
+def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) -> str:
+    """A live member's heartbeat-floor state (a GCRA arrival time that expires by itself)."""
+    return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
 
 
 def dead_letter_key(stream_prefix: str, consumer_group: str) -> str:
@@ -134,6 +143,8 @@ def _encode_member(m: Member) -> dict[str, Any]:
         "last_heartbeat_ms": m.last_heartbeat_ms,
         "ended_at_ms": m.ended_at_ms,
         "end_reason": m.end_reason.value if m.end_reason else None,
+        "owner": m.owner,
+        "join_seq": m.join_seq,
     }
 
 
@@ -155,6 +166,8 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
         last_heartbeat_ms=last_heartbeat_ms,
         ended_at_ms=d["ended_at_ms"],
         end_reason=EndReason(d["end_reason"]) if d["end_reason"] else None,
+        owner=d.get("owner", ""),  # absent in documents written before ownership was recorded
+        join_seq=d.get("join_seq"),  # likewise before join_seq
     )
 
 
@@ -243,6 +256,13 @@ def response_to_json(r: HeartbeatResponse, stream_prefix: str) -> dict[str, Any]
     }
 
 
+def identity_digest(identity: str) -> str:
+    """What the fast path compares of a member's owner ("" for none): short, and free of ``|``."""
+    if not identity:
+        return ""
+    return hashlib.sha1(identity.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
 def client_signature(client: ClientInfo) -> str:
     """A short digest of the client info, so the fast path can tell whether it changed."""
     text = f"{client.host}\x1f{client.pid}\x1f{client.listener}\x1f{client.version}"
@@ -284,7 +304,8 @@ def member_fields(group: Group, topology: Topology, member: Member, *, with_resp
     if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
         owned = ",".join(str(s) for s in sorted(member.assigned))
         ttl, client = group.config.lease_ttl_ms, client_signature(member.client)
-        fields[f"f:{name}:{mid}"] = f"{member.member_epoch}|{member.capacity}|{ttl}|{client}|{owned}"
+        owner = identity_digest(member.owner)
+        fields[f"f:{name}:{mid}"] = f"{member.member_epoch}|{member.capacity}|{ttl}|{client}|{owner}|{owned}"
         response = ""
         if with_response:
             response = _dumps(

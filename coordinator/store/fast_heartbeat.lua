@@ -1,23 +1,53 @@
--- The steady-state heartbeat: renew a STABLE member's lease in one round trip, touching one field.
+-- Every member heartbeat starts here: the per-member heartbeat floor, then the steady-state fast path
+-- (renew a STABLE member's lease in one round trip, touching one field).
 --
 -- KEYS[1]  rsc:{P}:meta
+-- KEYS[2]  rsc:{P}:hbr:<group>:<member>, the member's heartbeat-floor state (expires by itself)
 -- ARGV[1]  consumer group
 -- ARGV[2]  member id
--- ARGV[3]  member epoch the member sent (decimal)
+-- ARGV[3]  member epoch the member sent (decimal; 0 join, -1 leave: floor only, never the fast path)
 -- ARGV[4]  reported capacity (decimal), or "" when not reported
 -- ARGV[5]  reported owned shards, comma separated in shard order, or "*" when not reported
 -- ARGV[6]  digest of the reported client info, or "" when not reported
+-- ARGV[7]  digest of the sender's credential identity, or "*" when not checked
+-- ARGV[8]  floor: milliseconds per heartbeat sustained (0 = no floor)
+-- ARGV[9]  floor: burst (heartbeats accepted back to back)
 --
--- Returns {1, <response json>} when the heartbeat changed nothing but the lease (renewed here, by
--- Redis's clock), else {0}: the caller then takes the full path, which decides everything else
--- (fencing included). Touches: HGET f:<g>:<m>, l:<g>:<m>, r:<g>:<m>; HSET l:<g>:<m>.
+-- The floor is a GCRA (generic cell rate algorithm) over a live member's heartbeats, whatever their
+-- outcome: KEYS[2] holds the theoretical arrival time. A member id that is not live (m:<g>:<m> absent,
+-- e.g. a first join) has no floor here, so unknown ids create no keys.
+--
+-- Returns {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
+-- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
+-- else {0}: the caller then takes the full path, which decides everything else (fencing included).
+-- Touches: HGET m:/f:/l:/r:<g>:<m>; GET/SET KEYS[2]; HSET l:<g>:<m>.
 local meta = KEYS[1]
 local tag = ARGV[1] .. ':' .. ARGV[2]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local period = tonumber(ARGV[8])
+if period > 0 and redis.call('HEXISTS', meta, 'm:' .. tag) == 1 then
+  local burst = tonumber(ARGV[9])
+  local tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tat < now then
+    tat = now
+  end
+  local next_tat = tat + period
+  local wait = next_tat - now - period * burst
+  if wait > 0 then
+    return {2, wait}
+  end
+  redis.call('SET', KEYS[2], next_tat, 'PX', next_tat - now)
+end
+if tonumber(ARGV[3]) <= 0 then
+  return {0}
+end
 local sig = redis.call('HGET', meta, 'f:' .. tag)
 if not sig then
   return {0}
 end
-local epoch, capacity, ttl, client, owned = string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+local epoch, capacity, ttl, client, owner, owned =
+  string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 if ARGV[3] ~= epoch then
   return {0}
 end
@@ -30,8 +60,9 @@ end
 if ARGV[6] ~= '' and ARGV[6] ~= client then
   return {0}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[7] ~= '*' and ARGV[7] ~= owner then
+  return {0}
+end
 local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
 if lease <= now then
   return {0}

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 The coordinator keeps no state between requests; every command is
 
-1. *fast path* (heartbeats only): ``fast_heartbeat.lua`` renews a steady member's lease in one round
-   trip and returns its cached response, or says "not steady";
+1. *fast path* (heartbeats only): ``fast_heartbeat.lua`` applies the per-member heartbeat floor, then
+   renews a steady member's lease in one round trip and returns its cached response, or says "not
+   steady";
 2. *full path*: ``load.lua`` reads the documents the command needs and Redis's clock, the pure core
    (:func:`coordinator.protocol.commands.apply`) decides, and ``commit.lua`` writes the changed documents
    and derived fields only if none of the loaded documents changed meanwhile (compare-and-set on their
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from coordinator.protocol.commands import (
     ChangeShardCount,
@@ -56,6 +58,7 @@ from coordinator.protocol.errors import (
     ConcurrentUpdate,
     CoordinatorError,
     GroupNotFound,
+    HeartbeatTooFrequent,
     InvalidRequest,
     MetadataCorrupt,
     StreamPrefixNotFound,
@@ -74,7 +77,7 @@ from coordinator.protocol.model import (
     validate_identifier,
 )
 
-from . import codec
+from . import clients, codec, instruments
 from .backlog import BacklogMixin
 from .dead_letters import DeadLetterMixin
 from .replies import translate_redis_errors
@@ -108,12 +111,23 @@ class StoreTickReport:
     error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatFloor:
+    """At most ``burst`` heartbeats of one live member back to back, then one per ``period_ms``."""
+
+    period_ms: int
+    burst: int
+
+    def describe(self) -> str:
+        return f"one heartbeat per {self.period_ms} ms (bursts of {self.burst})"
+
+
 class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
 
     max_attempts = 64
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
         self._fast = client.register_script(_LUA("fast_heartbeat.lua").read_text())
         self._load_script = client.register_script(_LUA("load.lua").read_text())
@@ -128,30 +142,74 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             "health_check_interval": 30,
         }
         options.update(kwargs)
-        return cls(redis.Redis.from_url(url, **options))
+        # redis+cluster:// -> a RedisCluster (docs/cluster.md); its default command retry after a
+        # connection error is fine here: a re-sent commit is recognised by its txn token.
+        return cls(clients.client_from_url(url, **options))
 
     # ------------------------------------------------------------------------------------------ members
 
-    def heartbeat(self, stream_prefix: str, consumer_group: str, hb: Heartbeat) -> dict[str, Any]:
-        """A member heartbeat; returns the JSON-ready response (docs/protocol.md section 3)."""
+    def heartbeat(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        hb: Heartbeat,
+        floor: HeartbeatFloor | None = None,
+        *,
+        fast_tried: bool = False,
+    ) -> dict[str, Any]:
+        """A member heartbeat; returns the JSON-ready response (docs/protocol.md section 3).
+
+        ``floor``: the per-member heartbeat floor (HeartbeatTooFrequent, changing nothing, when a live
+        member heartbeats faster); None: no floor. ``fast_tried``: :meth:`fast_heartbeat` already ran
+        for this request (floor included) and found the member not steady: go straight to the full
+        path (the API's pre-DRF fast path, coordinator/api/fastpath.py)."""
+        with instruments.heartbeat_timer() as path:
+            if not fast_tried:
+                raw = self.fast_heartbeat(stream_prefix, consumer_group, hb, floor)
+                if raw is not None:
+                    path["path"] = "fast"
+                    return dict(codec.loads(raw))
+            command = MemberHeartbeat(
+                stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb.validated()
+            )
+            outcome = self._execute(command, [consumer_group])
+            assert isinstance(outcome.result, HeartbeatResponse)
+            return codec.response_to_json(outcome.result, stream_prefix)
+
+    def fast_heartbeat(
+        self, stream_prefix: str, consumer_group: str, hb: Heartbeat, floor: HeartbeatFloor | None
+    ) -> bytes | None:
+        """One script call: the heartbeat floor, then the steady-state fast path. Returns the stored
+        response (JSON bytes, as the full path would answer it) if the member is steady, None if only
+        the full path can decide. Raises HeartbeatTooFrequent (nothing changed) past the floor."""
         validate_identifier(stream_prefix, "stream_prefix")
         validate_identifier(consumer_group, "consumer_group")
         hb = hb.validated()
-        if hb.member_epoch > 0:
-            owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
-            capacity = "" if hb.capacity is None else str(hb.capacity)
-            client = "" if hb.client is None else codec.client_signature(hb.client)
-            with translate_redis_errors():
-                fast = self._fast(
-                    keys=[codec.meta_key(stream_prefix)],
-                    args=[consumer_group, hb.member_id, str(hb.member_epoch), capacity, owned, client],
-                )
-            if int(fast[0]) == 1:
-                return dict(codec.loads(fast[1]))
-        command = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)
-        outcome = self._execute(command, [consumer_group])
-        assert isinstance(outcome.result, HeartbeatResponse)
-        return codec.response_to_json(outcome.result, stream_prefix)
+        if hb.member_epoch <= 0 and floor is None:
+            return None
+        owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
+        capacity = "" if hb.capacity is None else str(hb.capacity)
+        client = "" if hb.client is None else codec.client_signature(hb.client)
+        owner = "*" if hb.owner is None else codec.identity_digest(hb.owner)
+        period, burst = (floor.period_ms, floor.burst) if floor is not None else (0, 1)
+        keys = [
+            codec.meta_key(stream_prefix),
+            codec.heartbeat_rate_key(stream_prefix, consumer_group, hb.member_id),
+        ]
+        args = [consumer_group, hb.member_id, hb.member_epoch, capacity, owned, client, owner, period, burst]
+        with translate_redis_errors():
+            fast = self._fast(keys=keys, args=args)
+        if int(fast[0]) == 1:
+            return bytes(fast[1])
+        if int(fast[0]) == 2:
+            wait_ms = int(fast[1])
+            raise HeartbeatTooFrequent(
+                f"member {hb.member_id!r} heartbeats faster than {floor.describe() if floor else ''}: "
+                f"retry in {wait_ms} ms (send heartbeats at the group's heartbeat_interval_ms)",
+                member_id=hb.member_id,
+                retry_after_ms=wait_ms,
+            )
+        return None
 
     def routing(self, stream_prefix: str) -> dict[str, Any]:
         state = self._read(stream_prefix, [])[1]
@@ -344,6 +402,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
         reported in its ``StoreTickReport.error`` and does not hold back the others. Only failing to
         list the prefixes at all raises."""
+        started = time.perf_counter()
         reports = []
         for prefix in self.stream_prefixes():
             try:
@@ -353,6 +412,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)
             if report is not None:
                 reports.append(report)
+        expired = sum(len(r.expired) for r in reports)
+        instruments.count(
+            self.client, tick_runs=1, tick_seconds=time.perf_counter() - started, members_expired=expired
+        )
         return reports
 
     def _tick_prefix(self, prefix: str, retention_ms: int, max_ended_members: int) -> StoreTickReport | None:
@@ -464,6 +527,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     before_commit(outcome.state)
             if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
                 return outcome
+            instruments.count(self.client, cas_conflicts=1)
             time.sleep(random.uniform(0, delay_s))
             delay_s = min(delay_s * 2, 0.05)
         raise ConcurrentUpdate(

@@ -65,7 +65,7 @@ from coordinator.protocol.model import (
     validate_identifier,
 )
 
-from . import codec
+from . import clients, codec
 from .replies import text
 from .replies import translate_redis_errors as _redis_errors
 
@@ -396,10 +396,12 @@ class RetentionMixin:
         run = self._retention_scripts[script]
         for start in range(0, len(keys), _PIPELINE_CHUNK):
             with _redis_errors():
-                pipe = self.client.pipeline(transaction=False)
-                for key in keys[start : start + _PIPELINE_CHUNK]:
-                    run(keys=[key], args=args, client=pipe)
-                replies = pipe.execute()
+                replies = clients.run_scripts(
+                    self.client, run, [([key], args) for key in keys[start : start + _PIPELINE_CHUNK]]
+                )
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
             yield from replies
 
 

@@ -42,7 +42,14 @@ CHANGELIST = "/admin/coordinator/apicredential/"
 
 
 def post_change(client: Client, credential: ApiCredential, **fields: Any) -> Any:
-    data = {"role": credential.role, "active": "on" if credential.active else "", **fields}
+    data = {
+        "role": credential.role,
+        "active": "on" if credential.active else "",
+        "stream_prefixes": credential.stream_prefixes,
+        "consumer_groups": credential.consumer_groups,
+        "member_id_prefix": credential.member_id_prefix,
+        **fields,
+    }
     return client.post(change_url(credential), {k: v for k, v in data.items() if v != ""})
 
 
@@ -127,6 +134,57 @@ def test_reactivating_an_admin_credential_needs_manage_groups(api: Api) -> None:
     lead = logged_in(staff_with("lead", "view_apicredential", "change_apicredential", "manage_groups"))
     assert post_change(lead, credential, active="on").status_code == 302
     assert role_seen_by_api(api, token) == "admin"
+
+
+# --------------------------------------------------------------------------------------- scopes
+
+
+def scope_seen_by_api(api: Api, token: str, prefix: str) -> int:
+    return int(api.get(f"routing/{prefix}", token=token).status_code)
+
+
+def test_without_manage_groups_a_scope_is_read_only(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    api.create_group()
+    credential, token = ApiCredential.issue("orders-workers", "member", stream_prefixes="payments")
+    clerk = logged_in(staff_with("clerk", "view_apicredential", "change_apicredential"))
+    page = clerk.get(change_url(credential)).content.decode()
+    assert 'name="stream_prefixes"' not in page and 'name="consumer_groups"' not in page
+    assert post_change(clerk, credential, stream_prefixes="*").status_code == 302
+    credential.refresh_from_db()
+    assert credential.stream_prefixes == "payments"
+    assert scope_seen_by_api(api, token, "orders") == 403
+
+    # save_model refuses a widened scope even if a form carries it.
+    form = modelform_factory(ApiCredential, fields=("stream_prefixes",))(
+        data={"stream_prefixes": "*"}, instance=credential
+    )
+    assert form.is_valid()
+    request = RequestFactory().post("/")
+    request.user = staff_with("other-clerk", "change_apicredential")
+    caplog.set_level(logging.WARNING, logger=ADMIN_LOGGER)
+    with pytest.raises(PermissionDenied, match=r"coordinator\.manage_groups"):
+        ApiCredentialAdmin(ApiCredential, site).save_model(request, form.instance, form, change=True)
+    assert ApiCredential.objects.get(pk=credential.pk).stream_prefixes == "payments"
+    assert "changing the scope (stream_prefixes) of 'orders-workers' by other-clerk refused" in caplog.text
+
+
+def test_with_manage_groups_a_scope_changes_at_once_is_validated_and_logged(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.create_group()
+    credential, token = ApiCredential.issue("orders-workers", "member", stream_prefixes="payments")
+    assert scope_seen_by_api(api, token, "orders") == 403
+    lead = logged_in(staff_with("lead", "view_apicredential", "change_apicredential", "manage_groups"))
+    caplog.set_level(logging.WARNING, logger=ADMIN_LOGGER)
+
+    bad = post_change(lead, credential, stream_prefixes="orders:v1")
+    assert bad.status_code == 200 and "is not a pattern" in bad.content.decode()  # the form's error
+    assert post_change(lead, credential, stream_prefixes="orders payments").status_code == 302
+
+    assert scope_seen_by_api(api, token, "orders") == 200
+    assert (
+        "API credential 'orders-workers': stream_prefixes changed to 'orders payments' by lead" in caplog.text
+    )
 
 
 # --------------------------------------------------------------------------------------- deactivation

@@ -229,8 +229,12 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def snapshot(store: MetadataStore) -> tuple[dict[str, Any], list[bytes]]:
+    """Every prefix's metadata and the key set. Not the heartbeat-floor keys (``rsc:{P}:hbr:...``): a
+    live member's heartbeats count against its floor whatever their outcome (a flood of refused
+    heartbeats must be throttled too); they are not metadata and expire by themselves."""
     prefixes = {p for p in store.stream_prefixes()} | {PREFIX, "other"}
-    return {p: store.raw_metadata(p) for p in sorted(prefixes)}, sorted(store.client.keys("*"))
+    keys = sorted(k for k in store.client.keys("*") if b":hbr:" not in k)
+    return {p: store.raw_metadata(p) for p in sorted(prefixes)}, keys
 
 
 def ensure_main_group(store: MetadataStore) -> None:

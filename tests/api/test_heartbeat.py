@@ -220,3 +220,20 @@ def test_an_admin_token_may_heartbeat_too(api: Api) -> None:
     r = api.post(f"groups/{PREFIX}/{GROUP}/heartbeat", {"member_id": "a", "member_epoch": 0, "capacity": 1})
     assert ok(r)["member_epoch"] == 1
     assert MEMBER_TOKEN  # the default helper uses the member token; this one used the admin token
+
+
+def test_join_seq_makes_a_retried_join_idempotent_and_a_stale_one_harmless(api: Api, store: Any) -> None:
+    """docs/protocol.md section 3, "Join idempotency", through the API and the store's documents."""
+    api.create_group()
+    first = api.join("m1", join_seq=1)
+    again = api.join("m1", join_seq=1)  # the same join, retried: the member as it is, not fenced
+    assert again["member_epoch"] == first["member_epoch"]
+    view = api.get(f"admin/groups/{PREFIX}/{GROUP}").json()
+    assert [(m["member_id"], m["state"]) for m in view["members"]] == [("m1", "STABLE")]
+    rejoined = api.join("m1", join_seq=2)  # a rejoin: the next number, a new incarnation
+    assert rejoined["member_epoch"] > first["member_epoch"]
+    before = store.raw_metadata(PREFIX)
+    stale = api.heartbeat(member_id="m1", member_epoch=0, capacity=2, join_seq=1)
+    problem = assert_problem(stale, 409, "STALE_JOIN")
+    assert problem["details"] == {"member_id": "m1", "join_seq": 1, "current_join_seq": 2}
+    assert store.raw_metadata(PREFIX) == before

@@ -13,16 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 import pytest
 import yaml
 from django.core.management import call_command
 from django.db import DatabaseError
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from admin_ui.models import AuditEntry
+from coordinator import operations
+from coordinator.api.schemas import END, ENTRY_ID_PATTERN, whole
+from coordinator.protocol.describe import GroupState
 from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
-from coordinator.protocol.model import IDENTIFIER_RE, validate_identifier, validate_member_id
+from coordinator.protocol.model import (
+    IDENTIFIER_RE,
+    EndReason,
+    MemberState,
+    OrderingMode,
+    VersionState,
+    validate_identifier,
+    validate_member_id,
+)
 from coordinator.store import MetadataStore, get_store
 
 from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, add_dead_letter, assert_problem, make_pending
@@ -155,8 +170,8 @@ def test_real_responses_match_the_documented_schemas(
     )
     client = {"host": "h", "pid": 1, "listener": "l", "version": "v"}
     join = {"member_epoch": 0, "capacity": 2, "client": client}
-    call("POST", hb_path, hb, {"member_id": "a", **join}, token=MEMBER_TOKEN)
-    call("POST", hb_path, hb, {"member_id": "b", **join}, token=MEMBER_TOKEN)
+    call("POST", hb_path, hb, {"member_id": "a", **join})
+    call("POST", hb_path, hb, {"member_id": "b", **join})
     revoking = call("POST", hb_path, hb, {"member_id": "a", "member_epoch": 1, "owned_shards": ALL})
     assert revoking.json()["revoking"] == ["v1:2", "v1:3"]
     call("GET", group_path, group)  # pending revocations, unreleased shards, RECONCILING
@@ -281,10 +296,14 @@ IDENTIFIER_SAMPLES = [
 
 
 def schema_accepts(pattern: str, value: str) -> bool:
-    """``pattern`` as a JSON Schema (ECMA-262) validator reads it: ``$`` is the end of the string, not
-    also the position before a final newline as in Python's ``re``."""
-    assert pattern.startswith("^") and pattern.endswith("$"), pattern
-    return re.fullmatch(pattern[1:-1], value) is not None
+    """Whether a JSON Schema validator takes ``value`` for ``pattern``, asked of two regex engines that
+    read it as the schema's readers do: Python's ``re`` (schemathesis's generators, Python validators)
+    and Rust's (jsonschema_rs, schemathesis's validator; like ECMA-262, ``$``-free patterns mean the same
+    there). They must agree."""
+    by_python = re.search(pattern, value) is not None
+    by_rust = jsonschema_rs.validator_for({"type": "string", "pattern": pattern}).is_valid(value)
+    assert by_python == by_rust, (pattern, value)
+    return by_python
 
 
 def core_accepts(validate: Any, value: str) -> bool:
@@ -312,10 +331,11 @@ def test_every_path_parameter_states_its_pattern(openapi: dict[str, Any]) -> Non
         assert all(schema == schemas[0] for schema in schemas), name  # one definition per name
         assert schemas[0]["type"] == "string" and "pattern" in schemas[0], name
     for name in ("stream_prefix", "consumer_group"):
-        assert params[name][0]["pattern"] == IDENTIFIER_RE.pattern
+        assert params[name][0]["pattern"] == whole(IDENTIFIER_RE.pattern)
         assert params[name][0]["maxLength"] == 64
-    assert re.fullmatch(params["shard"][0]["pattern"][1:-1], "v1:0")
-    assert re.fullmatch(params["dead_letter_id"][0]["pattern"][1:-1], "1700000000000-0")
+    assert schema_accepts(params["shard"][0]["pattern"], "v1:0")
+    assert not schema_accepts(params["shard"][0]["pattern"], "v1:0\n")
+    assert schema_accepts(params["dead_letter_id"][0]["pattern"], "1700000000000-0")
 
 
 def test_identifier_patterns_accept_exactly_what_the_core_accepts(openapi: dict[str, Any]) -> None:
@@ -335,12 +355,14 @@ def test_identifier_patterns_accept_exactly_what_the_core_accepts(openapi: dict[
 
 
 def integer_fields(node: Any, where: str) -> Any:
-    """(where, schema) of every integer in a schema tree (properties, array items, allOf...)."""
+    """(where, schema) of every integer in a schema tree (properties, array items, allOf...); not in
+    the combinations of fields (anyOf / oneOf / not: they narrow properties stated in full already)."""
     if isinstance(node, dict):
         if node.get("type") == "integer":
             yield where, node
         for key, value in node.items():
-            yield from integer_fields(value, f"{where}.{key}")
+            if key not in ("anyOf", "oneOf", "not"):
+                yield from integer_fields(value, f"{where}.{key}")
     elif isinstance(node, list):
         for value in node:
             yield from integer_fields(value, where)
@@ -374,7 +396,8 @@ RANGE_CHECKED = [
 def test_the_stated_ranges_are_the_ones_the_api_enforces(
     api: Api, openapi: dict[str, Any], component: str, method: str, path: str, body: dict[str, Any]
 ) -> None:
-    """One step outside a stated range is refused as INVALID_REQUEST naming the field; nothing changes."""
+    """One step outside a stated range is refused as INVALID_REQUEST naming the field; nothing changes.
+    (lease_ttl_ms's minimum is the tick interval's rule, INVALID_CONFIG: schemas.LeaseTtlScheme.)"""
     if component != "CreateGroupRequest":
         api.create_group(shard_count=2)
     properties = openapi["components"]["schemas"][component]["properties"]
@@ -382,6 +405,203 @@ def test_the_stated_ranges_are_the_ones_the_api_enforces(
         if schema.get("type") != "integer":
             continue
         for outside in (schema["minimum"] - 1, schema["maximum"] + 1):
-            response = api.request(method, path, {**body, field: outside})
+            response = api.request(method, path, {**body, field: outside, **RULE_KEEPERS.get(field, {})})
+            if field == "lease_ttl_ms" and outside < schema["minimum"]:
+                problem = assert_problem(response, 400, "INVALID_CONFIG")
+                assert problem["details"]["field"] == field, problem
+                continue
             problem = assert_problem(response, 400, "INVALID_REQUEST")
             assert problem["errors"][0]["field"] == field, (field, outside, problem)
+
+
+# Fields the cross-field rule (heartbeat below lease) would otherwise refuse for another reason.
+RULE_KEEPERS: dict[str, dict[str, int]] = {"lease_ttl_ms": {"heartbeat_interval_ms": 100}}
+
+
+# ---------------------------------------------------------------------------------------------- requests
+# What schemathesis found (tests/api/test_schemathesis.py): requests the schema called valid that the API
+# refused, on the operations whose bodies had rules the schema did not state. Each rule is checked here
+# at both ends: the schema's verdict on a body is the API's.
+
+
+def every_pattern(node: Any, where: str = "") -> Any:
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            yield where, node["pattern"]
+        for key, value in node.items():
+            yield from every_pattern(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for value in node:
+            yield from every_pattern(value, where)
+
+
+def test_every_pattern_ends_the_same_in_every_regex_dialect(openapi: dict[str, Any]) -> None:
+    """No ``$`` (Python also matches it before a final newline: a generator sends "a\\n", which the server
+    refuses) and no ``\\d`` (Unicode digits in Python, ASCII in ECMA): each pattern is anchored with END."""
+    patterns = list(every_pattern(openapi))
+    assert len(patterns) >= 10
+    for where, pattern in patterns:
+        assert pattern.startswith("^") and pattern.endswith(END), where
+        assert "$" not in pattern and "\\d" not in pattern, where
+
+
+def test_every_request_body_refuses_unknown_fields(openapi: dict[str, Any]) -> None:
+    requests = {n: c for n, c in openapi["components"]["schemas"].items() if n.endswith("Request")}
+    assert len(requests) >= 10
+    for name, component in requests.items():
+        assert component["additionalProperties"] is False, name
+
+
+def schema_validator(openapi: dict[str, Any], component: str) -> Any:
+    components = openapi["components"]["schemas"]
+    return jsonschema.Draft7Validator(to_json_schema(components[component], components))
+
+
+def test_entry_id_pattern_accepts_exactly_what_the_core_accepts(openapi: dict[str, Any]) -> None:
+    """Both parts decimal and below 2**64, leading zeros allowed (the core reads ``05-0`` as ``5-0``)."""
+    pattern = parameters_of(openapi, "path")["dead_letter_id"][0]["pattern"]
+    top = 2**64 - 1
+    samples = [
+        "0-0", "1700000000000-0", f"{top}-{top}", f"{top + 1}-0", f"0-{top + 1}", f"000{top}-1",
+        f"{10**19}-0", f"{10**20}-0", f"{top - 1}-0", f"{top // 10}9-0", "1-", "-1", "1", "1-1-1",
+        "1-1\n", " 1-1", "1 -1", "\u0661-1", "+1-1", "0x1-1", "",
+    ]  # fmt: skip
+    for value in samples:
+        assert schema_accepts(pattern, value) == core_accepts(operations.validate_entry_id, value), value
+
+
+@hypothesis_settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_entry_ids_the_pattern_generates_are_accepted_and_random_ones_agree(data: st.DataObject) -> None:
+    value = data.draw(st.from_regex(ENTRY_ID_PATTERN))
+    assert core_accepts(operations.validate_entry_id, value), value
+    digits = data.draw(st.from_regex(r"[0-9]{1,22}-[0-9]{1,22}", fullmatch=True))
+    assert schema_accepts(ENTRY_ID_PATTERN, digits) == core_accepts(operations.validate_entry_id, digits)
+
+
+# Reasons on both sides of the rule: NUL anywhere is refused (DRF), and a required reason must hold
+# something once Python's str.strip() is done (which strips U+001C..U+001F and U+0085, not U+FEFF).
+REASONS = ["r", " r ", "", " ", "\t\n", "\u3000", "\x1c", "\x85", "\ufeff", "r\x00", "\x00", "ä", "😀"]
+
+
+def test_a_required_reason_is_refused_by_the_schema_exactly_when_the_api_refuses_it(
+    api: Api, openapi: dict[str, Any]
+) -> None:
+    api.create_group(shard_count=1)
+    validator = schema_validator(openapi, "PurgeDeadLettersRequest")
+    for reason in REASONS:
+        body = {"all": True, "reason": reason}
+        response = api.post(f"admin/groups/{PREFIX}/{GROUP}/dead-letters/purge", body)
+        assert response.status_code in (200, 400), response.content
+        assert validator.is_valid(body) == (response.status_code == 200), (reason, response.content)
+
+
+def test_an_optional_text_is_refused_by_the_schema_exactly_when_the_api_refuses_it(
+    api: Api, openapi: dict[str, Any]
+) -> None:
+    api.create_group(shard_count=1)
+    validator = schema_validator(openapi, "HeartbeatRequest")
+    for i, text in enumerate(REASONS):
+        body = {"member_id": f"m{i}", "member_epoch": 0, "capacity": 1, "client": {"host": text}}
+        response = api.heartbeat(**body)
+        assert response.status_code in (200, 400), response.content
+        assert validator.is_valid(body) == (response.status_code == 200), (text, response.content)
+
+
+# Bodies whose fields combine: (component, path template, bodies). The API's verdict is "400 or not":
+# a valid body may still be refused for the state (404, 409), never with 400.
+COMBINATIONS = [
+    ("HeartbeatRequest", "groups/{p}/{g}/heartbeat", [
+        {"member_id": "m1", "member_epoch": 0},
+        {"member_id": "m1", "member_epoch": 0, "capacity": None},
+        {"member_id": "m1", "member_epoch": 0, "capacity": 2},
+        {"member_id": "m2", "member_epoch": 3},
+        {"member_id": "m2", "member_epoch": 3, "capacity": None},
+        {"member_id": "m3", "member_epoch": -1},
+    ]),
+    ("SkipRequest", "admin/groups/{p}/{g}/shards/v1:0/skip", [
+        {"reason": "r"},
+        {"reason": "r", "older_than_ms": 0},
+        {"reason": "r", "entry_ids": ["1-0"]},
+        {"reason": "r", "entry_ids": ["1-0"], "older_than_ms": 0},
+    ]),
+    ("PurgeDeadLettersRequest", "admin/groups/{p}/{g}/dead-letters/purge", [
+        {"reason": "r"},
+        {"reason": "r", "all": True},
+        {"reason": "r", "all": False},
+        {"reason": "r", "ids": ["1-0"]},
+        {"reason": "r", "ids": ["1-0"], "all": False},
+        {"reason": "r", "ids": ["1-0"], "all": True},
+    ]),
+    ("CreateGroupRequest", "admin/groups", [
+        {"stream_prefix": "p2", "consumer_group": "g", "shard_count": 1, "unknown": 1},
+        {"stream_prefix": "p3", "consumer_group": "g", "shard_count": 1, "lease_ttl_ms": 1001,
+         "heartbeat_interval_ms": 100},
+    ]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("component", "template", "bodies"), COMBINATIONS, ids=lambda v: str(v)[:24])
+def test_the_schema_states_which_fields_go_together(
+    api: Api, openapi: dict[str, Any], component: str, template: str, bodies: list[dict[str, Any]]
+) -> None:
+    api.create_group(shard_count=1)
+    validator = schema_validator(openapi, component)
+    for body in bodies:
+        response = api.post(template.format(p=PREFIX, g=GROUP), body)
+        assert (response.status_code != 400) == validator.is_valid(body), (body, response.content)
+
+
+def test_the_lease_minimum_follows_the_tick_interval(settings: Any) -> None:
+    settings.RSC_TICK_INTERVAL_MS = 5_000
+    fresh = SchemaGenerator().get_schema(request=None, public=True)
+    lease = fresh["components"]["schemas"]["CreateGroupRequest"]["properties"]["lease_ttl_ms"]
+    assert lease["minimum"] == 5_001
+
+
+def test_every_admin_operation_documents_429_with_retry_after(openapi: dict[str, Any]) -> None:
+    for path, item in openapi["paths"].items():
+        for method, operation in item.items():
+            admin = "admin" in operation["tags"]
+            responses = operation["responses"]
+            assert ("429" in responses) == (admin or operation["operationId"] == "heartbeat"), (method, path)
+            for status in ("429", "503"):
+                if status in responses:
+                    assert responses[status]["headers"]["Retry-After"]["schema"]["type"] == "integer"
+
+
+def test_a_throttled_admin_request_matches_its_documented_429(
+    api: Api, openapi: dict[str, Any], settings: Any
+) -> None:
+    settings.RSC_ADMIN_API_RATE = "1/min"
+    call = Recorder(api, openapi)
+    call("GET", "admin/groups", "admin/groups")
+    throttled = call("GET", "admin/groups", "admin/groups")
+    assert throttled.status_code == 429 and int(throttled["Retry-After"]) >= 1
+    assert throttled.json()["code"] == "TOO_MANY_REQUESTS"
+
+
+def test_every_enum_component_has_all_the_values_of_its_python_enum(openapi: dict[str, Any]) -> None:
+    """drf-spectacular names enums by field name: BacklogRow's two-valued version_state once took the name
+    VersionStateEnum, so every topology with a RETIRED version violated the schema (found by
+    schemathesis's stateful phase)."""
+    components = openapi["components"]["schemas"]
+    for name, enum in {
+        "VersionStateEnum": VersionState,
+        "MemberStateEnum": MemberState,
+        "GroupStateEnum": GroupState,
+        "EndReasonEnum": EndReason,
+        "OrderingEnum": OrderingMode,
+    }.items():
+        assert components[name]["enum"] == [m.value for m in enum], name
+
+
+def test_a_topology_with_a_retired_version_matches_the_schema(api: Api, openapi: dict[str, Any]) -> None:
+    call = Recorder(api, openapi)
+    api.create_group(shard_count=2)
+    api.delete(f"admin/groups/{PREFIX}/{GROUP}")
+    prefix_t = "admin/stream-prefixes/{stream_prefix}"
+    call("POST", f"admin/stream-prefixes/{PREFIX}/shard-count", prefix_t + "/shard-count", {"shard_count": 3})
+    call("POST", f"admin/stream-prefixes/{PREFIX}/shard-count", prefix_t + "/shard-count", {"shard_count": 4})
+    described = call("GET", f"admin/stream-prefixes/{PREFIX}", prefix_t).json()
+    assert "RETIRED" in {v["state"] for v in described["topology"]["versions"]}, described

@@ -116,3 +116,26 @@ def test_the_default_rate_is_600_per_minute(settings: Any) -> None:
     del settings.RSC_ADMIN_API_RATE
     assert AdminRateThrottle().get_rate() == "600/min"
     assert AdminRateThrottle().parse_rate(AdminRateThrottle().get_rate()) == (600, 60)
+
+
+def test_joins_are_shed_first_when_the_process_runs_its_limit(api: Any, store: Any, settings: Any) -> None:
+    """docs/protocol.md section 13, "Overload": with RSC_MAX_CONCURRENT_JOINS joins running in this
+    process, one more join is 429 JOINS_THROTTLED (changing nothing); steady heartbeats and leaves are
+    not throttled."""
+    from coordinator.api.throttling import admit_join
+
+    api.create_group()
+    epoch = api.join("m1")["member_epoch"]
+    settings.RSC_MAX_CONCURRENT_JOINS = 1
+    before = store.raw_metadata(PREFIX)
+    with admit_join():  # a join in progress in this process
+        response = api.heartbeat(member_id="m2", member_epoch=0, capacity=1)
+        problem = assert_problem(response, 429, "JOINS_THROTTLED")
+        assert problem["retriable"] is True and 500 <= problem["details"]["retry_after_ms"] < 2_000
+        assert response["Retry-After"] in ("1", "2")
+        assert store.raw_metadata(PREFIX) == before
+        assert api.heartbeat(member_id="m1", member_epoch=epoch).status_code == 200  # steady: served
+    assert api.join("m2")["member_id"] == "m2"  # the slot is free again
+    settings.RSC_MAX_CONCURRENT_JOINS = 0
+    with admit_join(), admit_join():
+        assert api.join("m3")["member_id"] == "m3"  # 0: no limit

@@ -268,3 +268,54 @@ def test_the_real_api_errors_arrive_with_their_codes(live_api: str, redis_url: s
         assert (info.value.code, info.value.retriable) == ("GROUP_NOT_FOUND", True)
     finally:
         cluster.close()
+
+
+# ------------------------------------------------------------------------------------------ join_seq
+
+
+def test_a_join_sends_its_join_seq_and_a_renewal_none(server: Scripted) -> None:
+    client = HttpCoordinatorClient(server.url, "t")
+    server.reply(200, OK)
+    client.heartbeat(PREFIX, GROUP, HeartbeatRequest(member_id="m-1", member_epoch=0, capacity=2, join_seq=3))
+    server.reply(200, OK)
+    client.heartbeat(PREFIX, GROUP, HeartbeatRequest(member_id="m-1", member_epoch=4, owned_shards=()))
+    assert [body.get("join_seq") for _, _, body in server.requests] == [3, None]
+    assert server.requests[0][2] == {"member_id": "m-1", "member_epoch": 0, "capacity": 2, "join_seq": 3}
+
+
+def test_a_problems_details_are_kept_and_its_exact_retry_after_wins_over_the_header(server: Scripted) -> None:
+    throttled = {"code": "JOINS_THROTTLED", "detail": "busy", "details": {"retry_after_ms": 1_234}}
+    server.reply(429, throttled, "application/problem+json", **{"Retry-After": "2"})
+    with pytest.raises(CoordinatorRequestError) as info:
+        HttpCoordinatorClient(server.url, "t").heartbeat(PREFIX, GROUP, JOIN)
+    assert (info.value.code, info.value.retriable, info.value.retry_after_ms) == (
+        "JOINS_THROTTLED",
+        True,
+        1_234,
+    )
+    stale = {"code": "STALE_JOIN", "retriable": False, "details": {"join_seq": 1, "current_join_seq": 2}}
+    server.reply(409, stale, "application/problem+json")
+    with pytest.raises(CoordinatorRequestError) as info:
+        HttpCoordinatorClient(server.url, "t").heartbeat(PREFIX, GROUP, JOIN)
+    assert info.value.problem_details == {"join_seq": 1, "current_join_seq": 2}
+    assert info.value.retry_after_ms is None
+
+
+def test_the_store_client_sends_join_seq_a_retried_join_is_not_fenced_and_a_stale_one_refused(
+    cluster: Cluster,
+) -> None:
+    client = StoreCoordinatorClient(cluster.store)
+
+    def join(seq: int) -> dict[str, Any]:
+        request = HeartbeatRequest(member_id="m-1", member_epoch=0, capacity=2, join_seq=seq)
+        return client.heartbeat(PREFIX, GROUP, request)
+
+    first = join(1)
+    assert join(1)["member_epoch"] == first["member_epoch"]  # a retry: answered as it is, not fenced
+    rejoined = join(2)
+    assert rejoined["member_epoch"] > first["member_epoch"]  # a new incarnation
+    with pytest.raises(CoordinatorRequestError) as info:
+        join(1)
+    assert (info.value.code, info.value.retriable) == ("STALE_JOIN", False)
+    assert info.value.problem_details["current_join_seq"] == 2
+    assert cluster.member_view("m-1")["member_epoch"] == rejoined["member_epoch"]

@@ -222,50 +222,84 @@ def test_bad_runtime_settings_are_refused(setting: Any, message: str) -> None:
 # ------------------------------------------------------------------------------------------ the pool
 
 
-def test_the_pool_runs_tasks_and_resizes_without_interrupting_them() -> None:
+def test_the_pool_bounds_how_many_batches_run_and_resizes_without_interrupting_them() -> None:
     pool = WorkerPool("t")
-    try:
-        gate = threading.Event()
-        running = threading.Semaphore(0)
+    gate, running = threading.Event(), threading.Semaphore(0)
+    results: list[int] = []
 
-        def task(n: int) -> int:
-            running.release()
-            assert gate.wait(10)
-            return n * 2
+    def task(n: int) -> None:
+        running.release()
+        assert gate.wait(10)
+        results.append(n * 2)
 
-        pool.resize(3)
-        futures = [pool.submit(task, n) for n in range(3)]
-        for _ in range(3):
-            assert running.acquire(timeout=10)  # three at once: three workers
-        pool.resize(1)
-        assert pool.size == 1
-        gate.set()
-        assert [f.result(10) for f in futures] == [0, 2, 4]  # none was interrupted
-        eventually(lambda: pool.live_threads == 1, what="surplus workers exit")
-        assert pool.submit(lambda: "ok").result(10) == "ok"
-    finally:
-        pool.shutdown()
-
-
-def test_a_pool_of_zero_queues_and_shutdown_cancels_what_is_queued() -> None:
-    pool = WorkerPool("t")
-    future = pool.submit(lambda: 1)
+    pool.resize(3)
+    threads = [threading.Thread(target=pool.run, args=(task, n)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(3):
+        assert running.acquire(timeout=10)  # three at once: three slots
+    assert not running.acquire(timeout=0.2) and pool.running == 3  # the fourth waits
+    pool.resize(1)
+    assert pool.size == 1
+    gate.set()
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == [0, 2, 4, 6] and pool.running == 0  # none was interrupted
+    assert pool.run(lambda: "ok") == "ok"  # on the calling thread
     pool.shutdown()
-    assert future.cancelled()
-    with pytest.raises(PoolClosed):
-        pool.submit(lambda: 1)
 
 
-def test_a_task_exception_is_the_futures_not_the_workers() -> None:
+def test_slots_go_in_the_order_they_were_asked_for() -> None:
     pool = WorkerPool("t")
-    try:
-        pool.resize(1)
+    order: list[int] = []
+    waiting = [threading.Thread(target=pool.run, args=(order.append, n)) for n in range(5)]
+    for n, t in enumerate(waiting, 1):
+        t.start()
+        eventually(lambda n=n: len(pool._waiting) == n, what="queued")  # type: ignore[misc]
+    pool.resize(1)
+    for t in waiting:
+        t.join(10)
+    assert order == [0, 1, 2, 3, 4]
 
-        def boom() -> None:
-            raise ValueError("x")
 
-        with pytest.raises(ValueError):
-            pool.submit(boom).result(10)
-        assert pool.submit(lambda: 3).result(10) == 3
-    finally:
-        pool.shutdown()
+def test_a_pool_of_zero_makes_batches_wait_and_shutdown_refuses_them() -> None:
+    pool = WorkerPool("t")
+    refused: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            pool.run(lambda: None)
+        except PoolClosed as e:
+            refused.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    eventually(lambda: len(pool._waiting) == 1, what="waiting for a slot")
+    pool.shutdown()
+    t.join(10)
+    assert len(refused) == 1
+    with pytest.raises(PoolClosed):
+        pool.run(lambda: 1)
+
+
+def test_a_batch_exception_is_the_callers_and_frees_its_slot() -> None:
+    pool = WorkerPool("t")
+    pool.resize(1)
+
+    def boom() -> None:
+        raise ValueError("x")
+
+    with pytest.raises(ValueError):
+        pool.run(boom)
+    assert pool.running == 0 and pool.run(lambda: 3) == 3
+    pool.shutdown()
+
+
+def test_a_member_id_prefix_starts_every_id(settings: Any) -> None:
+    """For credentials scoped to a member-id prefix (manage.py create_api_credential --member-id-prefix)."""
+    member_id = make_member_id("bill", 1, host="::1", pid=7, suffix="ab", prefix="orders-")
+    assert member_id == "orders---1-7-bill-1-ab"
+    settings.RSC_MEMBER_ID_PREFIX = "billing."
+    member_id = make_member_id("x" * 300, 3, host="10.0.0.2", pid=9, suffix="cd")
+    assert member_id.startswith("billing.10.0.0.2-9-") and member_id.endswith("-3-cd")
+    assert len(member_id) == 128 and MEMBER_ID_RE.match(member_id)

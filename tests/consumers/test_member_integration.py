@@ -251,10 +251,9 @@ def test_an_outage_longer_than_the_lease_is_fenced_by_the_data_plane_and_recover
 
 def test_worker_count_follows_the_groups_max_concurrency(cluster: Cluster) -> None:
     m = cluster.member(Recorder())
-    eventually(lambda: m.concurrency == 4 and m.pool.live_threads == 4, what="4 workers")
+    eventually(lambda: m.concurrency == 4 and m.pool.size == 4, what="4 workers")
     cluster.store.set_max_concurrency("orders", "billing", 2)
     eventually(lambda: m.concurrency == 2 and m.pool.size == 2, what="2 workers")
-    eventually(lambda: m.pool.live_threads == 2, what="surplus workers gone")
     assert cluster.member_view(m.member_id)["effective_concurrency"] == 2
     assert FAST.max_concurrency == 4
 

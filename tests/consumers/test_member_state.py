@@ -49,7 +49,9 @@ def test_the_first_heartbeat_is_a_join_with_capacity_and_client_and_no_owned_sha
     t = Script(capacity=4)
     assert t.sm.phase is Phase.JOINING
     request = t.heartbeat()
-    assert request.to_json() == {"member_id": MEMBER_ID, "member_epoch": 0, "capacity": 4, "client": CLIENT}
+    assert request.to_json() == {
+        "member_id": MEMBER_ID, "member_epoch": 0, "capacity": 4, "client": CLIENT, "join_seq": 1
+    }  # fmt: skip
     assert t.no_heartbeat_due(), "one heartbeat at a time"
 
 
@@ -340,19 +342,21 @@ def test_a_stopped_unit_does_not_cut_a_backoff_short() -> None:
 
 
 def test_group_not_found_on_join_is_retried_with_backoff_up_to_the_maximum() -> None:
-    t = Script(retry_backoff_max_ms=1_000, retry_jitter_ratio=0.0)
+    t = Script(retry_backoff_max_ms=1_000)
     delays = []
     for _ in range(6):
-        d = t.fail(t.heartbeat(), "GROUP_NOT_FOUND", message="no such group", retriable=True)
+        # jitter 0.999: the top of a join's equal jitter, which is the backoff itself (less rounding)
+        d = t.fail(t.heartbeat(), "GROUP_NOT_FOUND", message="no such group", retriable=True, jitter=0.999)
         assert t.sm.phase is Phase.JOINING
         delays.append(t.sm.next_wakeup_ms() - t.now)  # type: ignore[operator]
         t.advance(delays[-1])
-    assert delays == [100, 200, 400, 800, 1000, 1000]
+    assert delays == [99, 199, 399, 799, 999, 999]
     assert any("GROUP_NOT_FOUND" in n.message for n in d.notices)
 
 
-def test_jitter_shortens_the_backoff_by_at_most_its_ratio() -> None:
-    t = Script(retry_jitter_ratio=0.2)
+def test_jitter_shortens_a_renewals_backoff_by_at_most_its_ratio() -> None:
+    t = joined(("v1:0",), retry_jitter_ratio=0.2)
+    t.advance(INTERVAL_MS)
     t.fail(t.heartbeat(), COORDINATOR_UNREACHABLE, jitter=0.999)
     assert 80 <= t.sm.next_wakeup_ms() - t.now <= 100  # type: ignore[operator]
 

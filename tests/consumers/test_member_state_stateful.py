@@ -9,7 +9,11 @@ invariants are the member's side of the protocol:
   stop (drain or abandon);
 * every shard whose unit is still finishing its work (not abandoned) is reported as owned, so no
   revocation is acknowledged before the work on it is done;
-* once LEFT, nothing more is sent.
+* once LEFT, nothing more is sent;
+* every join of one incarnation carries the same ``join_seq``, a later incarnation a higher one, and a
+  join after ``STALE_JOIN`` one above the number the coordinator said it recorded;
+* a failed renewal's retry is due no later than one round trip before the lease ends (as the member
+  knows it), whatever the Retry-After.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from consumers.member.state import COORDINATOR_UNREACHABLE, Phase, UnitState
+from consumers.member.state import COORDINATOR_UNREACHABLE, STALE_JOIN, HeartbeatRequest, Phase, UnitState
 from coordinator.protocol.model import Shard
 from tests.consumers.script import LEAVE_RESPONSE, Script, response
 
@@ -32,6 +36,25 @@ class MemberMachine(RuleBasedStateMachine):
         self.t = Script(capacity=3, retry_jitter_ratio=0.0)
         self.epoch = 1
         self.told_to_stop: set[Shard] = set()
+        self.join_seqs: dict[int, int] = {}  # incarnation -> the join_seq its joins carried
+        self.join_seq_above = 0  # the next join must carry more than this (a STALE_JOIN's record)
+
+    def _poll(self) -> HeartbeatRequest | None:
+        """The heartbeat due now, if any, after its wake-up time; checks a join's join_seq."""
+        wake = self.t.sm.next_wakeup_ms()
+        if wake is None:
+            return None
+        self.t.advance(max(0, wake - self.t.now))
+        request = self.t.sm.poll_heartbeat(self.t.now)
+        if request is not None and request.member_epoch == 0:
+            assert request.join_seq is not None
+            if request.incarnation in self.join_seqs:
+                assert request.join_seq == self.join_seqs[request.incarnation], "a retry changed join_seq"
+            else:
+                assert all(request.join_seq > seq for seq in self.join_seqs.values())
+                assert request.join_seq > self.join_seq_above
+                self.join_seqs[request.incarnation] = request.join_seq
+        return request
 
     def _track(self) -> None:
         for d in self.t.log:
@@ -43,11 +66,7 @@ class MemberMachine(RuleBasedStateMachine):
 
     @rule(assigned=shard_sets, revoking=shard_sets, bump=st.booleans(), mc=st.integers(1, 6))
     def heartbeat_answered(self, assigned: set[str], revoking: set[str], bump: bool, mc: int) -> None:
-        wake = self.t.sm.next_wakeup_ms()
-        if wake is None:
-            return
-        self.t.advance(max(0, wake - self.t.now))
-        request = self.t.sm.poll_heartbeat(self.t.now)
+        request = self._poll()
         if request is None:
             return
         self.epoch += int(bump)
@@ -58,16 +77,35 @@ class MemberMachine(RuleBasedStateMachine):
             self.t.answer(request, body)
         self._track()
 
-    @rule(code=st.sampled_from([COORDINATOR_UNREACHABLE, "GROUP_NOT_FOUND", "FENCED_MEMBER_EPOCH",
-                                "UNKNOWN_MEMBER_ID", "STORE_UNAVAILABLE"]))  # fmt: skip
-    def heartbeat_failed(self, code: str) -> None:
-        wake = self.t.sm.next_wakeup_ms()
-        if wake is None:
+    @rule(
+        code=st.sampled_from([COORDINATOR_UNREACHABLE, "GROUP_NOT_FOUND", "FENCED_MEMBER_EPOCH",
+                              "UNKNOWN_MEMBER_ID", "STORE_UNAVAILABLE", "JOINS_THROTTLED", STALE_JOIN]),
+        retry_after=st.none() | st.integers(0, 3_000),
+        jitter=st.floats(0, 1, exclude_max=True),
+        recorded=st.integers(0, 50),
+    )  # fmt: skip
+    def heartbeat_failed(self, code: str, retry_after: int | None, jitter: float, recorded: int) -> None:
+        request = self._poll()
+        if request is None:
             return
-        self.t.advance(max(0, wake - self.t.now))
-        request = self.t.sm.poll_heartbeat(self.t.now)
-        if request is not None:
-            self.t.fail(request, code, retriable=code != "FENCED_MEMBER_EPOCH")
+        if code == STALE_JOIN and request.member_epoch != 0:
+            code = COORDINATOR_UNREACHABLE  # the coordinator says STALE_JOIN to joins only
+        sm = self.t.sm
+        lease_end = sm.lease_deadline_ms(sm.incarnation)
+        self.t.fail(
+            request,
+            code,
+            retriable=code not in ("FENCED_MEMBER_EPOCH", STALE_JOIN),
+            retry_after_ms=retry_after,
+            jitter=jitter,
+            details={"current_join_seq": recorded} if code == STALE_JOIN else None,
+        )
+        if code == STALE_JOIN:
+            self.join_seq_above = max(self.join_seq_above, recorded)
+        renewal = request.member_epoch > 0 and code not in ("FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID")
+        if renewal and lease_end is not None and self.t.now < lease_end and sm.phase is not Phase.LEFT:
+            latest = max(lease_end - sm._round_trip_ms, self.t.now + sm.config.round_trip_floor_ms)
+            assert sm._due_ms <= latest, "a retry outlives the lease"
         self._track()
 
     @rule()

@@ -24,6 +24,7 @@ import redis
 
 from consumers.dataplane import DataPlane, DataPlaneUnavailable, scripts
 from consumers.listener import ErrorPolicy, OnError
+from consumers.member.fetcher import Fetcher
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
 from consumers.member.state import ShardStart
@@ -33,7 +34,7 @@ from coordinator.protocol.model import Shard
 from coordinator.store.codec import dead_letter_key, redeliver_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 from tests.dataplane.harness import GROUP, PREFIX, Harness, make_client
-from tests.dataplane.proxy import LossyProxy, has_entries
+from tests.dataplane.proxy import LossyProxy, fetch_has_entries
 from tests.e2e.checker import check
 
 V1_0 = Shard(1, 0)
@@ -49,9 +50,10 @@ def times_delivered(h: Harness, entry_id: str) -> int:
 
 
 class LosingPlane(DataPlane):
-    """The real data plane, except that the reply of the next ``lose`` reads that return entries is
-    "lost": the script ran in Redis (the entries are in the member's pending list), then the call
-    raises ``DataPlaneUnavailable``. ``lose_claims``, ``lose_pending`` and ``lose_dead_letter`` do the
+    """The real data plane, except that the reply of the next ``lose`` fetches that return entries is
+    "lost": the script ran in Redis (the entries are in the member's pending list, the acks it carried
+    are applied), then the call raises ``DataPlaneUnavailable``. ``lose_acking`` does the same to
+    fetches that carry acks; ``lose_claims``, ``lose_pending`` and ``lose_dead_letter`` do the
     same to claims and re-reads of own pending entries (that return entries) and to dead-letter calls;
     ``lose_rereads`` to re-reads of a single entry."""
 
@@ -62,10 +64,16 @@ class LosingPlane(DataPlane):
         self.lose_pending = 0
         self.lose_rereads = 0  # re-reads of one entry only (a failed entry, under "redeliver")
         self.lose_dead_letter = 0
+        self.lose_acking = 0  # fetches that carry acks, whether they read entries or not
         self.lost: list[list[str]] = []
+        self.acks_sent: list[list[str]] = []  # per fetch: the ack ids it carried
 
-    def read(self, *call: Any) -> Any:
-        return self._lose_if("lose", super().read(*call))
+    def fetch(self, *call: Any) -> Any:  # (member, [ShardFetch], count)
+        results = super().fetch(*call)
+        acks = [i for s in call[1] for i in s.ack_ids]
+        self.acks_sent.append(acks)
+        results = self._lose_if("lose_acking", results, acks)
+        return self._lose_if("lose", results, [e.entry_id for r in results for e in r.entries])
 
     def claim_orphans(self, *call: Any) -> Any:
         result, cursor = super().claim_orphans(*call)
@@ -109,6 +117,12 @@ class Host:
 
     def lease_valid(self, incarnation: int) -> bool:
         return True
+
+    def lease_deadline_ms(self, incarnation: int) -> int | None:
+        return 2**62
+
+    def clock_ms(self) -> int:
+        return 0
 
     def report_member_fenced(self, incarnation: int) -> None:
         self.reports.append("MEMBER_FENCED")
@@ -158,7 +172,7 @@ def unit_env(redis_url: str) -> Iterator[tuple[Harness, LosingPlane, Callable[..
     h.create(shard_count=1, lease_ttl_ms=60_000)
     m1 = h.join("m1")
     plane = LosingPlane(client)
-    started: list[tuple[ShardUnit, Host, WorkerPool]] = []
+    started: list[tuple[ShardUnit, Host, WorkerPool, Fetcher]] = []
 
     def start(
         handler: Callable[[Any], Any], policy: ErrorPolicy | None = None, max_kept: int | None = None
@@ -166,19 +180,22 @@ def unit_env(redis_url: str) -> Iterator[tuple[Harness, LosingPlane, Callable[..
         host = Host("m1", m1.epoch)
         pool = WorkerPool("unit")
         pool.resize(1)
+        fetcher = Fetcher(host=host, dataplane=plane, runtime=SMALL_BATCHES)
+        fetcher.start()
         start = ShardStart(shard=V1_0, assignment_epoch=m1.epoch, readable=True, incarnation=1)
-        unit = ShardUnit(host=host, start=start, dataplane=plane, pool=pool, handler=handler,
-                         runtime=SMALL_BATCHES, policy=policy)  # fmt: skip
+        unit = ShardUnit(host=host, start=start, dataplane=plane, fetcher=fetcher, pool=pool,
+                         handler=handler, runtime=SMALL_BATCHES, policy=policy)  # fmt: skip
         if max_kept is not None:
             unit.failures.kept.limit = max_kept  # before the unit's thread runs
         unit.start()
-        started.append((unit, host, pool))
+        started.append((unit, host, pool, fetcher))
         return unit, host
 
     yield h, plane, start
-    for unit, host, pool in started:
+    for unit, host, pool, fetcher in started:
         unit.stop(abandon=False)
         assert host.stopped.wait(10)
+        fetcher.close()
         pool.shutdown()
     client.close()
 
@@ -275,6 +292,79 @@ def test_after_a_lost_claim_the_take_over_keeps_orphans_before_later_own_entries
     eventually(lambda: not h.pending(V1_0), what="everything acked")
     assert plane.lost == [ids[:2]]
     assert calls.ids() == ids
+
+
+def test_the_ack_of_a_batch_rides_in_the_fetch_of_the_next(unit_env: Any) -> None:
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 4)
+    calls = Calls()
+    _, host = start(calls)
+
+    eventually(lambda: not h.pending(V1_0) and host.counts["acked"] == 4, what="everything acked")
+    assert calls.ids() == ids
+    assert [a for a in plane.acks_sent if a][:2] == [ids[:2], ids[2:]]  # no ack call of its own
+
+
+def test_a_folded_ack_whose_reply_is_lost_is_sent_again_before_the_resync(unit_env: Any) -> None:
+    """The fetch that acks batch 1 and reads batch 2 runs, then its reply is lost: the unit cannot know
+    whether the ack went through. It acks again (idempotent) before it re-reads its own pending entries,
+    so batch 1 is not handed out again and batch 2 is, once, in order."""
+    h, plane, start = unit_env
+    ids = h.produce(V1_0, 1, 4)
+    plane.lose_acking = 1
+    calls = Calls()
+    _, host = start(calls)
+
+    eventually(lambda: len(calls.ids()) >= 4 and not h.pending(V1_0), what="everything handled and acked")
+    assert plane.lost == [ids[:2]]  # the fetch carrying batch 1's ack (and reading batch 2) was lost
+    assert calls.ids() == ids  # each once, in order
+    assert [c[1] for c in calls.calls] == ["new", "new", "pending", "pending"]
+    assert host.counts["acked"] == 4 and host.reports == []
+
+
+def test_a_drained_unit_acks_what_it_handled_before_it_reports_stopped(unit_env: Any) -> None:
+    """Ack-on-revoke with folded acks: the ids a draining unit handled are acked before the unit reports
+    that it stopped (the member releases the shard only then); what it never handled stays pending."""
+    h, _, start = unit_env
+    ids = h.produce(V1_0, 1, 2)
+    entered, release = threading.Event(), threading.Event()
+    calls = Calls()
+
+    def slow(entry: Any) -> None:
+        calls(entry)
+        if entry.entry_id == ids[0]:
+            entered.set()
+            release.wait(10)
+
+    unit, host = start(slow)
+    pending_at_stop: list[Any] = []
+    stopped = host.unit_stopped
+    host.unit_stopped = lambda u, failed: (pending_at_stop.append(h.pending(V1_0)), stopped(u, failed))
+    assert entered.wait(10)
+    unit.stop(abandon=False)  # revoked: finish the entry in flight, ack it, stop
+    release.set()
+    assert host.stopped.wait(10)
+    assert calls.ids() == [ids[0]]
+    assert pending_at_stop == [[(ids[1], "m1")]]  # acked before "stopped"; the rest is the next owner's
+    assert host.counts["acked"] == 1
+
+
+def test_an_abandoned_unit_acks_nothing(unit_env: Any) -> None:
+    h, _, start = unit_env
+    ids = h.produce(V1_0, 1, 2)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(entry: Any) -> None:
+        if entry.entry_id == ids[0]:
+            entered.set()
+            release.wait(10)
+
+    unit, host = start(slow)
+    assert entered.wait(10)
+    unit.stop(abandon=True)  # fenced: the coordinator already gave the shard away
+    release.set()
+    assert host.stopped.wait(10)
+    assert h.pending(V1_0) == [(ids[0], "m1"), (ids[1], "m1")] and host.counts["acked"] == 0
 
 
 def test_a_unit_stopped_in_the_middle_of_a_resync_leaves_the_rest_to_the_next_owner(unit_env: Any) -> None:
@@ -424,7 +514,7 @@ def run_with_cut_read_replies(redis_url: str, handler: Callable[[Any], Any], **o
     recorder = Recorder(handler)
     try:
         with LossyProxy(port) as proxy:
-            proxy.lose_replies(_sha("read_new"), times=3, when=has_entries)
+            proxy.lose_replies(_sha("fetch"), times=3, when=fetch_has_entries)
             client = redis_client_for(proxy.url)
             m = cluster.member(recorder, client=client, **options)
             keys = [cluster.key_for(i % 4, i // 4) for i in range(8)]  # two keys per shard

@@ -27,6 +27,8 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+import hiredis
+
 _CHUNK = 65_536
 
 
@@ -35,6 +37,17 @@ def has_entries(reply: bytes) -> bool:
     head = b"$2\r\nOK\r\n*"  # a Lua string in a script reply is a bulk string
     at = reply.find(head)
     return at != -1 and not reply[at + len(head) :].startswith(b"0\r\n")
+
+
+def fetch_has_entries(reply: bytes) -> bool:
+    """A ``fetch.lua`` reply ``{'OK', {{status, acked, entries, token}, ...}}`` in which some shard got
+    at least one entry (RESP2). A reply longer than one chunk holds entries."""
+    reader = hiredis.Reader()
+    reader.feed(reply)
+    parsed = reader.gets()
+    if parsed is False:
+        return True
+    return parsed[0] == b"OK" and any(len(part) > 2 and part[2] for part in parsed[1])
 
 
 class _Link:

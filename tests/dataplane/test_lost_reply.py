@@ -157,9 +157,9 @@ def test_the_clients_the_package_builds_never_resend(redis_url: str) -> None:
 
 def test_a_cluster_clients_own_command_retry_counts_as_resending() -> None:
     """``RedisCluster`` re-sends a command after a connection error or timeout by its own ``retry`` (10
-    times by default), whatever its connections say. The suite runs no Redis Cluster, so the client is
-    built without connecting (its constructor would ask the server for its slots): only its settings are
-    read here, no command is sent."""
+    times by default), whatever its connections say. Here the client is built without connecting (its
+    constructor would ask a server for its slots): only its settings are read, no command is sent
+    (tests/cluster runs real clusters)."""
 
     def cluster_client(retries: int) -> RedisCluster:
         client = RedisCluster.__new__(RedisCluster)

@@ -158,7 +158,7 @@ def test_a_fill_that_read_before_a_deactivation_committed_is_not_stored(
 
     def read_then_deactivate() -> Any:
         rows = read()
-        assert [name for _digest, name, _role in rows] == ["workers"]
+        assert [c.principal.name for c in rows] == ["workers"]
         run_all(partial(deactivate, stored.pk))
         assert ApiCredential.objects.get(pk=stored.pk).active is False  # committed
         return rows

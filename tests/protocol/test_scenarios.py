@@ -18,6 +18,7 @@ from coordinator.protocol.errors import (
     InvalidRequest,
     MigrationInProgress,
     ShardCountUnchanged,
+    StaleJoin,
     UnknownMemberId,
 )
 from coordinator.protocol.group import Heartbeat
@@ -363,3 +364,54 @@ def test_join_must_report_capacity_and_identifiers_are_validated() -> None:
         ctx.heartbeat("a", -2)
     with pytest.raises(InvalidRequest):
         ctx.join("a", capacity=0)
+
+
+# ---------------------------------------------------------------------------------------------- join_seq
+
+
+def join_with(ctx: Context, member_id: str, seq: int | None, owner: str | None = None) -> HeartbeatResponse:
+    hb = Heartbeat(
+        member_id=member_id, member_epoch=0, owned=frozenset(), capacity=2, join_seq=seq, owner=owner
+    )
+    result = ctx.run(MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb))
+    assert isinstance(result, HeartbeatResponse)
+    return result
+
+
+def test_a_retried_join_with_the_same_join_seq_answers_the_live_member_without_fencing_it() -> None:
+    ctx = Context(shard_count=4)
+    first = join_with(ctx, "a", 1)
+    ctx.join("b")  # the group moves on meanwhile
+    before = ctx.group
+    again = join_with(ctx, "a", 1)  # the same join, retried (its answer was lost)
+    assert ctx.group is before or ctx.group == before  # nothing changed: no fence, no bump
+    assert again.member_epoch == ctx.member("a").member_epoch >= first.member_epoch
+    assert ctx.member("a").state.is_live and ctx.member("a").end_reason is None
+
+
+def test_a_delayed_older_join_is_refused_and_cannot_fence_the_live_incarnation() -> None:
+    ctx = Context(shard_count=4)
+    join_with(ctx, "a", 1)
+    ctx.now += 20_000  # a's lease ends: fenced by the tick, it rejoins with the next join_seq
+    ctx.tick()
+    rejoined = join_with(ctx, "a", 2)
+    before = ctx.group
+    with pytest.raises(StaleJoin) as refused:
+        join_with(ctx, "a", 1)  # the first join's retry, stuck in a restarting server, lands now
+    assert refused.value.details == {"member_id": "a", "join_seq": 1, "current_join_seq": 2}
+    assert ctx.group == before and ctx.member("a").member_epoch == rejoined.member_epoch
+    # A higher join_seq is a new incarnation: the live one is fenced first, as any rejoin.
+    third = join_with(ctx, "a", 3)
+    assert third.member_epoch > rejoined.member_epoch and ctx.member("a").join_seq == 3
+
+
+def test_joins_without_join_seq_keep_the_old_rule_and_other_heartbeats_ignore_it() -> None:
+    ctx = Context(shard_count=4)
+    r = join_with(ctx, "a", None)
+    again = join_with(ctx, "a", None)  # no join_seq: a join of a live id fences it and joins afresh
+    assert again.member_epoch > r.member_epoch
+    hb = Heartbeat(member_id="a", member_epoch=again.member_epoch, join_seq=7)
+    result = ctx.run(MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb))
+    assert isinstance(result, HeartbeatResponse) and ctx.member("a").join_seq is None
+    with pytest.raises(InvalidRequest):
+        join_with(ctx, "a", -1)

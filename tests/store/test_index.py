@@ -19,14 +19,9 @@ BAD_ENTRIES = ["bad{x}", "a:b", "", " spaced", "x" * 65, "-dash"]
 
 @pytest.fixture
 def store_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """caplog for the `coordinator` loggers, which do not propagate to the root logger."""
-    logger = logging.getLogger("coordinator")
-    logger.addHandler(caplog.handler)
-    caplog.handler.setLevel(logging.INFO)
-    try:
-        yield caplog
-    finally:
-        logger.removeHandler(caplog.handler)
+    """caplog at INFO for the `coordinator` loggers (they propagate to the root logger)."""
+    caplog.set_level(logging.INFO, logger="coordinator")
+    yield caplog
 
 
 def index_errors(logs: pytest.LogCaptureFixture) -> list[str]:

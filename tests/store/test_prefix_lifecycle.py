@@ -7,6 +7,8 @@ the prefix is still there with the same content.
 
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -225,6 +227,7 @@ def test_the_tick_caps_ended_members_per_group(store: MetadataStore) -> None:
     for i in range(5):
         store.heartbeat(PREFIX, GROUP, Heartbeat(member_id=f"m{i}", member_epoch=0, capacity=1))
         store.heartbeat(PREFIX, GROUP, Heartbeat(member_id=f"m{i}", member_epoch=-1))
+        time.sleep(0.003)  # distinct end times (Redis's clock, ms): "most recently ended" is then defined
     reports = store.tick(max_ended_members=2)
     assert [r.collected for r in reports] == [((GROUP, "m0"), (GROUP, "m1"), (GROUP, "m2"))]
     members = store.describe_group(PREFIX, GROUP)["members"]

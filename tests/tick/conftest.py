@@ -37,14 +37,9 @@ def store(settings: Any, redis_url: str) -> Iterator[MetadataStore]:
 
 @pytest.fixture
 def coordinator_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """caplog for the `coordinator` loggers, which do not propagate to the root logger (settings.LOGGING)."""
-    logger = logging.getLogger("coordinator")
-    logger.addHandler(caplog.handler)
-    caplog.handler.setLevel(logging.INFO)
-    try:
-        yield caplog
-    finally:
-        logger.removeHandler(caplog.handler)
+    """caplog at INFO for the `coordinator` loggers (they propagate to the root logger)."""
+    caplog.set_level(logging.INFO, logger="coordinator")
+    yield caplog
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_beat_and_worker_expire_a_silent_member(
         timeout_s=5,
         what="the worker's INFO line for the expiry",
     )
-    assert "coordinator.tasks.tick" in beat.output()
+    # (beat's per-send INFO lines are kept out of the logs: the expiry above is what proves it sent)
     assert worker.stop() == 0 and beat.stop() == 0  # both shut down cleanly on SIGTERM
 
 

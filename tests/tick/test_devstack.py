@@ -1,20 +1,33 @@
-"""`make run` (config.devstack): the demo group, the worker and beat ticking, and a clean Ctrl-C."""
+"""`make run` (config.devstack): the demo group, the worker and beat ticking, the members after the web
+server, the README's listener through RSC_EXTRA_APPS, a clean Ctrl-C, and a restart that keeps the
+groups and the Redis port."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from config import devstack
 from config.embedded_redis import free_port
+from consumers.producer import Producer
+from coordinator.protocol.commands import CreateGroup
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import GroupConfig
 from coordinator.store import MetadataStore
 
 from .conftest import wait_until
+from .processes import REPO
 
 
 def test_services_run_a_worker_and_a_beat_with_its_schedule_in_the_run_dir(tmp_path: Path) -> None:
@@ -68,14 +81,98 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
-def test_make_run_ticks_and_ctrl_c_stops_everything(tmp_path: Path, spawn: Any) -> None:
+def _readme_block(language: str, after: str) -> str:
+    """The first ```language block of the README after the text ``after``."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index(after)
+    match = re.search(rf"```{language}\n(.*?)```", readme[start:], re.S)
+    assert match is not None, f"no {language} block after {after!r} in README.md"
+    return match.group(1)
+
+
+def _post_readme_curl(port: int) -> tuple[int, Any]:
+    """The README's curl that creates orders/billing, run as written (only the port is ours)."""
+    command = _readme_block("sh", "## Using it").strip().replace("localhost:8000", f"127.0.0.1:{port}")
+    assert command.startswith("curl -X POST") and "dev-admin-token" in command
+    if shutil.which("curl"):
+        done = subprocess.run(
+            ["bash", "-c", command + " -s -o /dev/stderr -w '%{http_code}'"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        return int(done.stdout), json.loads(done.stderr)
+    body = json.loads(_find(r"-d '(\{.*\})'", command))  # no curl here: the same request
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": "Bearer dev-admin-token", "Content-Type": "application/json"}
+    connection.request("POST", "/api/v1/admin/groups", body=json.dumps(body), headers=headers)
+    response = connection.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def _acked_entries(redis_url: str, prefix: str, group: str) -> tuple[int, int]:
+    """(entries the consumer group has read, entries pending) over every stream of ``prefix``."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        read = pending = 0
+        for key in client.scan_iter(match=f"rsc:{{{prefix}}}:v*"):
+            if client.type(key) != "stream":
+                continue
+            for info in client.xinfo_groups(key):
+                if info["name"] == group:
+                    read += info.get("entries-read") or 0
+                    pending += info["pending"]
+        return read, pending
+    finally:
+        client.close()
+
+
+def _wait_for_a_tick(redis_url: str) -> None:
+    """A member of a probe group with a one-second lease, never heard of again: only the tick, from
+    Celery beat through the worker, can expire it. (Celery's per-task log lines are off.)"""
+    store = MetadataStore.from_url(redis_url)
+    try:
+        config = GroupConfig(lease_ttl_ms=1000, heartbeat_interval_ms=200)
+        store.create_group(
+            CreateGroup(stream_prefix="tick-probe", consumer_group="probe", shard_count=1, config=config)
+        )
+        hello = Heartbeat(member_id="m1", member_epoch=0, owned=None, capacity=1)
+        store.heartbeat("tick-probe", "probe", hello)
+
+        def state() -> str:
+            return str(store.describe_group("tick-probe", "probe")["members"][0]["state"])
+
+        wait_until(state, lambda s: s == "EXPIRED", timeout_s=30, what="the probe member expired by a tick")
+    finally:
+        store.client.close()
+
+
+def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listener(
+    tmp_path: Path, spawn: Any
+) -> None:
+    # The README's listener, verbatim, in an app of the user's own, added with RSC_EXTRA_APPS.
+    app = tmp_path / "apps" / "billing"
+    app.mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "listeners.py").write_text(_readme_block("python", "`billing/listeners.py`"))
     port = free_port()
+    data_dir = tmp_path / "run"
+    remembered_port = free_port()
+    (data_dir / "redis").mkdir(parents=True)
+    (data_dir / "redis" / "port").write_text(f"{remembered_port}\n")  # as a previous run left it
     database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"  # unique: also marks our processes
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_"))}
     # Empty, not absent: a developer's .env must not point this test at a real Redis.
     env.update(REDIS_URL="", CELERY_BROKER_URL="", DATABASE_URL=database_url, PYTHONUNBUFFERED="1")
+    env.update(RSC_EXTRA_APPS="billing", PYTHONPATH=str(tmp_path / "apps"))
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    argv = [sys.executable, "-m", "config.devstack", "--addr", f"127.0.0.1:{port}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "config.devstack",
+        "--addr",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+    ]
     stack = spawn("devstack", argv, env)
 
     def output() -> str:
@@ -84,36 +181,81 @@ def test_make_run_ticks_and_ctrl_c_stops_everything(tmp_path: Path, spawn: Any) 
 
     wait_until(
         output,
-        lambda out: "web is up" in out and re.search(r"coordinator\.tasks\.tick\[\S+\] succeeded", out),
-        timeout_s=45,  # five Django start-ups; slow on a loaded machine
-        what="the web server up and a tick run by the worker",
+        lambda out: "starting app-members" in out,
+        timeout_s=60,  # Django start-ups; slow on a loaded machine
+        what="the web server up and the members started",
     )
     out = stack.output()
     assert "DEV ONLY API tokens" in out and "RSC_MEMBER_TOKENS=dev-member-token" in out
     redis_url = _find(r"embedded Redis \(.*\) at (redis://\S+/0)", out)
     redis_port = int(_find(r"redis://127\.0\.0\.1:(\d+)/0", redis_url))
+    assert f"persisted in {data_dir / 'redis'}" in out
+    assert redis_port == remembered_port  # not the default 6390: a developer's `make run` may hold it
     run_dir = Path(_find(r"--schedule (\S+)/celerybeat-schedule", out))
-    # The demo: its members join and handle what the demo producer sends.
+    _wait_for_a_tick(redis_url)
+    # The members start once the web server answers: no refused connection to report.
+    web_up = out.index("web is up")
+    assert web_up < out.index("starting demo-members") and web_up < out.index("starting app-members")
+    assert "running listeners bill" in out
+
+    # The README's curl creates the group; the README's listener's three members take it.
+    status, body = _post_readme_curl(port)
+    assert status == 201, body
     wait_until(
         output, lambda out: "consumers.demo: handled" in out, timeout_s=45, what="a demo event handled"
     )
+    producer_client = redis.Redis.from_url(redis_url)
+    producer = Producer(producer_client)
+    for i in range(12):
+        producer.send("orders", f"customer-{i}", {"order": i})
+    producer_client.close()
+    wait_until(
+        lambda: _acked_entries(redis_url, "orders", "billing"),
+        lambda counts: counts == (12, 0),
+        timeout_s=60,
+        what="the README listener's members reading and acking 12 entries",
+    )
     store = MetadataStore.from_url(redis_url)
     try:
-        view = store.describe_group("demo", "demo-workers")
-        assert view["topology"]["shard_count"] == 4
-        assert sum(1 for m in view["members"] if m["state"] != "LEFT") >= 1
+        assert store.describe_group("demo", "demo-workers")["topology"]["shard_count"] == 4
+        billing = store.describe_group("orders", "billing")
+        assert sum(1 for m in billing["members"] if m["state"] not in ("LEFT", "EXPIRED")) == 3
     finally:
         store.client.close()
     assert run_dir.is_dir()
-    # The launcher, runserver and its reloader child, worker, beat, demo members and producer. (Redis
-    # overwrites its environment with its process title; its port says whether it runs.)
-    assert len(_processes_with(database_url)) >= 7
+    # The launcher, runserver and its reloader child, worker, beat, demo members and producer, the
+    # app's members. (Redis overwrites its environment with its process title; its port says it runs.)
+    assert len(_processes_with(database_url)) >= 8
     assert _accepts(port) and _accepts(redis_port)
+    assert "Connection refused" not in stack.output() and "COORDINATOR_UNREACHABLE" not in stack.output()
 
     stack.signal(signal.SIGINT)  # Ctrl-C: the terminal signals the launcher's process group
 
     assert stack.process.wait(timeout=30) == 0, stack.output()
     assert "embedded Redis stopped" in stack.output()
+    # The members were stopped first and left through the web server, which still answered.
+    assert "COORDINATOR_UNREACHABLE" not in stack.output() and "could not leave" not in stack.output()
     assert not _accepts(port) and not _accepts(redis_port)
     assert not run_dir.exists()
+    assert _processes_with(database_url) == []
+
+    # Again: the same port, and the groups are still there (the append-only file in the data dir).
+    again = spawn("devstack-again", argv, env)
+    wait_until(
+        again.output,
+        lambda out: (
+            "the demo group demo/demo-workers already exists" in out or again.process.poll() is not None
+        ),
+        timeout_s=60,
+        what="the second run's set-up",
+    )
+    assert again.process.poll() is None, again.output()
+    assert _find(r"embedded Redis \(.*\) at (redis://\S+/0)", again.output()) == redis_url
+    store = MetadataStore.from_url(redis_url)
+    try:
+        assert store.describe_group("orders", "billing")["topology"]["shard_count"] == 8
+    finally:
+        store.client.close()
+    again.signal(signal.SIGINT)
+    assert again.process.wait(timeout=30) == 0, again.output()
     assert _processes_with(database_url) == []

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import close_old_connections
 
+from consumers import metrics as consumers_metrics
 from consumers.checks import IN_PROCESS
 from consumers.client import CoordinatorClient, HttpCoordinatorClient, StoreCoordinatorClient
 from consumers.errors import ConsumersError
@@ -44,6 +45,13 @@ class Command(BaseCommand):
             type=float,
             default=None,
             help="seconds to finish in-flight work on SIGTERM (default: RSC_SHUTDOWN_TIMEOUT_S, 30)",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve this process's Prometheus metrics on this port (default: RSC_MEMBER_METRICS_PORT; "
+            "unset or 0: none). docs/metrics.md",
         )
         parser.add_argument("--list", action="store_true", help="print the discovered listeners and exit")
 
@@ -71,6 +79,16 @@ class Command(BaseCommand):
         timeout_s = shutdown_timeout if shutdown_timeout is not None else _shutdown_timeout_setting()
         if timeout_s < 0:
             raise CommandError("--shutdown-timeout must not be negative")
+        metrics_port = options.get("metrics_port")
+        if metrics_port is None:
+            metrics_port = int(getattr(settings, "RSC_MEMBER_METRICS_PORT", 0) or 0)
+        if not 0 <= metrics_port <= 65535:
+            raise CommandError("--metrics-port must be between 0 and 65535")
+        if metrics_port:
+            try:
+                consumers_metrics.serve(metrics_port)
+            except OSError as e:
+                raise CommandError(f"cannot serve metrics on port {metrics_port}: {e}") from e
         process = ConsumerProcess(
             selected,
             coordinator=_coordinator_factory(runtime),

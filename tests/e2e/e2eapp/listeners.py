@@ -57,7 +57,7 @@ def _fail_if_poison(entry: Any, payload: dict[str, Any]) -> None:
 
 
 def _member_label() -> str:
-    # Worker threads are named "<listener>[<index>]-worker-<n>" (consumers/member/pool.py).
+    # Handlers run on unit threads named "<listener>[<index>]-worker-<shard>" (consumers/member/shard.py).
     return threading.current_thread().name.rsplit("-worker-", 1)[0]
 
 
@@ -101,3 +101,10 @@ handle_with_dead_letters = listener(
     dead_letter=True,
     redeliver_backoff_ms=50,
 )(handle.fn)
+
+
+# The benchmark's no-op handler (bench/e2e_bench.py): it touches nothing, so an entry costs only what
+# the member does around it (read, decode, ack), like the raw loop it is compared with.
+@listener(stream_prefix=STREAM_PREFIX, consumer_group=CONSUMER_GROUP, name="e2e_noop")
+def noop(entry: Any) -> None:
+    pass

@@ -1,0 +1,313 @@
+"""Producer benchmark: ``Producer.send`` / ``send_batch`` against raw redis-py XADD of the same envelope.
+
+    python bench/producer_bench.py --out FILE [--messages N] [--batches B] [--batch-size S] [--repetitions R]
+
+One private Redis (config/embedded_redis.py, a free port, never 6379), one stream prefix with 8 shards
+created by the real store, one client per side built the same way (``consumers.dataplane.redis_client``).
+
+What is compared (docs/producer.md, "Performance"):
+
+* **single**: ``producer.send(prefix, key, payload)`` against ``client.xadd(stream, fields)``;
+* **batch**: ``producer.send_batch(prefix, 100 items)`` against a pipeline of 100 ``XADD`` of the same
+  entries (``transaction=False``).
+
+Fairness: both sides do the same encoding work *inside* the timed loop, with the standard library only
+(no project helper on the raw side): a fresh key string, the payload through ``json.dumps``, a uuid4 hex
+``event_id``, the key's bytes and ``{}`` headers. The raw side also writes the two fields the producer's
+script adds (``routing_version``, ``produced_at_ms`` from the client's clock), so the entries are the
+same seven fields of the same size. The raw side picks its stream round-robin; the producer pays for its
+routing (murmur2 of the key) and for the sealed-version check inside Redis: that is the price measured.
+
+Per case and repetition: messages per second (wall clock), client CPU µs per message
+(``time.process_time``) and Redis CPU µs per message (``INFO cpu`` used_cpu_sys + used_cpu_user
+deltas: everything the server spent, sockets included), plus the top-level command's own time from
+``INFO commandstats`` (``evalsha`` for the producer, ``xadd`` for the raw side). In each repetition the
+two sides of a comparison run in alternating chunks (500 sends, or 10 batches; the side that goes first
+alternates too), so that a change in the machine's load hits both sides of a ratio alike. Ratios are
+producer / raw messages per second per repetition; the medians over the repetitions are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from config.embedded_redis import FORBIDDEN_PORT, RedisServer  # noqa: E402
+from consumers.dataplane import redis_client  # noqa: E402
+from consumers.producer import Producer  # noqa: E402
+from coordinator.protocol.commands import CreateGroup  # noqa: E402
+from coordinator.protocol.model import GroupConfig  # noqa: E402
+from coordinator.store.redis_store import MetadataStore  # noqa: E402
+
+PREFIX = "pbench"
+SHARDS = 8
+RAW_STREAMS = [f"raw:{{{PREFIX}}}:{i}" for i in range(SHARDS)]
+PRODUCER_STREAMS = [f"rsc:{{{PREFIX}}}:v1:{i}" for i in range(SHARDS)]
+JSON = "application/json"
+
+
+def payload_for(i: int) -> dict[str, Any]:
+    """About 80 bytes of JSON: a small business event."""
+    return {"order": i, "customer": f"customer-{i % 1000}", "total": 12.5, "items": ["sku-1", "sku-2"]}
+
+
+def raw_fields(i: int) -> dict[str, Any]:
+    """The envelope the producer writes, encoded here with the standard library."""
+    key = f"customer-{i % 1000}"
+    return {
+        "event_id": uuid.uuid4().hex,
+        "partition_key": key.encode(),
+        "routing_version": b"1",
+        "produced_at_ms": str(int(time.time() * 1000)),
+        "content_type": JSON,
+        "payload": json.dumps(payload_for(i), separators=(",", ":"), ensure_ascii=False).encode(),
+        "headers": "{}",
+    }
+
+
+class Probe:
+    """Adds up wall time, client CPU, Redis CPU and one command's calls and time over timed chunks."""
+
+    def __init__(self, admin: redis.Redis, command: str) -> None:
+        self.admin = admin
+        self.command = command
+        self.totals = dict.fromkeys(("messages", "wall_s", "cpu_s", "redis_cpu_s", "usec", "calls"), 0.0)
+
+    def _redis(self) -> tuple[float, tuple[int, int]]:
+        cpu = self.admin.info("cpu")
+        stat = self.admin.info("commandstats").get(f"cmdstat_{self.command}", {"calls": 0, "usec": 0})
+        return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), (
+            int(stat["calls"]),
+            int(stat["usec"]),
+        )
+
+    def measure(self, loop: Callable[[int, int], None], start: int, stop: int, messages: int) -> None:
+        redis_cpu0, (calls0, usec0) = self._redis()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        loop(start, stop)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        redis_cpu1, (calls1, usec1) = self._redis()
+        t = self.totals
+        t["messages"] += messages
+        t["wall_s"] += wall
+        t["cpu_s"] += cpu
+        t["redis_cpu_s"] += redis_cpu1 - redis_cpu0
+        t["usec"] += usec1 - usec0
+        t["calls"] += calls1 - calls0
+
+    def row(self) -> dict[str, float]:
+        t, n = self.totals, self.totals["messages"]
+        return {
+            "msgs_per_s": round(n / t["wall_s"], 1),
+            "client_cpu_us_per_msg": round(t["cpu_s"] * 1e6 / n, 2),
+            "redis_cpu_us_per_msg": round(t["redis_cpu_s"] * 1e6 / n, 2),
+            f"redis_{self.command}_us_per_msg": round(t["usec"] / n, 2),
+            f"{self.command}_calls": int(t["calls"]),
+            "messages": int(n),
+        }
+
+
+def single_producer(producer: Producer) -> Callable[[int, int], None]:
+    def loop(start: int, stop: int) -> None:
+        send = producer.send
+        for i in range(start, stop):
+            send(PREFIX, f"customer-{i % 1000}", payload_for(i))
+
+    return loop
+
+
+def single_raw(client: redis.Redis) -> Callable[[int, int], None]:
+    def loop(start: int, stop: int) -> None:
+        xadd = client.xadd
+        for i in range(start, stop):
+            xadd(RAW_STREAMS[i % SHARDS], raw_fields(i))
+
+    return loop
+
+
+def batch_producer(producer: Producer, size: int) -> Callable[[int, int], None]:
+    def loop(start: int, stop: int) -> None:
+        for b in range(start, stop):
+            items = [(f"customer-{i % 1000}", payload_for(i)) for i in range(b * size, (b + 1) * size)]
+            producer.send_batch(PREFIX, items)
+
+    return loop
+
+
+def batch_raw(client: redis.Redis, size: int) -> Callable[[int, int], None]:
+    def loop(start: int, stop: int) -> None:
+        for b in range(start, stop):
+            pipe = client.pipeline(transaction=False)
+            for i in range(b * size, (b + 1) * size):
+                pipe.xadd(RAW_STREAMS[i % SHARDS], raw_fields(i))
+            pipe.execute()
+
+    return loop
+
+
+def compare(
+    admin: redis.Redis,
+    sides: tuple[tuple[Callable[[int, int], None], str], tuple[Callable[[int, int], None], str]],
+    units: int,
+    chunk: int,
+    per_unit: int,
+) -> list[dict[str, float]]:
+    """One repetition: ``units`` loop steps per side, in chunks that alternate between the sides (and
+    which side goes first), so that a change in the machine's load hits both alike."""
+    probes = [Probe(admin, command) for _, command in sides]
+    for n, start in enumerate(range(0, units, chunk)):
+        stop = min(units, start + chunk)
+        order = (0, 1) if n % 2 == 0 else (1, 0)
+        for side in order:
+            probes[side].measure(sides[side][0], start, stop, (stop - start) * per_unit)
+    for stream in RAW_STREAMS + PRODUCER_STREAMS:  # memory stays flat across repetitions
+        admin.xtrim(stream, maxlen=0)
+    return [p.row() for p in probes]
+
+
+def threaded_sends(url: str, admin: redis.Redis, linger_ms: float | None, threads: int, each: int) -> dict:
+    """``threads`` threads, each sending ``each`` events with one shared producer; wall clock, script
+    calls and per-send latency (not a ratio: linger trades latency for calls, see docs/producer.md)."""
+    client = redis_client(url, max_connections=threads + 1)
+    producer = Producer(client, linger_ms=linger_ms)
+    producer.send(PREFIX, "warm-up", 0)
+    latencies: list[float] = []
+    start = threading.Barrier(threads + 1)
+
+    def sender(t: int) -> None:
+        mine = []
+        start.wait()
+        for i in range(t * each, (t + 1) * each):
+            t0 = time.perf_counter()
+            producer.send(PREFIX, f"customer-{i % 1000}", payload_for(i))
+            mine.append(time.perf_counter() - t0)
+        latencies.extend(mine)
+
+    workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    calls0 = int(admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    start.wait()
+    wall0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - wall0
+    calls = int(admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)) - calls0
+    client.close()
+    latencies.sort()
+    n = threads * each
+    return {
+        "msgs_per_s": round(n / wall, 1),
+        "script_calls_per_msg": round(calls / n, 3),
+        "p50_ms": round(latencies[n // 2] * 1e3, 3),
+        "p99_ms": round(latencies[min(n - 1, int(n * 0.99))] * 1e3, 3),
+    }
+
+
+def median_row(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
+
+
+def run(messages: int, batches: int, size: int, repetitions: int) -> dict[str, Any]:
+    names = (
+        "single_producer",
+        "single_raw_xadd",
+        f"batch_{size}_producer",
+        f"batch_{size}_raw_pipelined_xadd",
+    )
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    with RedisServer() as server:
+        assert server.port != FORBIDDEN_PORT
+        admin = redis.Redis.from_url(server.url)
+        create = CreateGroup(
+            stream_prefix=PREFIX, consumer_group="pbench-g", shard_count=SHARDS, config=GroupConfig()
+        )
+        MetadataStore(admin).create_group(create)
+        producer_client, raw_client = redis_client(server.url), redis_client(server.url)
+        producer = Producer(producer_client)
+        single = ((single_producer(producer), "evalsha"), (single_raw(raw_client), "xadd"))
+        batch = ((batch_producer(producer, size), "evalsha"), (batch_raw(raw_client, size), "xadd"))
+        # Warm-up: connections, the script cache, the producer's route cache, the streams.
+        compare(admin, single, 500, 500, 1)
+        compare(admin, batch, 5, 5, size)
+        for _ in range(repetitions):
+            for (a, b), rows in zip(
+                (names[:2], names[2:]),
+                (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
+                strict=True,
+            ):
+                runs[a].append(rows[0])
+                runs[b].append(rows[1])
+        linger = {
+            f"{threads}_threads_linger_{ms or 'off'}": threaded_sends(server.url, admin, ms, threads, 2_000)
+            for threads in (1, 8)
+            for ms in (None, 1)
+        }
+        version = admin.info("server")["redis_version"]
+        for c in (admin, producer_client, raw_client):
+            c.close()
+
+    def ratios(a: str, b: str) -> list[float]:
+        return [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
+
+    single_ratios, batch_ratios = ratios(*names[:2]), ratios(*names[2:])
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "redis": version,
+        "settings": {
+            "shards": SHARDS,
+            "single_messages": messages,
+            "batches": batches,
+            "batch_size": size,
+            "repetitions": repetitions,
+        },
+        "medians": {name: median_row(rows) for name, rows in runs.items()},
+        "ratios": {
+            "single_over_raw_xadd": {"median": statistics.median(single_ratios), "runs": single_ratios},
+            f"batch_{size}_over_pipelined_xadd": {
+                "median": statistics.median(batch_ratios),
+                "runs": batch_ratios,
+            },
+        },
+        "targets": {"single_over_raw_xadd": 0.8, f"batch_{size}_over_pipelined_xadd": 1.0},
+        "runs": runs,
+        "linger": linger,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, help="write the JSON results here (default: stdout only)")
+    parser.add_argument("--messages", type=int, default=20_000, help="single sends per repetition and side")
+    parser.add_argument("--batches", type=int, default=400, help="batches per repetition and side")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--repetitions", type=int, default=3)
+    args = parser.parse_args()
+    results = run(args.messages, args.batches, args.batch_size, args.repetitions)
+    text = json.dumps(results, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(json.dumps({"medians": results["medians"], "ratios": results["ratios"]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

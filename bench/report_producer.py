@@ -1,0 +1,109 @@
+"""The producer section of docs/benchmarks.md, rendered from ``bench/producer_bench.py --out FILE``.
+
+    from bench.report_producer import render
+    section = render(json.loads(Path(FILE).read_text()))
+
+Every figure comes from the JSON; nothing is typed in here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ROWS = (
+    # (label, key in "medians")
+    ("`Producer.send`", "single_producer"),
+    ("raw `XADD` of the same envelope", "single_raw_xadd"),
+    ("`Producer.send_batch` of {size}", "batch_{size}_producer"),
+    ("pipelined raw `XADD` of the same {size} entries", "batch_{size}_raw_pipelined_xadd"),
+)
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
+
+
+def _ratio_line(name: str, ratio: dict[str, Any], target: float | None) -> str:
+    runs = ", ".join(f"{r:.2f}" for r in ratio["runs"])
+    goal = (
+        ""
+        if target is None
+        else f" (target >= {target:.1f}x: {'met' if ratio['median'] >= target else 'NOT met'})"
+    )
+    return f"- {name}: **{ratio['median']:.2f}x** median, runs {runs}{goal}"
+
+
+def render(results: dict[str, Any]) -> str:
+    """A markdown section: the medians of every case in one table, then the two ratios."""
+    settings = results["settings"]
+    size = settings["batch_size"]
+    medians = results["medians"]
+    targets = results.get("targets", {})
+    lines = [
+        "## Producer (`bench/producer_bench.py`)",
+        "",
+        f"One private Redis {results.get('redis', '')}, a stream prefix of {settings['shards']} shards; "
+        f"{settings['single_messages']:,} single sends and {settings['batches']:,} batches of {size} per "
+        f"side and repetition, {settings['repetitions']} repetitions, medians. Both sides encode the same "
+        "seven-field envelope inside the timed loop (the raw side with the standard library); the two sides "
+        "of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU time; Redis "
+        "CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is `INFO commandstats` of "
+        "the top-level command (`EVALSHA` or `XADD`).",
+        "",
+        "| case | msgs/s | client CPU µs/msg | Redis CPU µs/msg | command µs/msg | command calls |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, key in _ROWS:
+        row = medians.get(key.format(size=size))
+        if row is None:
+            continue
+        command = next((k for k in row if k.startswith("redis_") and k != "redis_cpu_us_per_msg"), "")
+        calls = next((k for k in row if k.endswith("_calls")), "")
+        cells = (
+            label.format(size=size),
+            _num(row["msgs_per_s"]),
+            _num(row["client_cpu_us_per_msg"], 2),
+            _num(row["redis_cpu_us_per_msg"], 2),
+            _num(row.get(command), 2),
+            _num(row.get(calls), 0),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    ratios = results["ratios"]
+    batch_key = f"batch_{size}_over_pipelined_xadd"
+    lines += [
+        "",
+        "Ratios (producer / raw messages per second, measured in the same run):",
+        "",
+        _ratio_line(
+            "single send / raw XADD", ratios["single_over_raw_xadd"], targets.get("single_over_raw_xadd")
+        ),
+        _ratio_line(f"batch of {size} / pipelined XADD", ratios[batch_key], targets.get(batch_key)),
+    ]
+    lines += _linger_lines(results.get("linger"))
+    return "\n".join(lines) + "\n"
+
+
+def _linger_lines(linger: dict[str, Any] | None) -> list[str]:
+    """Threads sending through one producer, with and without a 1 ms linger window (no ratio: linger
+    trades latency for fewer script calls, docs/producer.md "Linger")."""
+    if not linger:
+        return []
+    lines = [
+        "",
+        "Linger (`Producer(linger_ms=...)`): threads sending through one shared producer.",
+        "",
+        "| threads, linger | msgs/s | script calls/msg | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in linger.items():
+        threads, _, _, ms = name.split("_")
+        label = f"{threads}, {'off' if ms == 'off' else ms + ' ms'}"
+        cells = (
+            label,
+            _num(row["msgs_per_s"]),
+            _num(row["script_calls_per_msg"], 3),
+            _num(row["p50_ms"], 2),
+            _num(row["p99_ms"], 2),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines

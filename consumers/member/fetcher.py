@@ -1,0 +1,263 @@
+"""The member's fetcher: acks and reads for every shard of the member, many shards per call.
+
+Theory of operation
+-------------------
+A shard unit in its steady state (take-over done, nothing to re-read) does not read for itself. It
+hands the fetcher a :class:`Ticket` - its shard, the ids it handled since its last fetch, the redeliver
+token it knows - and waits on it. The tickets that are due go together in one
+:meth:`consumers.dataplane.DataPlane.fetch`: per shard, the ack of the previous batch and the read of
+the next one, each shard fenced on its own inside Redis (``fetch.lua``). So the ack of batch n rides in
+the read of batch n+1, and a member with many shards makes one call where it made one per shard.
+
+One call is in flight at a time. A unit that hands in a ticket while none is makes the call itself, on
+its own thread, taking along every other due ticket (a thread hand-off there and back would cost more
+than the call); tickets handed in while a call is in flight wait for the next one, which the fetcher's
+own thread makes as soon as the call returns, all of them together. The fetcher's thread also makes
+the calls of idle shards (below).
+
+A ticket goes back to its unit only when there is something to act on: entries, a refusal, a changed
+redeliver token, a failed call, the lease in doubt, or the unit being told to stop. An empty read keeps
+the ticket here, due again after the shard's idle backoff (``idle_backoff_min_ms`` doubling up to
+``idle_backoff_max_ms``); a call takes along every waiting ticket that is at least half-way through its
+backoff, so the backoffs of idle shards line up and cost one call between them, and no thread but the
+fetcher's wakes up.
+
+What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
+batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher
+guarantees it:
+
+* acks travel with the ticket and come back with it when they were not applied: a refused shard, a
+  unit told to stop, or ``DataPlaneUnavailable`` (outcome unknown: the unit sends them again, an ack is
+  idempotent, before it re-reads its own pending entries, so nothing it handled is handed out again);
+* no read while the member cannot be sure of its lease (``FetcherHost.lease_valid``): the acks go out
+  alone and the ticket goes back (``LEASE``), and the unit probes the fence as it always did;
+* the epoch of a ticket is the member's epoch for the unit's incarnation at the moment of the call.
+
+Connection errors are the units' to handle (each backs off and resyncs); anything else fails the units
+of that call, which stop with their traceback as a failed per-shard call did. Closing the fetcher (the
+member finishing) sends every waiting ticket back as ``STOPPED``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from consumers import logcontext
+from consumers.dataplane import FetchResult, ShardFetch
+from consumers.errors import DataPlaneUnavailable
+from consumers.runtime import Runtime
+from coordinator.protocol.model import Shard
+
+log = logging.getLogger("consumers.member")
+
+
+class Wake(Enum):
+    """Why a ticket went back to its unit."""
+
+    RESULT = "result"  # ``result`` holds what the fetch did (entries, a refusal, a new token)
+    STOPPED = "stopped"  # the unit is stopping (or its incarnation is gone): nothing sent for it
+    LEASE = "lease"  # the lease is in doubt: acks sent (if any), nothing read
+    UNAVAILABLE = "unavailable"  # ``error`` is the DataPlaneUnavailable: outcome unknown
+    ERROR = "error"  # ``error`` is what the call raised
+
+
+class FetcherHost(Protocol):
+    member_id: str
+    label: str
+
+    def epoch_for(self, incarnation: int) -> int | None: ...
+    def lease_valid(self, incarnation: int) -> bool: ...
+    def record(self, *, acked: int = 0) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """One unit's request: ack ``ack_ids``, then read new entries of ``shard``."""
+
+    shard: Shard
+    incarnation: int
+    ack_ids: list[str]  # what the fetcher did not apply comes back here
+    token: str | None  # the redeliver token the unit knows (None: not yet seen)
+    stopping: threading.Event  # the unit's: set when it is told to stop
+    idle_s: float = 0.0  # the current idle backoff: 0 until a read came back empty
+    due_s: float = 0.0  # time.monotonic() at which it is sent
+    wake: Wake | None = None
+    result: FetchResult | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Fetcher:
+    def __init__(self, *, host: FetcherHost, dataplane: Any, runtime: Runtime) -> None:
+        self.host = host
+        self.dataplane = dataplane
+        self.count = runtime.batch_size
+        self._idle_min_s = runtime.idle_backoff_min_ms / 1000
+        self._idle_max_s = runtime.idle_backoff_max_ms / 1000
+        self._cond = threading.Condition()
+        self._tickets: list[Ticket] = []
+        self._sending = False  # a call is in flight (one at a time: what comes meanwhile waits for the next)
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._run_in_context, name=f"{host.label}-fetcher", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Every waiting ticket goes back ``STOPPED``, and so does every later one; the thread ends."""
+        with self._cond:
+            self._closed = True
+            tickets, self._tickets = self._tickets, []
+            self._cond.notify_all()
+        for ticket in tickets:
+            _finish(ticket, Wake.STOPPED)
+
+    def submit(self, ticket: Ticket) -> Ticket:
+        """Hand in a unit's ticket. When no call is in flight, the calling unit's thread makes it at once,
+        with every other due ticket: no wake-up of this thread and back (its own result needs no
+        hand-off). Otherwise the ticket waits for the next call, which the fetcher's thread makes as soon
+        as the one in flight returns (so tickets that come in meanwhile go together)."""
+        ticket.due_s = time.monotonic()
+        with self._cond:
+            if self._closed:
+                batch = None
+            elif self._sending:
+                self._tickets.append(ticket)
+                self._cond.notify_all()
+                return ticket
+            else:
+                self._sending = True
+                batch = [ticket, *self._take_due(ticket.due_s)]
+        if batch is None:
+            _finish(ticket, Wake.STOPPED)
+        else:
+            self._send_and_release(batch)
+        return ticket
+
+    def wake(self) -> None:
+        """A unit was told to stop: its ticket goes back at once."""
+        with self._cond:
+            self._cond.notify_all()
+
+    # ---------------------------------------------------------------------------------------- the loop
+
+    def _run_in_context(self) -> None:
+        """Its log lines carry the member's fields (consumers/logcontext.py)."""
+        with logcontext.bind(**getattr(self.host, "log_fields", {})):
+            self._run()
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._send_and_release(batch)
+        except Exception:
+            log.exception("%s: the fetcher failed; its shards stop", self.host.label)
+        finally:
+            self.close()
+
+    def _next_batch(self) -> list[Ticket] | None:
+        """Wait until no call is in flight and a ticket is due; take it and every ticket half-way through
+        its backoff (the caller then owns the next call)."""
+        with self._cond:
+            while not self._closed:
+                if any(t.stopping.is_set() for t in self._tickets):
+                    for ticket in (t for t in self._tickets if t.stopping.is_set()):
+                        _finish(ticket, Wake.STOPPED)  # back at once, without a call
+                    self._tickets = [t for t in self._tickets if not t.stopping.is_set()]
+                now = time.monotonic()
+                if not self._sending and any(t.due_s <= now for t in self._tickets):
+                    self._sending = True
+                    return self._take_due(now)
+                due = min((t.due_s for t in self._tickets), default=now + 3600)
+                self._cond.wait(None if self._sending else max(0.0, due - now))
+            return None
+
+    def _take_due(self, now: float) -> list[Ticket]:
+        """Remove and return the waiting tickets due by ``now`` or half-way through their backoff (so the
+        backoffs of idle shards line up). The caller holds the lock."""
+        batch = [t for t in self._tickets if t.due_s - now <= t.idle_s / 2]
+        self._tickets = [t for t in self._tickets if t.due_s - now > t.idle_s / 2]
+        return batch
+
+    def _send_and_release(self, batch: list[Ticket]) -> None:
+        """Make the call (this thread owns it), then let the next one go."""
+        try:
+            self._send(batch)
+        except Exception as e:  # a bug: every ticket of the call must still go back to its unit
+            log.exception("%s: a fetch failed unexpectedly", self.host.label)
+            for ticket in batch:
+                if not ticket.done.is_set():
+                    _finish(ticket, Wake.ERROR, error=e)
+        finally:
+            with self._cond:
+                self._sending = False
+                self._cond.notify_all()
+
+    def _send(self, batch: list[Ticket]) -> None:
+        sent: list[Ticket] = []
+        requests: list[ShardFetch] = []
+        for ticket in batch:
+            epoch = self.host.epoch_for(ticket.incarnation)
+            if epoch is None or ticket.stopping.is_set():
+                _finish(ticket, Wake.STOPPED)
+                continue
+            read = self.host.lease_valid(ticket.incarnation)
+            if not read and not ticket.ack_ids:
+                _finish(ticket, Wake.LEASE)
+                continue
+            requests.append(ShardFetch(ticket.shard, epoch, ticket.ack_ids, read, ticket.token))
+            sent.append(ticket)
+        if not sent:
+            return
+        try:
+            results = self.dataplane.fetch(self.host.member_id, requests, self.count)
+        except DataPlaneUnavailable as e:
+            for ticket in sent:
+                _finish(ticket, Wake.UNAVAILABLE, error=e)
+            return
+        except Exception as e:
+            for ticket in sent:
+                _finish(ticket, Wake.ERROR, error=e)
+            return
+        acked = 0
+        idle: list[Ticket] = []
+        for ticket, request, result in zip(sent, requests, results, strict=True):
+            if result.acked and ticket.ack_ids:
+                acked += len(ticket.ack_ids)
+                ticket.ack_ids = []
+            if not request.read:
+                _finish(ticket, Wake.LEASE if result.ok else Wake.RESULT, result=result)
+            elif result.ok and not result.entries and result.redeliver_token == ticket.token:
+                idle.append(ticket)
+            else:
+                _finish(ticket, Wake.RESULT, result=result)
+        if acked:
+            self.host.record(acked=acked)
+        self._rearm(idle)
+
+    def _rearm(self, tickets: list[Ticket]) -> None:
+        """Empty reads: keep the tickets, each due again after its shard's (doubled) idle backoff."""
+        now = time.monotonic()
+        for ticket in tickets:
+            ticket.idle_s = min(max(ticket.idle_s * 2, self._idle_min_s), self._idle_max_s)
+            ticket.due_s = now + ticket.idle_s
+        with self._cond:
+            if not self._closed:
+                self._tickets += tickets
+                return
+        for ticket in tickets:
+            _finish(ticket, Wake.STOPPED)
+
+
+def _finish(
+    ticket: Ticket, wake: Wake, *, result: FetchResult | None = None, error: BaseException | None = None
+) -> None:
+    ticket.wake, ticket.result, ticket.error = wake, result, error
+    ticket.done.set()

@@ -1,0 +1,87 @@
+"""A member process's Prometheus metrics, served on an opt-in port (docs/consumers.md, "Metrics").
+
+``manage.py run_member LISTENER --metrics-port 9105`` (or ``RSC_MEMBER_METRICS_PORT``) starts
+prometheus-client's HTTP server in the member process; no port, no server and next to no cost (the
+figures are still counted in memory). One process runs every member of the listener (``concurrency``):
+each series carries ``stream_prefix``, ``consumer_group`` and ``member_id``.
+
+* ``rsc_member_handled_total`` / ``rsc_member_failed_total``: entries whose handler returned / raised;
+* ``rsc_member_handler_seconds``: handler latency (histogram);
+* ``rsc_member_fences_total``: times the member was fenced (it dropped every shard and rejoined);
+* ``rsc_member_rebalances_total``: assignment changes the member applied (shards started or stopped);
+* ``rsc_member_effective_concurrency``: worker threads the coordinator granted the member;
+* ``rsc_member_shards``: shards the member is consuming now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+LABELS = ("stream_prefix", "consumer_group", "member_id")
+
+HANDLED = Counter("rsc_member_handled", "Entries whose handler returned.", LABELS)
+FAILED = Counter("rsc_member_failed", "Entries whose handler raised.", LABELS)
+HANDLER_SECONDS = Histogram(
+    "rsc_member_handler_seconds",
+    "Handler latency, seconds.",
+    LABELS,
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
+)
+FENCES = Counter("rsc_member_fences", "Times the member was fenced and rejoined.", LABELS)
+REBALANCES = Counter("rsc_member_rebalances", "Assignment changes applied (shards started, stopped).", LABELS)
+CONCURRENCY = Gauge("rsc_member_effective_concurrency", "Worker threads granted by the coordinator.", LABELS)
+SHARDS = Gauge("rsc_member_shards", "Shards the member is consuming.", LABELS)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetrics:
+    """The series of one member (bound once; each call is a dict lookup and an atomic add)."""
+
+    stream_prefix: str
+    consumer_group: str
+    member_id: str
+
+    def handled(self, seconds: float, ok: bool) -> None:
+        labels = (self.stream_prefix, self.consumer_group, self.member_id)
+        (HANDLED if ok else FAILED).labels(*labels).inc()
+        HANDLER_SECONDS.labels(*labels).observe(seconds)
+
+    def fenced(self) -> None:
+        FENCES.labels(self.stream_prefix, self.consumer_group, self.member_id).inc()
+
+    def rebalanced(self, shards: int) -> None:
+        labels = (self.stream_prefix, self.consumer_group, self.member_id)
+        REBALANCES.labels(*labels).inc()
+        SHARDS.labels(*labels).set(shards)
+
+    def concurrency(self, threads: int) -> None:
+        CONCURRENCY.labels(self.stream_prefix, self.consumer_group, self.member_id).set(threads)
+
+    def forget(self) -> None:
+        """A member that stopped: its gauges go (its counters stay, as Prometheus expects)."""
+        labels = (self.stream_prefix, self.consumer_group, self.member_id)
+        for gauge in (CONCURRENCY, SHARDS):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
+
+
+_server_lock = threading.Lock()
+_server_port: int | None = None
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> int:
+    """Start the metrics HTTP server once per process; returns the port it listens on."""
+    global _server_port
+    with _server_lock:
+        if _server_port is None:
+            server, _thread = start_http_server(port, addr=addr)
+            _server_port = int(server.server_port)
+            log.info("member metrics on http://%s:%d/metrics", addr, _server_port)
+        return _server_port

@@ -1,0 +1,156 @@
+"""The steady heartbeat before DRF: one script call, the stored response bytes back unchanged.
+
+Theory of operation
+-------------------
+Most heartbeats come from a STABLE member that changes nothing but its lease: the store answers them in
+one script (``fast_heartbeat.lua``) with a response it already holds as JSON. Through DRF such a
+request paid for content negotiation, the serializer, decoding that JSON and rendering it again,
+several times the cost of the Redis call. :func:`heartbeat` (the URL's view) takes a request that is
+*plainly* a steady heartbeat and answers it here; every other request goes, untouched, to the DRF view
+(``views.HeartbeatView``), which decides and words everything as before: joins, leaves, ``client``
+info, anything malformed or unusual, a missing, unknown or out-of-scope credential, a member that is
+not steady, Redis trouble.
+
+"Plainly" means: ``POST`` with ``Content-Type: application/json`` (UTF-8) and a Content-Length within
+``RSC_API_MAX_BODY_BYTES``; ``Authorization: Bearer <token>`` that matches a credential (the same cached
+match as DRF's authentication), inside its scope; a body that is a JSON object (strictly parsed: no
+duplicate keys, no NaN) with only ``member_id``, ``member_epoch`` > 0, ``owned_shards`` and ``capacity``,
+each of the type and in the range the serializer accepts; valid path identifiers. The protocol core's
+own ``Heartbeat.validated()`` runs as on the DRF path. Then the script: the heartbeat floor, then the
+steady check (epoch, capacity, owned shards, the credential's identity as the member's owner, the
+lease by Redis's clock). A steady member gets the stored bytes with the headers DRF would send; a
+floor refusal gets the problem DRF would send; "not steady" marks the request (``FAST_TRIED``) so the
+DRF view skips the script it already ran (the floor is counted once) and takes the full path.
+
+tests/api/test_fastpath.py sends a corpus of requests through both doors and compares status, headers
+and body byte for byte.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.http import parse_header_parameters
+from django.views.decorators.csrf import csrf_exempt
+
+from coordinator.protocol.errors import CoordinatorError, HeartbeatTooFrequent
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import MAX_CAPACITY, Shard, validate_identifier
+from coordinator.store import get_store
+from coordinator.store.instruments import HEARTBEAT_SECONDS
+
+from . import errors
+from .auth import TokenPrincipal, match_token
+from .parsers import JSON_MEDIA_TYPE, max_body_bytes, strict_loads
+from .serializers import MAX_MEMBER_EPOCH, MAX_OWNED_SHARDS
+from .throttling import heartbeat_floor
+from .views import FAST_TRIED, HeartbeatView
+
+log = logging.getLogger(__name__)
+
+_FIELDS = frozenset({"member_id", "member_epoch", "owned_shards", "capacity"})
+# What DRF adds to every response of HeartbeatView (APIView.finalize_response and ApiView's own).
+_DRF_HEADERS = {"Allow": "POST", "Cache-Control": "no-store"}
+
+_drf_view = HeartbeatView.as_view()
+
+
+@csrf_exempt  # as DRF's views: only token requests are answered here, and tokens are not cookies
+def heartbeat(request: HttpRequest, stream_prefix: str, consumer_group: str) -> Any:
+    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group)
+    if steady is None:
+        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+    hb, _principal = steady
+    started = time.perf_counter()
+    try:
+        raw = get_store().fast_heartbeat(stream_prefix, consumer_group, hb, heartbeat_floor())
+    except HeartbeatTooFrequent as refused:
+        HEARTBEAT_SECONDS.labels("refused").observe(time.perf_counter() - started)
+        return _finalize(errors.exception_handler(refused, {"request": request}))
+    except CoordinatorError:
+        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+    if raw is None:
+        setattr(request, FAST_TRIED, True)
+        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+    HEARTBEAT_SECONDS.labels("fast").observe(time.perf_counter() - started)
+    return _finalize(HttpResponse(raw, content_type=JSON_MEDIA_TYPE))
+
+
+# The URL's view is this function; drf-spectacular (and anything else that inspects views) finds the DRF
+# view behind it, as on the function DRF's as_view() returns.
+heartbeat.cls = HeartbeatView  # type: ignore[attr-defined]
+heartbeat.initkwargs = {}  # type: ignore[attr-defined]
+
+
+def _finalize(response: HttpResponse) -> HttpResponse:
+    for name, value in _DRF_HEADERS.items():
+        response[name] = value
+    return response
+
+
+def _plain_steady_heartbeat(
+    request: HttpRequest, stream_prefix: str, consumer_group: str
+) -> tuple[Heartbeat, TokenPrincipal] | None:
+    """The heartbeat and its principal if the request is plainly a steady heartbeat, else None."""
+    if request.method != "POST" or request.META.get("HTTP_TRANSFER_ENCODING"):
+        return None
+    media_type, params = parse_header_parameters(request.META.get("CONTENT_TYPE", ""))
+    if media_type != JSON_MEDIA_TYPE or params.get("charset", "utf-8").lower() not in ("utf-8", "utf8"):
+        return None
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        return None
+    if not 0 < length <= max_body_bytes():
+        return None
+    scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        return None
+    try:
+        validate_identifier(stream_prefix, "stream_prefix")
+        validate_identifier(consumer_group, "consumer_group")
+        body = strict_loads(request.body)
+        hb = _heartbeat_of(body)
+        if hb is None:
+            return None
+        principal = match_token(token)
+        if principal is None:
+            return None
+        if principal.scope is not None:
+            principal.scope.check(principal.name, stream_prefix, consumer_group, hb.member_id)
+        return Heartbeat(
+            member_id=hb.member_id,
+            member_epoch=hb.member_epoch,
+            owned=hb.owned,
+            capacity=hb.capacity,
+            owner=principal.identity,
+        ).validated(), principal
+    except (CoordinatorError, ValueError, RecursionError):
+        return None  # the DRF view says what is wrong
+
+
+def _heartbeat_of(body: Any) -> Heartbeat | None:
+    if not isinstance(body, dict) or not body.keys() <= _FIELDS:
+        return None
+    member_id, epoch = body.get("member_id"), body.get("member_epoch")
+    capacity, owned = body.get("capacity"), body.get("owned_shards")
+    if not isinstance(member_id, str) or not _is_int(epoch) or not 0 < epoch <= MAX_MEMBER_EPOCH:
+        return None
+    if capacity is not None and not (_is_int(capacity) and 1 <= capacity <= MAX_CAPACITY):
+        return None
+    shards: frozenset[Shard] | None = None
+    if owned is not None:
+        if not isinstance(owned, list) or len(owned) > MAX_OWNED_SHARDS:
+            return None
+        if not all(isinstance(s, str) for s in owned):
+            return None
+        shards = frozenset(Shard.parse(s) for s in owned)  # ValueError / CoordinatorError: DRF words it
+    return Heartbeat(member_id=member_id, member_epoch=epoch, owned=shards, capacity=capacity)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

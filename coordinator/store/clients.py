@@ -1,0 +1,135 @@
+"""Redis clients from a URL: one Redis, or a Redis Cluster (docs/cluster.md).
+
+``redis://`` / ``rediss://`` / ``unix://`` build a ``redis.Redis``; ``redis+cluster://host:port/`` and
+``rediss+cluster://host:port/`` build a ``redis.cluster.RedisCluster`` that discovers the cluster from
+that seed node (one is enough; the client learns the others from ``CLUSTER SLOTS`` and follows
+``MOVED`` / ``ASK``). The scheme travels with the URL, so every process that is given ``REDIS_URL``
+(the coordinator, the tick, run_member, a producer) picks the right client without a second setting.
+
+Everything of one stream prefix shares the hash tag ``{P}`` (``codec``), so it lives in one slot: each
+script call and each MULTI of the store and the data plane touches one slot, and so one node. The few
+global keys (``rsc:prefixes``, ``rsc:retention:cursor``, ``rsc:metrics``,
+``rsc:credentials:generation``) are single keys, each in its own slot, never used together with a
+prefix's keys in one command (docs/cluster.md lists them).
+
+This module is Django-free: the data plane and the producer (``consumers``) use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+
+# URL scheme -> the scheme redis-py's RedisCluster.from_url understands.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def is_cluster_url(url: str) -> bool:
+    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """The URL with its cluster scheme replaced by the plain one (``redis+cluster://h:p/`` ->
+    ``redis://h:p/``): the seed node's own URL. A plain URL is returned unchanged."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES.get(parts.scheme.lower())
+    return url if scheme is None else urlunsplit(parts._replace(scheme=scheme))
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
+    """``redis.Redis.from_url`` or, for a cluster URL, ``RedisCluster.from_url`` (database 0 only:
+    a cluster has no other). ``retry``, for a cluster, is the cluster client's own command retry
+    (its node connections never retry: redis-py builds them with ``Retry(NoBackoff(), 0)``)."""
+    if not is_cluster_url(url):
+        return redis.Redis.from_url(url, **options)
+    parts = urlsplit(url)
+    database = parts.path.strip("/")
+    if database not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has only database 0; {url!r} names database {database!r}")
+    for key in ("retry_on_error", "db"):  # not node connection options on a cluster
+        options.pop(key, None)
+    return RedisCluster.from_url(node_url(url), **options)
+
+
+# Replies that say the command did not run on that node: it is safe to send it again elsewhere.
+_REDIRECTED = (MovedError, AskError, TryAgainError)
+
+
+def run_scripts(
+    client: Any, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> list[Any]:
+    """Run ``script`` once per ``(keys, args)`` call, pipelined; the replies in order, an error reply
+    returned as its exception. Each call is atomic on its own, not the batch. See :func:`run_evalsha`."""
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            script(keys=list(keys), args=list(args), client=pipe)
+        return list(pipe.execute(raise_on_error=False)) if calls else []
+    packed = [(len(keys), *keys, *args) for keys, args in calls]
+    return run_evalsha(client, script.sha, script.script, packed)
+
+
+def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]) -> list[Any]:
+    """``EVALSHA sha *call`` for each call (``numkeys, key..., arg...``), pipelined, on a cluster
+    client; the replies in order, an error reply returned as its exception.
+
+    redis-py's ClusterPipeline refuses ``evalsha``, and it re-sends a command whose reply a connection
+    error cut, so the calls are grouped by the primary of their first key's slot and sent to it as
+    plain pipelines, which never re-send: a connection error raises, the outcome of every call of that
+    node unknown. A call answered ``NOSCRIPT`` (a restarted or promoted node) loads the script on that
+    node and runs again; one answered ``MOVED``, ``ASK`` or ``TRYAGAIN`` (a slot on the move) runs again
+    alone through the cluster client, which follows the redirection. Those replies say the call did not
+    run, so neither is a re-send of something that ran.
+    """
+    replies: list[Any] = [None] * len(calls)
+    by_node: dict[str, tuple[Any, list[int]]] = {}
+    for i, call in enumerate(calls):
+        node = client.get_node_from_key(call[1])
+        by_node.setdefault(node.name, (node, []))[1].append(i)
+    for node, indices in by_node.values():
+        _run_on_node(client.get_redis_connection(node), sha, text, calls, indices, replies)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, _REDIRECTED):
+            try:
+                try:
+                    replies[i] = client.execute_command("EVALSHA", sha, *calls[i])
+                except NoScriptError:
+                    client.script_load(text)
+                    replies[i] = client.execute_command("EVALSHA", sha, *calls[i])
+            except redis.ResponseError as e:
+                replies[i] = e
+    return replies
+
+
+def _run_on_node(
+    node: redis.Redis,
+    sha: str,
+    text: Any,
+    calls: Sequence[Sequence[Any]],
+    indices: list[int],
+    replies: list[Any],
+) -> None:
+    todo = indices
+    for attempt in range(2):
+        pipe = node.pipeline(transaction=False)
+        for i in todo:
+            pipe.execute_command("EVALSHA", sha, *calls[i])
+        missing = []
+        for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+            replies[i] = reply
+            if isinstance(reply, NoScriptError):
+                missing.append(i)
+        if not missing or attempt:
+            return
+        node.script_load(text)
+        todo = missing

@@ -1,0 +1,203 @@
+"""The pre-DRF heartbeat fast path (coordinator/api/fastpath.py) answers exactly what the DRF view
+answers: a corpus of requests, each sent from the same Redis state through both doors, must give the
+same status, headers and body, byte for byte, and leave the same metadata. Steady heartbeats must be
+answered without DRF."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import RequestFactory
+
+from coordinator.api import fastpath
+from coordinator.api.views import HeartbeatView
+from coordinator.models import ApiCredential
+from coordinator.store import MetadataStore
+
+from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api
+
+PATH = f"/api/v1/groups/{PREFIX}/{GROUP}/heartbeat"
+ALL = ["v1:0", "v1:1", "v1:2", "v1:3"]
+# Headers that differ between two runs by nature, compared for presence only.
+TIMING = {"Retry-After"}
+
+
+@pytest.fixture
+def steady(api: Api, store: MetadataStore) -> int:
+    api.create_group(heartbeat_interval_ms=1_000, lease_ttl_ms=60_000)
+    joined = api.join("m1")
+    assert joined["member_state"] == "STABLE"
+    return int(joined["member_epoch"])
+
+
+def snapshot(store: MetadataStore) -> dict[bytes, bytes]:
+    return {key: store.client.dump(key) for key in store.client.keys("*") if b":hbr:" not in key}
+
+
+def restore(store: MetadataStore, state: dict[bytes, bytes]) -> None:
+    store.client.flushall()
+    for key, value in state.items():
+        store.client.restore(key, 0, value)
+
+
+def through(view: Callable[..., Any], body: Any, token: str | None, **meta: Any) -> Any:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    prefix = meta.pop("prefix", PREFIX)
+    content_type = meta.pop("content_type", "application/json")
+    request = RequestFactory().generic("POST", PATH, raw, content_type=content_type, **headers)
+    response = view(request, stream_prefix=prefix, consumer_group=GROUP)
+    if hasattr(response, "render"):
+        response.render()
+    return response
+
+
+def comparable(response: Any) -> tuple[int, dict[str, str], bytes]:
+    headers = {k: ("<present>" if k in TIMING else v) for k, v in response.headers.items()}
+    body = response.content
+    if "application/problem+json" in response.get("Content-Type", ""):
+        problem = json.loads(body)
+        problem.get("details", {}).pop("retry_after_ms", None)
+        if problem["code"] == "HEARTBEAT_TOO_FREQUENT":
+            problem["detail"] = problem["detail"].split(": retry in")[0]
+        problem.pop("incident_id", None)
+        body = json.dumps(problem, sort_keys=True).encode()
+    return response.status_code, headers, body
+
+
+def corpus(epoch: int, scoped: str) -> list[tuple[str, Any, str | None, dict[str, Any]]]:
+    steady = {"member_id": "m1", "member_epoch": epoch}
+    return [
+        ("steady", steady, MEMBER_TOKEN, {}),
+        ("steady, owned reported", {**steady, "owned_shards": ALL}, MEMBER_TOKEN, {}),
+        ("steady, owned unordered", {**steady, "owned_shards": ALL[::-1]}, MEMBER_TOKEN, {}),
+        ("steady, same capacity", {**steady, "capacity": 2}, MEMBER_TOKEN, {}),
+        ("steady, owned null", {**steady, "owned_shards": None, "capacity": None}, MEMBER_TOKEN, {}),
+        ("steady, charset", steady, MEMBER_TOKEN, {"content_type": "application/json; charset=utf-8"}),
+        ("capacity change", {**steady, "capacity": 3}, MEMBER_TOKEN, {}),
+        ("owned differs", {**steady, "owned_shards": ALL[:2]}, MEMBER_TOKEN, {}),
+        ("stale epoch", {**steady, "member_epoch": epoch + 5}, MEMBER_TOKEN, {}),
+        ("unknown member", {"member_id": "ghost", "member_epoch": 3}, MEMBER_TOKEN, {}),
+        ("join", {"member_id": "m2", "member_epoch": 0, "capacity": 1}, MEMBER_TOKEN, {}),
+        ("leave", {"member_id": "m1", "member_epoch": -1}, MEMBER_TOKEN, {}),
+        (
+            "client info",
+            {**steady, "client": {"host": "h", "pid": 1, "listener": "l", "version": "v"}},
+            MEMBER_TOKEN,
+            {},
+        ),
+        ("another credential", steady, ADMIN_TOKEN, {}),
+        ("out of scope", steady, scoped, {}),
+        ("no credential", steady, None, {}),
+        ("wrong token", steady, "not-a-token", {}),
+        ("duplicate key", b'{"member_id": "m1", "member_epoch": 1, "member_epoch": 1}', MEMBER_TOKEN, {}),
+        ("NaN", b'{"member_id": "m1", "member_epoch": NaN}', MEMBER_TOKEN, {}),
+        ("not an object", [steady], MEMBER_TOKEN, {}),
+        ("unknown field", {**steady, "zz": 1}, MEMBER_TOKEN, {}),
+        ("boolean epoch", {**steady, "member_epoch": True}, MEMBER_TOKEN, {}),
+        ("string epoch", {**steady, "member_epoch": str(epoch)}, MEMBER_TOKEN, {}),
+        ("float epoch", {**steady, "member_epoch": float(epoch)}, MEMBER_TOKEN, {}),
+        ("epoch too large", {**steady, "member_epoch": 2**60}, MEMBER_TOKEN, {}),
+        ("bad member id", {**steady, "member_id": "m:1"}, MEMBER_TOKEN, {}),
+        ("bad shard", {**steady, "owned_shards": ["v0:1"]}, MEMBER_TOKEN, {}),
+        ("shard not a string", {**steady, "owned_shards": [1]}, MEMBER_TOKEN, {}),
+        ("capacity zero", {**steady, "capacity": 0}, MEMBER_TOKEN, {}),
+        ("text/plain", steady, MEMBER_TOKEN, {"content_type": "text/plain"}),
+        ("latin-1", steady, MEMBER_TOKEN, {"content_type": "application/json; charset=latin-1"}),
+        ("empty body", b"", MEMBER_TOKEN, {}),
+        ("bad prefix", steady, MEMBER_TOKEN, {"prefix": "bad{x}"}),
+    ]
+
+
+def test_both_doors_answer_every_request_alike(steady: int, store: MetadataStore, settings: Any) -> None:
+    settings.RSC_HEARTBEAT_FLOOR_MS = 0  # the floor has its own case below
+    _credential, scoped = ApiCredential.issue("elsewhere", "member", stream_prefixes="payments")
+    drf = HeartbeatView.as_view()
+    start = snapshot(store)
+    for name, body, token, meta in corpus(steady, scoped):
+        restore(store, start)
+        fast = through(fastpath.heartbeat, body, token, **dict(meta))
+        after_fast = snapshot(store)
+        restore(store, start)
+        slow = through(drf, body, token, **dict(meta))
+        assert comparable(fast) == comparable(slow), name
+        assert _without_leases(after_fast) == _without_leases(snapshot(store)), name
+
+
+def _without_leases(state: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    """Keys other than the metadata hash byte for byte; the hash's lease fields are Redis TIME + TTL, so
+    they differ between two runs by the milliseconds between them (its other fields are compared)."""
+    meta = f"rsc:{{{PREFIX}}}:meta".encode()
+    return {k: v for k, v in state.items() if k != meta}
+
+
+def test_the_metadata_fields_match_too(steady: int, store: MetadataStore, settings: Any) -> None:
+    settings.RSC_HEARTBEAT_FLOOR_MS = 0
+    drf = HeartbeatView.as_view()
+    for body in (
+        {"member_id": "m1", "member_epoch": steady, "capacity": 3},
+        {"member_id": "m1", "member_epoch": -1},
+    ):
+        start = snapshot(store)
+        through(fastpath.heartbeat, body, MEMBER_TOKEN)
+        fast = {k: v for k, v in store.raw_metadata(PREFIX).items() if not k.startswith(b"l:")}
+        restore(store, start)
+        through(drf, body, MEMBER_TOKEN)
+        slow = {k: v for k, v in store.raw_metadata(PREFIX).items() if not k.startswith(b"l:")}
+        assert _normalized(fast) == _normalized(slow)
+        restore(store, start)
+
+
+def _normalized(meta: dict[bytes, bytes]) -> dict[bytes, Any]:
+    """The documents without their time stamps (Redis TIME at the decision) and commit token."""
+    out: dict[bytes, Any] = {}
+    for key, value in meta.items():
+        if key == b"txn":
+            continue
+        if key.startswith(b"g:"):
+            doc = json.loads(value)
+            for member in doc["members"].values():
+                member.pop("last_heartbeat_ms", None)
+                member.pop("ended_at_ms", None)
+                member.pop("joined_at_ms", None)
+                member.pop("revocation_deadline_ms", None)
+            out[key] = doc
+        elif key.startswith(b"g#:") or key.startswith(b"r:"):
+            continue  # revision tokens are random per commit; r: holds the response compared above
+        else:
+            out[key] = value
+    return out
+
+
+def test_steady_heartbeats_never_reach_drf(steady: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = fastpath._drf_view
+
+    def counting(request: Any, **kwargs: Any) -> Any:
+        calls.append(request.path)
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(fastpath, "_drf_view", counting)
+    body = {"member_id": "m1", "member_epoch": steady}
+    for _ in range(5):
+        assert through(fastpath.heartbeat, body, MEMBER_TOKEN).status_code == 200
+    assert calls == []
+    assert through(fastpath.heartbeat, {**body, "capacity": 5}, MEMBER_TOKEN).status_code == 200
+    assert calls == [PATH]  # not steady: DRF decides
+
+
+def test_a_floor_refusal_is_answered_alike_and_counted_once(
+    steady: int, store: MetadataStore, settings: Any
+) -> None:
+    settings.RSC_HEARTBEAT_FLOOR_MS, settings.RSC_HEARTBEAT_BURST = 60_000, 2
+    body = {"member_id": "m1", "member_epoch": steady}
+    assert through(fastpath.heartbeat, body, MEMBER_TOKEN).status_code == 200
+    # not steady (capacity change): the script ran once here; DRF must not run it (and count) again
+    assert through(fastpath.heartbeat, {**body, "capacity": 3}, MEMBER_TOKEN).status_code == 200
+    fast = through(fastpath.heartbeat, body, MEMBER_TOKEN)
+    slow = through(HeartbeatView.as_view(), body, MEMBER_TOKEN)
+    assert fast.status_code == slow.status_code == 429
+    assert comparable(fast) == comparable(slow)

@@ -1,0 +1,190 @@
+"""The producer's three paths share one script and one routing: the single-send fast path writes what
+the batch path writes, a sealed version refuses a call whole inside Redis, and a flushed script cache is
+recovered from without a blind re-send (docs/producer.md)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+from consumers.dataplane import scripts
+from consumers.dataplane.envelope import encode_event
+from consumers.errors import DataPlaneError
+from consumers.producer import Producer, _encode
+from coordinator.protocol.model import OrderingMode, Shard
+from coordinator.protocol.routing import shard_index
+from coordinator.store.codec import meta_key, stream_key
+from tests.dataplane.harness import Harness
+
+V1 = [Shard(1, i) for i in range(4)]
+V2 = [Shard(2, i) for i in range(3)]
+ENVELOPE = (b"partition_key", b"routing_version", b"content_type", b"payload", b"headers")
+
+
+def stored(h: Harness, stream: str, entry_id: str) -> dict[bytes, bytes]:
+    ((_, fields),) = h.client.xrange(stream, entry_id, entry_id)
+    return fields
+
+
+def evalsha_calls(h: Harness) -> int:
+    return int(h.client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+ITEMS = [
+    ("customer-1", {"order": 1, "items": ["a", "é"]}, None),
+    ("customer-2", b"\x00raw", None),
+    ("customer-1", "a JSON string", {"trace": "t-1"}),
+    (b"\xffbytes-key", [1, 2, 3], None),
+    ("customer-3", None, {"a": "b", "c": "d"}),
+]
+
+
+def test_the_fast_path_and_the_batch_path_write_the_same_entries(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=4)
+
+    singles = [h.producer.send(h.prefix, key, payload, headers=headers) for key, payload, headers in ITEMS]
+    batch = h.producer.send_batch(h.prefix, ITEMS)
+
+    for (key, _, _), one, many in zip(ITEMS, singles, batch, strict=True):
+        shard = Shard(1, shard_index(key, 4))
+        assert (one.shard, one.stream_key, one.routing_version) == (shard, h.stream(shard), 1)
+        assert (many.shard, many.stream_key, many.routing_version) == (shard, h.stream(shard), 1)
+        a, b = stored(h, one.stream_key, one.entry_id), stored(h, many.stream_key, many.entry_id)
+        assert {f: a[f] for f in ENVELOPE} == {f: b[f] for f in ENVELOPE}
+        assert a[b"event_id"] == one.event_id.encode() and b[b"event_id"] == many.event_id.encode()
+        assert int(a[b"produced_at_ms"]) == int(one.entry_id.split("-")[0])  # Redis TIME, the id's clock
+    assert len({r.event_id for r in singles + batch}) == 2 * len(ITEMS)
+
+
+def test_the_fast_encoding_is_encode_events(harness: Harness) -> None:
+    for key, payload, headers in [*ITEMS, ("k", 12.5, None), ("k", {"nested": {"x": [None, True]}}, None)]:
+        for content_type in (None, "application/json"):
+            fast = _encode(key, payload, headers, content_type)
+            reference = encode_event(key, payload, headers, content_type)
+            assert fast[1:] == tuple(reference.script_args()[1:])
+            event_id = uuid.UUID(hex=fast[0])
+            assert event_id.version == 4 and event_id.variant == uuid.RFC_4122 and fast[0] == event_id.hex
+
+
+def test_one_script_call_per_single_send_and_per_batch_of_up_to_500(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=4)
+    h.producer.send(h.prefix, "warm-up", 0)
+    before = evalsha_calls(h)
+
+    h.producer.send(h.prefix, "k", 1)
+    results = h.producer.send_batch(h.prefix, [(f"k{i}", i) for i in range(500)])
+
+    assert evalsha_calls(h) - before == 2
+    assert {r.shard for r in results} == set(V1)  # one call, four streams
+
+
+def test_large_batches_are_packed_into_calls_and_keep_input_and_per_key_order(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=3)
+    producer = Producer(h.client)
+    producer.max_entries_per_call = 7
+    items = [(f"key-{i % 5}", {"seq": i}) for i in range(50)]
+    producer.send(h.prefix, "warm-up", 0)
+    before = evalsha_calls(h)
+
+    results = producer.send_batch(h.prefix, items)
+
+    assert evalsha_calls(h) - before == 8  # ceil(50 / 7): streams share calls, a call never exceeds 7
+    for (key, payload), r in zip(items, results, strict=True):
+        assert r.shard == Shard(1, shard_index(key, 3))
+        assert stored(h, r.stream_key, r.entry_id)[b"payload"] == f'{{"seq":{payload["seq"]}}}'.encode()
+    for k in range(5):
+        ids = [r.entry_id for (key, _), r in zip(items, results, strict=True) if key == f"key-{k}"]
+        assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
+    assert sum(h.xlen(Shard(1, i)) for i in range(3)) == 51
+
+
+def test_a_sealed_version_refuses_a_whole_call_inside_redis(harness: Harness) -> None:
+    """The script itself refuses: called directly with the sealed route, several streams at once, it
+    appends to none of them and returns the current route."""
+    h = harness
+    h.create(shard_count=4)
+    h.change_shard_count(3, OrderingMode.STRICT)
+    before = {s: h.xlen(s) for s in V1 + V2}
+    event = ["e", b"k", "application/json", b"1", "{}"]
+    keys = [meta_key(h.prefix), stream_key(h.prefix, V1[0]), stream_key(h.prefix, V1[2])]
+
+    reply = h.client.evalsha(_loaded(h), 3, *keys, "1", "4", "0", "1", *event, "2", "2", *event, *event)
+
+    assert reply == [b"STALE_ROUTE", b"2 3 1"]
+    assert {s: h.xlen(s) for s in V1 + V2} == before
+
+
+def test_a_call_with_a_missing_stream_appends_to_none_of_its_streams(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=3)
+    h.client.delete(h.stream(Shard(1, 2)))
+    present = [k for k in range(40) if shard_index(f"k{k}", 3) != 2][:5]
+    keys = [*present, next(k for k in range(40) if shard_index(f"k{k}", 3) == 2)]
+
+    with pytest.raises(DataPlaneError, match="missing; nothing appended"):
+        h.producer.send_batch(h.prefix, [(f"k{k}", k) for k in keys])
+    with pytest.raises(DataPlaneError, match="missing; nothing appended"):
+        h.producer.send(h.prefix, f"k{keys[-1]}", 1)
+
+    assert [h.xlen(Shard(1, i)) for i in range(2)] == [0, 0]
+    assert not h.client.exists(h.stream(Shard(1, 2)))  # NOMKSTREAM: the send did not create it
+
+
+def test_a_stream_key_that_is_not_the_shard_it_claims_is_a_script_error(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=2)
+    sha = _loaded(h)
+    event = ["e", b"k", "application/json", b"1", "{}"]
+    wrong = [meta_key(h.prefix), stream_key(h.prefix, Shard(1, 0)), stream_key(h.prefix, Shard(1, 1))]
+
+    with pytest.raises(redis.ResponseError, match="is not shard 1"):
+        h.client.evalsha(sha, 3, *wrong, "1", "2", "1", "1", *event, "0", "1", *event)
+    with pytest.raises(redis.ResponseError, match="is not shard 2"):
+        h.client.evalsha(sha, 2, *wrong[:2], "1", "2", "2", "1", *event)
+    with pytest.raises(redis.ResponseError, match="does not match"):
+        h.client.evalsha(sha, 2, *wrong[:2], "1", "2", "0", "2", *event)
+
+    assert [h.xlen(Shard(1, i)) for i in range(2)] == [0, 0]
+
+
+def test_noscript_after_script_flush_loads_the_script_and_sends_once_more(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=4)
+    producer = Producer(h.client)
+    producer.send(h.prefix, "warm-up", 0)
+    for max_entries_per_call, send in (
+        (500, lambda p: [p.send(h.prefix, "k", 1)]),
+        (500, lambda p: p.send_batch(h.prefix, [(f"k{i}", i) for i in range(20)])),  # one call
+        (7, lambda p: p.send_batch(h.prefix, [(f"k{i}", i) for i in range(20)])),  # a pipeline of 3
+    ):
+        producer.max_entries_per_call = max_entries_per_call
+        h.client.script_flush()
+        assert h.client.script_exists(producer._sha) == [False]
+        lengths = sum(h.xlen(s) for s in V1)
+
+        results = send(producer)
+
+        assert h.client.script_exists(producer._sha) == [True]
+        assert sum(h.xlen(s) for s in V1) == lengths + len(results)  # each entry once
+
+
+def test_a_script_error_is_a_typed_error_not_a_redis_one(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=1)
+    h.client.delete(h.stream(Shard(1, 0)))
+    h.client.set(h.stream(Shard(1, 0)), "not a stream")
+
+    with pytest.raises(DataPlaneError):
+        h.producer.send(h.prefix, "k", 1)
+
+
+def _loaded(h: Harness) -> str:
+    """The producer's script, loaded; its SHA1."""
+    sha = h.client.script_load(scripts.script_text("produce"))
+    assert sha == h.producer._sha
+    return sha

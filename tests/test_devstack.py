@@ -1,0 +1,121 @@
+"""`make run`'s pieces that need no running stack: the persistent embedded Redis's port, the data-dir
+lock, the start order. The whole stack, restarted, is tests/tick/test_devstack.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from config import devstack
+from config.embedded_redis import free_port
+
+
+@pytest.fixture
+def default_port(monkeypatch: pytest.MonkeyPatch) -> int:
+    """A free port standing in for DEFAULT_REDIS_PORT (another `make run` may hold the real one)."""
+    port = free_port()
+    monkeypatch.setattr(devstack, "DEFAULT_REDIS_PORT", port)
+    return port
+
+
+def test_the_embedded_redis_starts_on_the_default_port_then_keeps_it(
+    tmp_path: Path, default_port: int
+) -> None:
+    server = devstack.start_embedded_redis(tmp_path)
+    try:
+        assert server.port == default_port
+        assert (tmp_path / "redis" / "port").read_text().strip() == str(default_port)
+        redis.Redis.from_url(server.url).set("kept", "yes")
+    finally:
+        server.stop()
+
+    server = devstack.start_embedded_redis(tmp_path)
+    try:
+        assert server.port == default_port
+        assert redis.Redis.from_url(server.url).get("kept") == b"yes"  # the append-only file
+    finally:
+        server.stop()
+
+
+def test_a_taken_port_falls_back_to_a_free_one_said_and_remembered(
+    tmp_path: Path, default_port: int, capsys: Any
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", default_port))
+        squatter.listen()
+        server = devstack.start_embedded_redis(tmp_path)
+        try:
+            assert server.port != default_port
+            out = capsys.readouterr().out
+            assert (
+                f"{default_port} (the default port) is taken by another program; using {server.port}" in out
+            )
+        finally:
+            server.stop()
+    fallback = server.port
+
+    server = devstack.start_embedded_redis(tmp_path)  # the default is free again; the remembered port wins
+    try:
+        assert server.port == fallback
+    finally:
+        server.stop()
+
+
+def test_a_second_stack_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    fd = devstack.lock_data_dir(tmp_path)
+    try:
+        with pytest.raises(devstack.DevstackError, match="another `make run` is using"):
+            devstack.lock_data_dir(tmp_path)
+    finally:
+        import os
+
+        os.close(fd)
+    os.close(devstack.lock_data_dir(tmp_path))  # released with its descriptor
+
+
+def test_members_wait_for_the_web_server_and_extra_apps_get_their_own(tmp_path: Path) -> None:
+    plain = {s.name: s for s in devstack.services("127.0.0.1", 8000, tmp_path)}
+    assert "app-members" not in plain
+    assert plain["web"].ready_port == 8000
+    assert plain["demo-members"].after == "web" and plain["demo-producer"].after == "web"
+    assert plain["celery-worker"].after is None and plain["celery-beat"].after is None
+
+    stack = {s.name: s for s in devstack.services("127.0.0.1", 8000, tmp_path, ("bill", "ship"))}
+    assert stack["app-members"].argv[2:5] == ("run_member", "bill", "ship")
+    assert stack["app-members"].after == "web"
+    assert list(stack)[-1] == "app-members"
+
+
+def test_ctrl_c_while_a_child_starts_still_stops_that_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal that lands between fork and the supervisor's bookkeeping is held until the child is
+    recorded, then raised: the shutdown that follows stops that child too (it would otherwise outlive
+    `make run`)."""
+    real_popen = subprocess.Popen
+
+    def popen_then_interrupt(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = real_popen(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C at the worst moment
+        return process
+
+    previous = signal.signal(signal.SIGINT, devstack._raise_interrupt)
+    monkeypatch.setattr(devstack.subprocess, "Popen", popen_then_interrupt)
+    supervisor = devstack.Supervisor("127.0.0.1", env=dict(os.environ))
+    service = devstack.Service(name="sleeper", argv=(sys.executable, "-c", "import time; time.sleep(60)"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            supervisor.start(service)
+        [(_, process)] = supervisor._running
+        assert process.poll() is None
+        supervisor.stop_all()
+        assert process.poll() is not None  # stopped, not orphaned
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        supervisor.stop_all()

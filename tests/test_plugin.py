@@ -1,0 +1,525 @@
+"""The package as a plugin of someone else's Django project (docs/plugin.md).
+
+The end-to-end test builds the wheel, installs it with ``pip install -c constraints.txt`` into a FRESH
+venv (no dev extras, no repository on sys.path), writes a minimal host project in a temporary directory
+(its own settings, urls, wsgi, Celery app using ``coordinator.celery.beat_schedule()`` and a ``billing``
+app with one ``@listener``), and then, with that venv's programs only: migrate, gunicorn on a free port
+against a private Redis, a group created through the API, the host's Celery worker with beat ticking,
+``manage.py run_member`` of the host project, entries sent with the installed package's Producer and
+handled by the host's listener. About a minute, mostly pip (from its cache); marked ``plugin``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import venv
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from config.embedded_redis import RedisServer, _die_with_parent_hook, free_port
+from coordinator import conf
+from coordinator.celery import beat_schedule
+from tests.polling import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("coordinator", "consumers", "admin_ui")
+MEMBER_TOKEN, ADMIN_TOKEN = "plugin-member-token-" + "m" * 24, "plugin-admin-token-" + "a" * 24
+SECRET_KEY = "plugin-test-" + hashlib.sha256(b"not a real deployment").hexdigest()
+
+
+# ------------------------------------------------------------------------------------ the host project
+
+HOST_SETTINGS = '''
+"""A host project's settings: only what docs/plugin.md asks for, plus the project's own app."""
+import os
+from pathlib import Path
+
+from coordinator.celery import beat_schedule
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = os.environ["SECRET_KEY"]
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
+    "coordinator",
+    "consumers",
+    "admin_ui",
+    "billing",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
+]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+ROOT_URLCONF = "hostproj.urls"
+WSGI_APPLICATION = "hostproj.wsgi.application"
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "host.sqlite3"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+STATIC_URL = "static/"
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {
+    "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR", "REDOC_DIST": "SIDECAR",
+}
+
+# The coordinator: only what differs from the defaults (docs/plugin.md lists them all).
+REDIS_URL = os.environ["REDIS_URL"]
+RSC_MEMBER_TOKENS = [os.environ["MEMBER_TOKEN"]]
+RSC_ADMIN_TOKENS = [os.environ["ADMIN_TOKEN"]]
+RSC_MEMBER_TOKEN = os.environ["MEMBER_TOKEN"]
+RSC_COORDINATOR_URL = os.environ["COORDINATOR_URL"]
+RSC_TICK_INTERVAL_MS = 500
+
+CELERY_BROKER_URL = os.environ["BROKER_URL"]
+CELERY_BEAT_SCHEDULE = {**beat_schedule(tick_interval_ms=RSC_TICK_INTERVAL_MS)}
+'''
+
+HOST_CELERY = """
+import os
+
+from celery import Celery
+
+from coordinator.celery import connect_setting_checks
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
+app = Celery("hostproj")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+connect_setting_checks()
+"""
+
+HOST_URLS = """
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("coordinator.urls")),
+]
+"""
+
+HOST_WSGI = """
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
+application = get_wsgi_application()
+"""
+
+HOST_MANAGE = """
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+"""
+
+HOST_LISTENERS = """
+import json
+import os
+
+from consumers import listener
+
+
+@listener(stream_prefix="orders", consumer_group="billing", concurrency=2)
+def bill(entry):
+    with open(os.environ["HANDLED_LOG"], "a") as log:
+        log.write(json.dumps({"key": entry.partition_key, "payload": entry.payload}) + "\\n")
+"""
+
+PRODUCE = """
+import sys
+
+import redis
+
+from consumers.producer import Producer
+
+producer = Producer(redis.Redis.from_url(sys.argv[1]))
+for i in range(int(sys.argv[2])):
+    producer.send("orders", f"customer-{i}", {"order": i})
+"""
+
+
+def write_host_project(root: Path) -> None:
+    files = {
+        "manage.py": HOST_MANAGE,
+        "hostproj/__init__.py": "",
+        "hostproj/settings.py": HOST_SETTINGS,
+        "hostproj/celery.py": HOST_CELERY,
+        "hostproj/urls.py": HOST_URLS,
+        "hostproj/wsgi.py": HOST_WSGI,
+        "billing/__init__.py": "",
+        "billing/listeners.py": HOST_LISTENERS,
+        "produce.py": PRODUCE,
+    }
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+
+
+# ------------------------------------------------------------------------------------ wheel and venv
+
+
+def package_files() -> list[str]:
+    """The files of the three packages as the work tree has them (tracked, or new and not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "--", *PACKAGES],
+        cwd=REPO, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    return sorted(name for name in listed if (REPO / name).is_file())
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """``pip wheel --no-deps`` of a copy of the work tree (setuptools writes build/ and *.egg-info
+    next to the sources: not in the repository other tests run from)."""
+    source = out_dir / "source"
+    for name in [*package_files(), "pyproject.toml", "README.md"]:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, source / name)
+    wheels = out_dir / "wheels"
+    # Build isolation: pyproject.toml's [build-system] setuptools, from pip's cache after the first run.
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)])
+    (wheel,) = wheels.glob("redis_stream_coordinator-*.whl")
+    return wheel
+
+
+def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, **kwargs)  # type: ignore[call-overload]
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(map(str, argv))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
+    """A new venv with the wheel installed against constraints.txt, as a host project would."""
+    root = tmp_path_factory.mktemp("venv") / "venv"
+    venv.create(root, with_pip=True, clear=True)
+    python = root / "bin" / "python"
+    constraints = str(REPO / "constraints.txt")
+    run([str(python), "-m", "pip", "install", "-q", "-c", constraints, str(wheel)])
+    return root
+
+
+# ------------------------------------------------------------------------------------ processes
+
+
+class Child:
+    def __init__(self, name: str, argv: list[str], cwd: Path, env: dict[str, str], log_dir: Path) -> None:
+        self.name, self.log_path = name, log_dir / f"{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent_hook(),
+            )  # fmt: skip
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive_output(self) -> str:
+        assert self.process.poll() is None, f"{self.name} exited:\n{self.output()}"
+        return self.output()
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=20)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def children(tmp_path: Path) -> Iterator[list[Child]]:
+    started: list[Child] = []
+    yield started
+    for child in reversed(started):
+        child.stop()
+
+
+def api_call(
+    port: int, method: str, path: str, body: object = None, token: str = ADMIN_TOKEN
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        conn.request(
+            method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+    except OSError:
+        return 0, b""
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+def test_the_wheel_holds_every_file_the_apps_need(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    # Every file of the packages that is not Python source: Lua scripts, templates, static files.
+    data = [n for n in package_files() if not n.endswith((".py", ".pyc")) and "__pycache__" not in n]
+    assert any(n.endswith(".lua") for n in data) and any(n.endswith(".html") for n in data)
+    assert [n for n in data if n not in names] == []
+    # Every module, migrations included.
+    modules = [n for n in package_files() if n.endswith(".py")]
+    assert any("/migrations/0001_initial.py" in n for n in modules)
+    assert [n for n in modules if n not in names] == []
+    # The project around the package is not part of it.
+    assert not [n for n in names if n.startswith(("config/", "tests/", "bench/"))]
+
+
+def test_the_wheel_depends_on_celery_with_its_redis_transport(wheel: Path) -> None:
+    metadata = next(
+        zipfile.ZipFile(wheel).read(n).decode()
+        for n in zipfile.ZipFile(wheel).namelist()
+        if n.endswith(".dist-info/METADATA")
+    )
+    requires = [
+        line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")
+    ]
+    assert any(r.startswith("celery[redis]") for r in requires), requires
+    # Compatible ranges, never exact pins: the package installs beside a host's own dependencies.
+    assert not [r for r in requires if "==" in r.split(";")[0]], requires
+    assert "Requires-Python: >=3.11" in metadata
+
+
+@pytest.mark.plugin
+def test_a_host_project_runs_a_member_of_the_installed_package(
+    tmp_path: Path, fresh_venv: Path, children: list[Child]
+) -> None:
+    bin_dir = fresh_venv / "bin"
+    host = tmp_path / "host"
+    write_host_project(host)
+    handled_log = tmp_path / "handled.jsonl"
+    handled_log.touch()
+
+    with RedisServer() as redis_server:
+        web_port = free_port()
+        env = {
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "HOME": os.environ.get("HOME", str(tmp_path)),
+            "DJANGO_SETTINGS_MODULE": "hostproj.settings",
+            "PYTHONUNBUFFERED": "1",
+            "SECRET_KEY": SECRET_KEY,
+            "REDIS_URL": redis_server.url,
+            "BROKER_URL": redis_server.url.rsplit("/", 1)[0] + "/1",
+            "MEMBER_TOKEN": MEMBER_TOKEN,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            "COORDINATOR_URL": f"http://127.0.0.1:{web_port}",
+            "HANDLED_LOG": str(handled_log),
+        }
+        python = str(bin_dir / "python")
+
+        # The installed package, not the repository's sources.
+        where = run(
+            [python, "-c", "import coordinator; print(coordinator.__file__)"], cwd=host, env=env
+        ).stdout
+        assert str(fresh_venv) in where and str(REPO) not in where
+
+        run([python, "manage.py", "migrate", "--no-input"], cwd=host, env=env)
+        listed = run([python, "manage.py", "run_member", "--list"], cwd=host, env=env).stdout
+        assert "bill: orders/billing x2" in listed
+
+        def start(name: str, argv: list[str]) -> Child:
+            child = Child(name, argv, host, env, tmp_path)
+            children.append(child)
+            return child
+
+        web = start(
+            "gunicorn", [str(bin_dir / "gunicorn"), "hostproj.wsgi", "-b", f"127.0.0.1:{web_port}", "-w", "1"]
+        )
+        wait_until(lambda: api_call(web_port, "GET", "/api/v1/admin/groups")[0], lambda s: s == 200,
+                   timeout_s=30, what=f"the host's API answering ({web.alive_output()[-2000:]})")  # fmt: skip
+        status, body = api_call(
+            web_port,
+            "POST",
+            "/api/v1/admin/groups",
+            {"stream_prefix": "orders", "consumer_group": "billing", "shard_count": 4, "max_concurrency": 2},
+        )
+        assert status == 201, body
+        # The schema and docs pages work from the package's own static files and templates.
+        assert api_call(web_port, "GET", "/api/v1/docs/")[0] == 200
+        assert api_call(web_port, "GET", "/api/nothing-here")[0] == 404
+
+        worker = start(
+            "celery",
+            [str(bin_dir / "celery"), "-A", "hostproj", "worker", "-B", "--pool=solo", "-l", "info",
+             "-s", str(tmp_path / "beat-schedule"), "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+        )  # fmt: skip
+        members = start("members", [python, "manage.py", "run_member", "--shutdown-timeout", "5"])
+
+        run([python, str(host / "produce.py"), redis_server.url, "20"], cwd=host, env=env)
+
+        def handled() -> set[str]:
+            members.alive_output()
+            lines = handled_log.read_text().splitlines()
+            return {json.loads(line)["key"] for line in lines}
+
+        wait_until(
+            handled,
+            lambda keys: len(keys) == 20,
+            timeout_s=60,
+            what="the host's listener handling 20 entries",
+        )
+        # The host's Celery app found the coordinator's tasks and its beat sends the tick.
+        wait_until(
+            worker.alive_output,
+            lambda out: re.search(r"coordinator\.tasks\.tick\[\S+\] succeeded", out) is not None,
+            timeout_s=60,
+            what="a tick run by the host's Celery worker",
+        )
+        status, body = api_call(web_port, "GET", "/api/v1/admin/groups/orders/billing")
+        assert status == 200, body
+        described = json.loads(body)
+        live = [m for m in described["members"] if m["state"] not in ("LEFT", "EXPIRED")]
+        assert len(live) == 2, described["members"]
+
+
+# ------------------------------------------------------------------------------------ settings and docs
+
+
+def _settings_defaults_of_config() -> dict[str, object]:
+    """config/settings.py's values with no RSC_* / REDIS_URL in the environment (nor a .env: a subprocess
+    run from a directory without one cannot help reading the repository's; the values are compared
+    only where the environment could not have changed them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSC_") and k != "REDIS_URL"}
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", DEBUG="true", PYTHONPATH=str(REPO))
+    code = (
+        "import json, django; from django.conf import settings; from coordinator import conf; "
+        "print(json.dumps({n: getattr(settings, n) for n in conf.DEFAULTS}, default=str))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_config_settings_and_the_package_defaults_agree() -> None:
+    dotenv = REPO / ".env"
+    overridden = (
+        set(re.findall(r"^\s*(RSC_\w+|REDIS_URL)\s*=", dotenv.read_text(), re.M))
+        if dotenv.exists()
+        else set()
+    )
+    values = _settings_defaults_of_config()
+    differ = {
+        name: (values[name], conf.DEFAULTS[name])
+        for name in conf.DEFAULTS
+        if name not in overridden and values[name] != conf.DEFAULTS[name]
+    }
+    assert differ == {}
+
+
+def _plugin_doc_table() -> dict[str, str]:
+    """docs/plugin.md's settings table: setting name -> its default column, as written."""
+    text = (REPO / "docs" / "plugin.md").read_text()
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|\s*(.*?)\s*\|", text, re.M)
+    return dict(rows)
+
+
+def test_docs_plugin_md_lists_every_setting_with_its_default() -> None:
+    table = _plugin_doc_table()
+    assert sorted(n for n in conf.DEFAULTS if n not in table) == []
+    for name, value in conf.DEFAULTS.items():
+        written = table[name].strip("`")
+        assert ast.literal_eval(written) == value, (name, written)
+
+
+def test_every_setting_the_package_reads_has_a_default() -> None:
+    """A host project defines only what it changes: an RSC_* setting read anywhere in the three
+    packages without an entry in coordinator/conf.py would be an AttributeError (or a silent
+    per-call-site default) there."""
+    read: set[str] = set()
+    for name in package_files():
+        if name.endswith(".py"):
+            text = (REPO / name).read_text()
+            read |= set(re.findall(r"settings\.(RSC_[A-Z0-9_]+)", text))
+            read |= set(re.findall(r"getattr\(\s*settings,\s*\"(RSC_[A-Z0-9_]+)\"", text))
+    assert read and sorted(read - set(conf.DEFAULTS)) == []
+
+
+def test_apply_defaults_fills_only_missing_settings() -> None:
+    class Settings:
+        RSC_TICK_INTERVAL_MS = 250
+
+    target = Settings()
+    added = conf.apply_defaults(target)
+    assert "RSC_TICK_INTERVAL_MS" not in added and target.RSC_TICK_INTERVAL_MS == 250
+    assert target.RSC_MEMBER_LEASE_TTL_MS == 10000  # type: ignore[attr-defined]
+    target.RSC_RUNTIME["max_concurrency"] = 8  # type: ignore[attr-defined]
+    assert conf.DEFAULTS["RSC_RUNTIME"] == {"max_concurrency": 1}  # a copy, not the default itself
+    assert conf.apply_defaults(target) == []
+
+
+def test_beat_schedule_has_the_tick_and_retention_entries_expiring_at_the_next_beat() -> None:
+    assert beat_schedule(tick_interval_ms=500, retention_interval_ms=60_000) == {
+        "coordinator-tick": {"task": "coordinator.tasks.tick", "schedule": 0.5, "options": {"expires": 0.5}},
+        "coordinator-retention": {
+            "task": "coordinator.tasks.retention",
+            "schedule": 60.0,
+            "options": {"expires": 60.0},
+        },
+    }
+
+
+def test_beat_schedule_reads_the_django_settings_when_they_are_loaded(settings: object) -> None:
+    settings.RSC_TICK_INTERVAL_MS = 700  # type: ignore[attr-defined]
+    assert beat_schedule()["coordinator-tick"]["schedule"] == 0.7
