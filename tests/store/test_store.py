@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,12 +76,22 @@ def test_hand_over_between_two_members(store: MetadataStore) -> None:
     assert (view["state"], view["group_epoch"], view["assignment_epoch"]) == ("STABLE", 2, 2)
 
 
+def redis_ms(store: MetadataStore) -> int:
+    """Redis's clock in ms, the clock leases are measured with."""
+    seconds, micros = store.client.time()
+    return seconds * 1000 + micros // 1000
+
+
 def test_steady_state_heartbeat_is_one_round_trip_renewing_only_the_lease(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create(store, shard_count=2)
     a = hb(store, "a", 0, [], capacity=1)
     before = fields(store)
+    # The lease is Redis's clock in ms plus the TTL: let that clock move on, so the renewal differs.
+    joined_ms = redis_ms(store)
+    while redis_ms(store) <= joined_ms:
+        time.sleep(0.001)
     sent: list[object] = []
     original = redis.connection.AbstractConnection.send_packed_command
 

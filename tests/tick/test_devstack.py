@@ -218,8 +218,13 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     store = MetadataStore.from_url(redis_url)
     try:
         assert store.describe_group("demo", "demo-workers")["topology"]["shard_count"] == 4
-        billing = store.describe_group("orders", "billing")
-        assert sum(1 for m in billing["members"] if m["state"] not in ("LEFT", "EXPIRED")) == 3
+        # All three join (one may have read all 12 before the others' joins landed).
+        wait_until(
+            lambda: store.describe_group("orders", "billing")["members"],
+            lambda members: sum(1 for m in members if m["state"] not in ("LEFT", "EXPIRED")) == 3,
+            timeout_s=30,
+            what="the README listener's three members in the group",
+        )
     finally:
         store.client.close()
     assert run_dir.is_dir()
