@@ -39,6 +39,7 @@ META = "rsc:{*}:meta"
 SHARDS = "rsc:{*}:v[0-9]*"
 DEAD_LETTERS = "rsc:{*}:dlq:*"
 REDELIVER = "rsc:{*}:rd:*"
+LEASE_RECORDS = "rsc:{*}:lr"
 
 # What redis-py sends on connect and for health checks. AUTH needs no permission. Not CLIENT SETINFO:
 # Redis 7.0 does not know it (an ACL file naming it does not load), and redis-py ignores its refusal.
@@ -90,17 +91,20 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+xgroup|destroy",
     ),
     # The fenced scripts of consumers/dataplane: fence.lua + fetch, read_new, read_pending, claim, ack,
-    # delete_ghosts, dead_letter (fetch reads every shard's redeliver token with one HMGET).
+    # delete_ghosts, dead_letter (fetch reads every shard's redeliver token with one HMGET); and
+    # renew_lease.lua, the member's own lease renewal: the only write a member makes outside streams.
     MEMBER: (
         "resetchannels",
         f"~{META}",
         f"~{SHARDS}",
         f"~{DEAD_LETTERS}",
         f"~{REDELIVER}",
+        f"~{LEASE_RECORDS}",
         *_CONNECTION,
         *_SCRIPTS,
         "+time",
         f"(%R~{META} %R~{REDELIVER} +hget +hmget)",
+        f"(~{LEASE_RECORDS} +hget +hset)",
         f"(~{SHARDS} +xreadgroup +xack +xclaim +xpending +xrange +xinfo|consumers +xgroup|delconsumer)",
         f"(~{DEAD_LETTERS} +xadd)",
     ),

@@ -35,6 +35,11 @@ HANDLER_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0),
 )
 FENCES = Counter("rsc_member_fences", "Times the member was fenced and rejoined.", LABELS)
+LEASE_RENEWALS = Counter(
+    "rsc_member_lease_renewals",
+    "Leases the member renewed in Redis while the coordinator did not answer.",
+    LABELS,
+)
 REBALANCES = Counter("rsc_member_rebalances", "Assignment changes applied (shards started, stopped).", LABELS)
 CONCURRENCY = Gauge("rsc_member_effective_concurrency", "Worker threads granted by the coordinator.", LABELS)
 SHARDS = Gauge("rsc_member_shards", "Shards the member is consuming.", LABELS)
@@ -55,6 +60,9 @@ class MemberMetrics:
 
     def fenced(self) -> None:
         FENCES.labels(self.stream_prefix, self.consumer_group, self.member_id).inc()
+
+    def lease_renewed(self) -> None:
+        LEASE_RENEWALS.labels(self.stream_prefix, self.consumer_group, self.member_id).inc()
 
     def rebalanced(self, shards: int) -> None:
         labels = (self.stream_prefix, self.consumer_group, self.member_id)

@@ -188,6 +188,13 @@ def test_the_member_user_runs_every_data_plane_operation(
     assert dead.outcome is DeadLetterOutcome.DEAD_LETTERED
     assert plane.read("m-1", epoch, V1_1, 10).ok
     assert plane.read("intruder", 1, V1_0, 10).status is FenceStatus.MEMBER_FENCED  # the fence, as before
+    # The member's own lease renewal: its one write outside streams, to rsc:{P}:lr only.
+    renewal = plane.renew_lease("m-1", epoch)
+    assert renewal.renewed and renewal.ttl_ms == 10_000
+    assert admin.hget(f"rsc:{{{PREFIX}}}:lr", f"{GROUP}:m-1") is not None
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        member_client.hset(f"rsc:{{{PREFIX}}}:meta", f"l:{GROUP}:m-1", "99999999999999")
+    admin.acl_log_reset()
 
     assert admin.xlen(dead_letter_key(PREFIX, GROUP)) == 1
     pending = admin.xpending_range(stream_key(PREFIX, V1_0), GROUP, "-", "+", 9)
@@ -243,7 +250,8 @@ def test_the_member_user_cannot_write_metadata_or_streams_directly(
     assert_noperm(lambda: member_client.eval("return 1", 0))
     # Redis checks the commands a script runs, too: a script of the member's own cannot HSET either.
     rogue = member_client.register_script("return redis.call('HSET', KEYS[1], 'route', '9 9 -')")
-    with pytest.raises(redis.exceptions.ResponseError, match="can't run this command"):
+    # (HSET is the member's only on rsc:{P}:lr, its lease renewals: refused here for the key.)
+    with pytest.raises(redis.exceptions.ResponseError, match="can't access at least one of the keys"):
         rogue(keys=[meta])
     assert admin.hgetall(meta) == before
 

@@ -14,6 +14,8 @@ from .plane import (
     DeadLetterResult,
     FenceStatus,
     FetchResult,
+    LeaseRenewal,
+    LeaseRenewalResult,
     ReadResult,
     ShardFetch,
 )
@@ -28,6 +30,8 @@ __all__ = [
     "Entry",
     "FenceStatus",
     "FetchResult",
+    "LeaseRenewal",
+    "LeaseRenewalResult",
     "ReadResult",
     "ShardFetch",
     "redis_client",

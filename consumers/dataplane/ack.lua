@@ -3,6 +3,7 @@
 -- finishes what it read before it releases the shard.
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
+-- KEYS[3]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard
 -- ARGV[5..] entry ids
 --

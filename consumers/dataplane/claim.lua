@@ -6,6 +6,7 @@
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
 -- KEYS[3]  rsc:{P}:rd:<group>: the group's redeliver tokens (as in read_new.lua)
+-- KEYS[4]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard
 -- ARGV[5]  count (pending entries scanned per call)
 -- ARGV[6]  cursor: '0-0' to start, else the cursor the previous call returned (exclusive)

@@ -5,6 +5,7 @@
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
 -- KEYS[3]  rsc:{P}:dlq:<group>: the group's dead-letter stream
+-- KEYS[4]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard
 -- ARGV[5]  the entry id     ARGV[6]  the handler's error, "<Type>: <message>" (the caller truncates it)
 --

@@ -5,6 +5,7 @@
 -- first with claim.lua). Fenced like a claim, so only the shard's current, readable owner cleans up.
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
+-- KEYS[3]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard
 --
 -- Returns {status} when fenced, else {'OK', number of consumers deleted}.

@@ -9,6 +9,11 @@
 -- fence() come the helpers those scripts share: call_chunked(), require_group_key() and
 -- redeliver_token().
 --
+-- Every fenced script's last key, KEYS[#KEYS], is rsc:{P}:lr (checked): the members' own lease renewals
+-- (docs/protocol.md section 5). A member's lease is the later of its l: field and its record there,
+-- "<epoch> <until ms>", when that record was written at the member's live epoch; the record is read
+-- only when the l: field has ended, so the steady state reads nothing more.
+--
 -- fence(meta, stream, group, member, epoch, shard, op)
 --   meta    KEYS[1] of the caller: rsc:{P}:meta
 --   stream  KEYS[2] of the caller: rsc:{P}:<shard>, checked to be exactly that shard's stream key
@@ -19,30 +24,48 @@
 --   op      'read' (reads, claims, ghost deletion: shard must be R) or 'ack' (acks, dead letters: R, B or V)
 -- Returns 'OK', 'MEMBER_FENCED', 'NOT_OWNER', 'STALE_EPOCH' or 'NOT_READABLE', checked in this order:
 --   1. m:<group>:<member> absent (member not live)                              -> MEMBER_FENCED
---   2. l:<group>:<member> <= Redis TIME in ms (lease ended, even before a tick) -> MEMBER_FENCED
+--   2. lease (l:<group>:<member>, or the member's own renewal) <= Redis TIME in ms
+--      (lease ended, even before a tick)                                         -> MEMBER_FENCED
 --   3. o:<group>:<shard> absent, or its owner is someone else                   -> NOT_OWNER
 --   4. epoch outside [shard assignment epoch, member epoch]                      -> STALE_EPOCH
 --   5. op 'read' and mode B (held back by strict ordering)                       -> NOT_READABLE
 --      op 'read' and mode V (being revoked: ack only)                            -> NOT_OWNER
--- Raises a script error if the stream key is not the shard's, or a metadata field is malformed.
--- Touches (read only): HMGET m:<group>:<member> l:<group>:<member> o:<group>:<shard>; TIME.
+-- Raises a script error if the stream key is not the shard's, the last key is not rsc:{P}:lr, or a
+-- metadata field is malformed.
+-- Touches (read only): HMGET m:<group>:<member> l:<group>:<member> o:<group>:<shard>; TIME; HGET of the
+-- member's record in rsc:{P}:lr when the l: field has ended.
 local function require_shard_key(meta, stream, shard)
   if stream ~= string.sub(meta, 1, -5) .. shard then
     error({err = 'ERR stream key ' .. stream .. ' is not the key of shard ' .. shard .. ' under ' .. meta})
   end
 end
 
--- Checks 1-2, given the values of m:<group>:<member> and l:<group>:<member> (false when absent): the
--- member's epoch (a number) while it is live and its lease has not ended by Redis's TIME, else nil
--- (MEMBER_FENCED).
-local function member_epoch_of(epoch_field, lease_field)
+-- rsc:{P}:lr, the caller's last key, checked to be the one of `meta`.
+local function lease_records_key(meta)
+  local key = KEYS[#KEYS]
+  if key ~= string.sub(meta, 1, -5) .. 'lr' then
+    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease-renewal key of ' .. meta})
+  end
+  return key
+end
+
+-- Checks 1-2 for the member `tag` (<group>:<member>), given the values of its m: and l: fields (false
+-- when absent): the member's epoch (a number) while it is live and its lease has not ended by Redis's
+-- TIME, else nil (MEMBER_FENCED). Past the l: field, the member's own renewal record counts if it was
+-- written at the live epoch.
+local function member_epoch_of(meta, tag, epoch_field, lease_field)
+  local records = lease_records_key(meta)
   if not epoch_field then
     return nil
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if tonumber(lease_field or '0') <= now then
-    return nil
+    local record = redis.call('HGET', records, tag) or ''
+    local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+    if epoch ~= epoch_field or tonumber(deadline) <= now then
+      return nil
+    end
   end
   return tonumber(epoch_field)
 end
@@ -83,7 +106,7 @@ local function fence(meta, stream, group, member, epoch, shard, op)
   require_shard_key(meta, stream, shard)
   local tag = group .. ':' .. member
   local fields = redis.call('HMGET', meta, 'm:' .. tag, 'l:' .. tag, 'o:' .. group .. ':' .. shard)
-  local member_epoch = member_epoch_of(fields[1], fields[2])
+  local member_epoch = member_epoch_of(meta, tag, fields[1], fields[2])
   if not member_epoch then
     return 'MEMBER_FENCED'
   end

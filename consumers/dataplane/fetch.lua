@@ -9,6 +9,7 @@
 -- KEYS[1]      rsc:{P}:meta
 -- KEYS[2]      rsc:{P}:rd:<group>: the group's redeliver tokens (as in read_new.lua)
 -- KEYS[2 + i]  rsc:{P}:<shard i>: the stream of the i-th shard of ARGV
+-- KEYS[3 + n]  rsc:{P}:lr: the members' own lease renewals (fence.lua)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  count (new entries read per shard, at most)
 -- ARGV[4]  n, the number of shards; then, per shard, in KEYS order:
 --          shard (v<n>:<i>), epoch presented, read ('1': read new entries; '0': ack only), the
@@ -42,6 +43,7 @@ for i = 1, n do
   next_at = next_at + 5 + tonumber(ARGV[next_at + 4])
 end
 require_group_key(KEYS[1], KEYS[2], 'rd', group, 'redeliver')
+lease_records_key(KEYS[1])
 
 -- Every field the fences need, in one read: the member's two, then each shard's owner.
 local tag = group .. ':' .. member
@@ -50,7 +52,7 @@ for i = 1, n do
   names[2 + i] = 'o:' .. group .. ':' .. ARGV[at[i]]
 end
 local fields = redis.call('HMGET', KEYS[1], unpack(names))
-local member_epoch = member_epoch_of(fields[1], fields[2])
+local member_epoch = member_epoch_of(KEYS[1], tag, fields[1], fields[2])
 if not member_epoch then
   return {'MEMBER_FENCED'}
 end

@@ -48,7 +48,7 @@ from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, InvalidRequest
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import dead_letter_key, meta_key, redeliver_key, stream_key
+from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
 from . import checks, connection, scripts
 from .envelope import Delivery, Entry, decode_entries
@@ -133,6 +133,25 @@ class DeadLetterResult:
         return self.outcome is DeadLetterOutcome.DEAD_LETTERED
 
 
+class LeaseRenewal(StrEnum):
+    """The outcome of :meth:`DataPlane.renew_lease` (``renew_lease.lua``)."""
+
+    RENEWED = "OK"  # the lease lasts until Redis's TIME + the group's lease TTL (``ttl_ms``)
+    MEMBER_FENCED = "MEMBER_FENCED"  # not live, or the lease already ended: drop everything, rejoin
+    STALE_EPOCH = "STALE_EPOCH"  # live at another epoch: only a heartbeat can say which; nothing changed
+    NO_LEASE_TTL = "NO_LEASE_TTL"  # the metadata holds no lease TTL for it yet; nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenewalResult:
+    outcome: LeaseRenewal
+    ttl_ms: int = 0  # RENEWED: for how long, counted from the script's run
+
+    @property
+    def renewed(self) -> bool:
+        return self.outcome is LeaseRenewal.RENEWED
+
+
 class DataPlane:
     """Fenced stream operations of one consumer group on one stream prefix.
 
@@ -150,6 +169,7 @@ class DataPlane:
         self.consumer_group = checks.identifier(consumer_group, "consumer_group")
         self._meta = meta_key(self.stream_prefix)
         self._redeliver = redeliver_key(self.stream_prefix, self.consumer_group)
+        self._lease_records = lease_records_key(self.stream_prefix)
         self._dead_letters = dead_letter_key(self.stream_prefix, self.consumer_group)
         self._shards: dict[Shard, tuple[str, str]] = {}
         self._fetch = scripts.register(client, "fetch")
@@ -159,6 +179,7 @@ class DataPlane:
         self._ack = scripts.register(client, "ack")
         self._delete_ghosts = scripts.register(client, "delete_ghosts")
         self._dead_letter = scripts.register(client, "dead_letter")
+        self._renew_lease = scripts.register(client, "renew_lease")
 
     def stream_key(self, shard: Shard) -> str:
         return stream_key(self.stream_prefix, shard)
@@ -199,6 +220,7 @@ class DataPlane:
             args += [wire, checks.epoch(item.epoch), 1 if item.read else 0, known, len(ids), *ids]
         if not shards:
             return []
+        keys.append(self._lease_records)  # the fence's last key
         with scripts.translate_redis_errors(f"fetch of {len(shards)} shards of {self.stream_prefix!r}"):
             reply = self._fetch(keys=keys, args=args)
         if not isinstance(reply, list) or not reply:
@@ -301,6 +323,31 @@ class DataPlane:
             return DeadLetterResult(status, outcome)
         return DeadLetterResult(status, outcome, _text(reply[2]), int(reply[3]))
 
+    # ------------------------------------------------------------------------------------------ lease
+
+    def renew_lease(self, member_id: str, member_epoch: int) -> LeaseRenewalResult:
+        """Renew the member's own lease in Redis, without the coordinator (``renew_lease.lua``;
+        docs/protocol.md section 5): for the group's lease TTL from the script's run, at
+        ``member_epoch`` only, never bringing back a lease that has ended. Changes nothing else."""
+        member = checks.member_id(member_id)
+        epoch = checks.epoch(member_epoch)
+        if epoch <= 0:
+            raise InvalidRequest(
+                f"member_epoch must be positive to renew a lease; got {epoch}", field="member_epoch"
+            )
+        with scripts.translate_redis_errors(f"lease renewal in {self.stream_prefix!r}"):
+            reply = self._renew_lease(
+                keys=[self._meta, self._lease_records], args=[self.consumer_group, member, epoch]
+            )
+        if not isinstance(reply, list) or not reply:
+            raise DataPlaneError(f"renew_lease: unexpected script reply {reply!r}")
+        try:
+            outcome = LeaseRenewal(_text(reply[0]))
+        except ValueError as e:
+            raise DataPlaneError(f"renew_lease: unexpected outcome {reply[0]!r}") from e
+        ttl = int(reply[1]) if outcome is LeaseRenewal.RENEWED and len(reply) > 1 else 0
+        return LeaseRenewalResult(outcome, ttl)
+
     # ------------------------------------------------------------------------------------------ internals
 
     def _run(
@@ -322,7 +369,8 @@ class DataPlane:
             str(shard),
         ]
         with scripts.translate_redis_errors(f"{what} of shard {shard} of {self.stream_prefix!r}"):
-            reply = script(keys=[self._meta, self.stream_key(shard), *extra_keys], args=[*args, *extra])
+            keys = [self._meta, self.stream_key(shard), *extra_keys, self._lease_records]
+            reply = script(keys=keys, args=[*args, *extra])
         if not isinstance(reply, list) or not reply:
             raise DataPlaneError(f"{what}: unexpected script reply {reply!r}")
         return reply

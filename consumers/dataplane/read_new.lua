@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard> (the shard's stream)
 -- KEYS[3]  rsc:{P}:rd:<group>: the group's redeliver tokens (hash: shard -> counter an operator bumps)
+-- KEYS[4]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard (v<n>:<i>)
 -- ARGV[5]  count (at most this many entries)
 --

@@ -3,6 +3,7 @@
 -- a fenced XREADGROUP ... <after id>. Prefixed with fence.lua.
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
+-- KEYS[3]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  member epoch   ARGV[4]  shard
 -- ARGV[5]  count            ARGV[6]  return entries with an id strictly greater than this ('0-0': all)
 --

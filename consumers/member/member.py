@@ -36,6 +36,7 @@ from typing import Any
 
 from consumers import logcontext
 from consumers.client import CoordinatorClient, CoordinatorRequestError
+from consumers.errors import DataPlaneUnavailable
 from consumers.listener import ErrorPolicy
 from consumers.member.fetcher import Fetcher
 from consumers.member.ids import host_address, make_member_id
@@ -50,6 +51,7 @@ from consumers.member.state import (
     MemberStateMachine,
     Phase,
 )
+from consumers.member.values import RENEWED, UNAVAILABLE
 from consumers.metrics import MemberMetrics
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
@@ -80,6 +82,7 @@ class MemberStats:
     heartbeats: int = 0
     heartbeat_failures: int = 0
     fenced: int = 0  # times the member was fenced (by the coordinator or the data plane) and rejoined
+    lease_renewals: int = 0  # leases renewed in Redis, without the coordinator (its API did not answer)
 
 
 class Member:
@@ -141,6 +144,12 @@ class Member:
             name=f"{self.label}-heartbeat",
             daemon=True,
         )
+        # Renews the lease in Redis when the coordinator does not answer (docs/protocol.md section 5).
+        self._lease_thread = threading.Thread(
+            target=logcontext.bound(self._lease_loop, **self.log_fields),
+            name=f"{self.label}-lease",
+            daemon=True,
+        )
         self._done = threading.Event()
 
     # ---------------------------------------------------------------------------------------- control
@@ -157,6 +166,7 @@ class Member:
         )
         self.fetcher.start()
         self._thread.start()
+        self._lease_thread.start()
 
     def stop(self, timeout_s: float) -> None:
         """Graceful stop, without waiting: finish in-flight work (at most ``timeout_s``), then leave."""
@@ -284,6 +294,34 @@ class Member:
             self._done.set()
             self.metrics.forget()
             log.info("%s: member %s finished (%s)", self.label, self.member_id, self.stats)
+
+    def _lease_loop(self) -> None:
+        """Renew the lease in Redis whenever the state machine says one is due (no renewal accepted for
+        half the lease TTL), until the member finishes. One call at a time, outside the lock."""
+        while not self._done.is_set():
+            with self._cond:
+                if self._sm.finished:
+                    return
+                now = self._clock_ms()
+                request = self._sm.poll_lease_renewal(now)
+                if request is None:
+                    due = self._sm.lease_renewal_due_ms()
+                    wait_ms = 1_000 if due is None else min(1_000, max(1, due - now))
+                    self._cond.wait(wait_ms / 1000)
+                    continue
+            outcome, ttl_ms = UNAVAILABLE, 0
+            try:
+                renewal = self.dataplane.renew_lease(request.member_id, request.member_epoch)
+                outcome, ttl_ms = renewal.outcome.value, renewal.ttl_ms
+            except DataPlaneUnavailable as e:
+                log.debug("%s: renewing the lease in Redis failed: %s", self.label, e)
+            except Exception:
+                log.exception("%s: renewing the lease in Redis failed", self.label)
+            with self._cond:
+                if outcome == RENEWED:
+                    self.stats.lease_renewals += 1
+                    self.metrics.lease_renewed()
+                self._apply(self._sm.on_lease_renewal(request, outcome, ttl_ms, self._clock_ms()))
 
     def _send(self, request: HeartbeatRequest) -> None:
         try:

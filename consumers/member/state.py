@@ -47,6 +47,14 @@ call (a process frozen past its lease and resumed would otherwise handle what it
 next to the new owner). They probe the data plane instead, which says for certain: ``MEMBER_FENCED``
 (drop everything, rejoin) or, once a heartbeat is answered again, nothing - and work resumes in order.
 
+Renewing without the coordinator (docs/protocol.md section 5). When no renewal has been accepted for
+half the lease TTL (the API is down, overloaded or unreachable), the member renews its lease itself, in
+Redis (:meth:`MemberStateMachine.poll_lease_renewal`, ``renew_lease.lua``): renew only, at its epoch.
+Such a renewal extends the lease as the member knows it only while the member stays at that epoch (the
+coordinator counts the record only at the live epoch). A refusal that says the lease ended
+(``MEMBER_FENCED``) is a fence; any other failure is retried after a short pause, and the heartbeats to
+the coordinator go on as before.
+
 Incarnations. Every fence starts a new incarnation. Requests, units and data-plane reports carry the
 incarnation they belong to; anything from an earlier one is stale and ignored (a response to a heartbeat
 sent before the fence, a ``MEMBER_FENCED`` from a unit that was already abandoned).
@@ -71,11 +79,14 @@ from .values import (
     INVALID_RESPONSE,
     JOIN_EPOCH,
     LEAVE_EPOCH,
+    MEMBER_FENCED,
+    RENEWED,
     STALE_JOIN,
     Decisions,
     Grant,
     HeartbeatRequest,
     InvalidResponse,
+    LeaseRenewalRequest,
     MemberConfig,
     Notice,
     Response,
@@ -209,6 +220,14 @@ class MemberStateMachine:
         # before the lease deadline.
         self._round_trip_ms = config.round_trip_floor_ms
         self._lease_lapse_noted = False
+        # Our own renewals in Redis: (epoch, lease deadline on our clock) of the last one accepted; the
+        # send time of the last renewal accepted, by the coordinator or in Redis; the lease TTL; one
+        # at a time; and when the next may go after one that did not renew.
+        self._renewed_until: tuple[int, int] | None = None
+        self._renewed_ms: int | None = None
+        self._lease_ttl_ms: int | None = None
+        self._renewal_in_flight = False
+        self._renewal_not_before_ms = 0
         self._pending = _Pending()
 
     # ------------------------------------------------------------------------------------------ queries
@@ -239,7 +258,7 @@ class MemberStateMachine:
         call of a batch without asking the member each time."""
         if incarnation != self.incarnation or self.member_epoch <= 0:
             return None
-        return self._lease_deadline_ms
+        return self._lease_until()
 
     def epoch_for(self, incarnation: int) -> int | None:
         """The epoch a unit of ``incarnation`` presents to the data plane; None once it is stale."""
@@ -257,9 +276,71 @@ class MemberStateMachine:
         if self.phase is Phase.LEAVING and self._leave_deadline_ms is not None:
             times.append(self._leave_deadline_ms)
         watching = self.phase in (Phase.MEMBER, Phase.DRAINING) and not self._lease_lapse_noted
-        if watching and self._lease_deadline_ms is not None:
-            times.append(self._lease_deadline_ms)  # to say so when it lapses
+        until = self._lease_until()
+        if watching and until is not None:
+            times.append(until)  # to say so when it lapses
         return min(times) if times else None
+
+    def lease_renewal_due_ms(self) -> int | None:
+        """When the member renews its lease itself, in Redis, if no renewal is accepted before: half the
+        lease TTL after the last accepted one. None: not a member, or one is in flight."""
+        if (
+            self.phase not in (Phase.MEMBER, Phase.DRAINING)
+            or self.member_epoch <= 0
+            or self._renewal_in_flight
+            or self._renewed_ms is None
+            or self._lease_ttl_ms is None
+        ):
+            return None
+        return max(self._renewed_ms + self._lease_ttl_ms // 2, self._renewal_not_before_ms)
+
+    def poll_lease_renewal(self, now_ms: int) -> LeaseRenewalRequest | None:
+        """The renewal to run in Redis now, if one is due; then in flight until :meth:`on_lease_renewal`."""
+        due = self.lease_renewal_due_ms()
+        if due is None or now_ms < due:
+            return None
+        self._renewal_in_flight = True
+        return LeaseRenewalRequest(
+            member_id=self.config.member_id,
+            member_epoch=self.member_epoch,
+            incarnation=self.incarnation,
+            sent_ms=now_ms,
+        )
+
+    def on_lease_renewal(
+        self, request: LeaseRenewalRequest, outcome: str, ttl_ms: int, now_ms: int
+    ) -> Decisions:
+        """What a renewal in Redis answered: ``OK`` (renewed for ``ttl_ms``), ``MEMBER_FENCED``, or
+        anything else (not renewed: ``STALE_EPOCH``, ``NO_LEASE_TTL``, or the loop's ``UNAVAILABLE``)."""
+        self._renewal_in_flight = False
+        if request.incarnation != self.incarnation or request.member_epoch != self.member_epoch:
+            return self._decide(now_ms)  # a heartbeat moved us on meanwhile
+        if outcome == RENEWED:
+            if self._renewed_until is None or self._renewed_until[0] != request.member_epoch:
+                last = request.sent_ms if self._renewed_ms is None else self._renewed_ms
+                silent_ms = request.sent_ms - last
+                self._note(
+                    logging.INFO,
+                    f"no heartbeat accepted for {silent_ms} ms: renewing the lease in Redis until the "
+                    "coordinator answers",
+                )
+            self._renewed_until = (request.member_epoch, request.sent_ms + ttl_ms)
+            self._renewed_ms = max(self._renewed_ms or 0, request.sent_ms)
+            self._lease_ttl_ms = ttl_ms
+            if self._lease_lapse_noted:
+                self._note(logging.INFO, "lease renewed in Redis: handling again")
+                self._lease_lapse_noted = False
+            return self._decide(now_ms)
+        if outcome == MEMBER_FENCED:
+            return self._fence(
+                now_ms,
+                "renewing the lease in Redis was refused: the lease ended or the member is no longer live",
+            )
+        self._renewal_not_before_ms = now_ms + max(
+            self.config.round_trip_floor_ms, (self._lease_ttl_ms or 0) // 10
+        )
+        self._note(logging.DEBUG, f"renewing the lease in Redis did not renew it ({outcome})")
+        return self._decide(now_ms)
 
     # ------------------------------------------------------------------------------------------ heartbeat
 
@@ -319,6 +400,11 @@ class MemberStateMachine:
         self._failures = 0
         self._apply_response(request, response)
         self._lease_deadline_ms = request.sent_ms + response.lease_ttl_ms
+        self._renewed_ms = max(self._renewed_ms or 0, request.sent_ms)
+        self._lease_ttl_ms = response.lease_ttl_ms
+        if self._renewed_until is not None and self._renewed_until[0] == self.member_epoch:
+            self._note(logging.INFO, "the coordinator answers again: renewing the lease through it")
+        self._renewed_until = None  # the coordinator's deadline counts from here (a record only adds)
         self._round_trip_ms = max(self.config.round_trip_floor_ms, now_ms - request.sent_ms)
         if self._lease_lapse_noted:
             self._note(logging.INFO, "lease renewed: handling again")
@@ -476,6 +562,8 @@ class MemberStateMachine:
         self.revoking = frozenset()
         self.suspended = {}
         self._lease_deadline_ms = None
+        self._renewed_until = None
+        self._renewed_ms = None
         self._lease_lapse_noted = False
         self._last_sent_owned = None
         self._may_be_member = False
@@ -505,7 +593,7 @@ class MemberStateMachine:
         return lease_bound_due_ms(
             now_ms,
             now_ms + delay_ms,
-            lease_deadline_ms=self._lease_deadline_ms if self.member_epoch > 0 else None,
+            lease_deadline_ms=self._lease_until() if self.member_epoch > 0 else None,
             round_trip_ms=self._round_trip_ms,
             floor_ms=self.config.round_trip_floor_ms,
         )
@@ -564,8 +652,15 @@ class MemberStateMachine:
             finished=self.finished,
         )
 
+    def _lease_until(self) -> int | None:
+        """The lease deadline as we know it: the coordinator's, or our own renewal's at our epoch."""
+        own = self._renewed_until
+        if own is None or own[0] != self.member_epoch:
+            return self._lease_deadline_ms
+        return max(own[1], self._lease_deadline_ms or 0)
+
     def _note_lease_lapse(self, now_ms: int) -> None:
-        deadline = self._lease_deadline_ms
+        deadline = self._lease_until()
         watching = self.phase in (Phase.MEMBER, Phase.DRAINING) and not self._lease_lapse_noted
         if watching and deadline is not None and now_ms >= deadline:
             self._lease_lapse_noted = True

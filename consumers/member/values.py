@@ -124,6 +124,23 @@ class HeartbeatRequest:
         return body
 
 
+# What renewing the lease in Redis answered (consumers.dataplane.LeaseRenewal's values), plus the loop's own
+# UNAVAILABLE when the call failed.
+RENEWED = "OK"
+MEMBER_FENCED = "MEMBER_FENCED"
+UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRenewalRequest:
+    """One renewal of the member's own lease in Redis (docs/protocol.md section 5)."""
+
+    member_id: str
+    member_epoch: int
+    incarnation: int
+    sent_ms: int  # when it was built (the member's clock): the earliest moment it could renew the lease
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ShardStart:
     shard: Shard

@@ -12,6 +12,9 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 
 * ``route``: ``"<active_version> <shard_count> <draining versions, comma separated or ->"``;
 * ``ml:<group>``: the ids of the group's members, space separated (for loading their leases);
+* ``lt:<group>``: the group's lease TTL in ms (a member's own renewal, ``renew_lease.lua``, renews for
+  this long; rewritten on every group-wide change, so metadata from before it gets it at the group's
+  next epoch bump, and until then the renewal falls back to the ``f:`` field's TTL);
 * ``m:<group>:<member>``: a *live* member's epoch;
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
@@ -22,7 +25,10 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``r:<group>:<member>``: the JSON heartbeat response for that steady state.
 
 Outside the hash: ``rsc:{P}:hbr:<group>:<member>`` (:func:`heartbeat_rate_key`), a live member's
-heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata).
+heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata);
+``rsc:{P}:lr`` (:func:`lease_records_key`), the leases members renewed themselves, written only by
+``consumers/dataplane/renew_lease.lua``, read by every lease check, and pruned by the commit that ends
+a member.
 """
 
 from __future__ import annotations
@@ -76,6 +82,13 @@ PREFIXES_KEY = "rsc:prefixes"
 def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) -> str:
     """A live member's heartbeat-floor state (a GCRA arrival time that expires by itself)."""
     return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
+
+
+def lease_records_key(stream_prefix: str) -> str:
+    """Hash ``<group>:<member> -> "<member epoch> <lease deadline ms>"``: leases members renewed themselves,
+    in Redis, while the coordinator's API could not (``consumers/dataplane/renew_lease.lua``;
+    docs/protocol.md section 5). A record counts only at the member's live epoch (``m:``)."""
+    return f"rsc:{{{stream_prefix}}}:lr"
 
 
 def dead_letter_key(stream_prefix: str, consumer_group: str) -> str:
@@ -286,7 +299,8 @@ def derived_fields(state: PrefixState) -> dict[str, str]:
 
 
 def group_fields(group: Group) -> dict[str, str]:
-    return {f"ml:{group.consumer_group}": " ".join(sorted(group.members))}
+    name = group.consumer_group
+    return {f"ml:{name}": " ".join(sorted(group.members)), f"lt:{name}": str(group.config.lease_ttl_ms)}
 
 
 def member_fields(group: Group, topology: Topology, member: Member, *, with_response: bool) -> dict[str, str]:

@@ -2,6 +2,7 @@
 -- document read by the caller has changed since it loaded them.
 --
 -- KEYS[1]  rsc:{P}:meta
+-- KEYS[2]  rsc:{P}:lr, the members' own lease renewals (field <group>:<member> = "<epoch> <until ms>")
 -- ARGV[1]  commit token (unique per attempt)
 -- ARGV[2]  now_ms the caller decided at
 -- then five sections, each a count followed by its items:
@@ -9,11 +10,18 @@
 --   sets            field, value                                         (docs, revs, derived fields)
 --   deletes         field
 --   lease sets      field, deadline ms   (written as max(current, new): leases never go back)
---   expiry checks   field                (the lease must still have ended at now_ms)
+--   expiry checks   field                (the lease must still have ended at now_ms: the l: field and
+--                                         the member's own renewal at its live epoch, if any)
+--
+-- Deleting a member's m: or l: field also deletes its renewal record (a member that ended renews
+-- nothing; the records stay as many as the live members).
 --
 -- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
--- 0 on conflict (nothing written). Touches: the fields listed plus `txn`.
-local meta = KEYS[1]
+-- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2].
+local meta, records = KEYS[1], KEYS[2]
+if records ~= string.sub(meta, 1, -5) .. 'lr' then
+  error({err = 'ERR key ' .. tostring(records) .. ' is not the lease-renewal key of ' .. meta})
+end
 local token = ARGV[1]
 local now = tonumber(ARGV[2])
 local i = 3
@@ -40,16 +48,30 @@ local del_start, del_n = section()
 local lease_start, lease_n = section()
 local exp_start, exp_n = section()
 for j = 0, exp_n - 1 do
-  local lease = tonumber(redis.call('HGET', meta, ARGV[exp_start + j]) or '0')
+  local field = ARGV[exp_start + j]
+  local lease = tonumber(redis.call('HGET', meta, field) or '0')
   if lease > now then
     return 0
+  end
+  local tag = string.sub(field, 3)
+  local record = redis.call('HGET', records, tag)
+  if record then
+    local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+    if epoch and epoch == redis.call('HGET', meta, 'm:' .. tag) and tonumber(deadline) > now then
+      return 0  -- the member renewed its lease itself since the caller loaded: not expired
+    end
   end
 end
 for j = 0, set_n - 1, 2 do
   redis.call('HSET', meta, ARGV[set_start + j], ARGV[set_start + j + 1])
 end
 for j = 0, del_n - 1 do
-  redis.call('HDEL', meta, ARGV[del_start + j])
+  local field = ARGV[del_start + j]
+  redis.call('HDEL', meta, field)
+  local kind = string.sub(field, 1, 2)
+  if kind == 'm:' or kind == 'l:' then
+    redis.call('HDEL', records, string.sub(field, 3))
+  end
 end
 for j = 0, lease_n - 1, 2 do
   local field = ARGV[lease_start + j]

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:hbr:<group>:<member>, the member's heartbeat-floor state (expires by itself)
+-- KEYS[3]  rsc:{P}:lr, the members' own lease renewals (read when the l: field has ended)
 -- ARGV[1]  consumer group
 -- ARGV[2]  member id
 -- ARGV[3]  member epoch the member sent (decimal; 0 join, -1 leave: floor only, never the fast path)
@@ -20,7 +21,7 @@
 -- Returns {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
 -- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
--- Touches: HGET m:/f:/l:/r:<g>:<m>; GET/SET KEYS[2]; HSET l:<g>:<m>.
+-- Touches: HGET m:/f:/l:/r:<g>:<m>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>.
 local meta = KEYS[1]
 local tag = ARGV[1] .. ':' .. ARGV[2]
 local t = redis.call('TIME')
@@ -63,9 +64,17 @@ end
 if ARGV[7] ~= '*' and ARGV[7] ~= owner then
   return {0}
 end
+if KEYS[3] ~= string.sub(meta, 1, -5) .. 'lr' then
+  error({err = 'ERR key ' .. tostring(KEYS[3]) .. ' is not the lease-renewal key of ' .. meta})
+end
 local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
 if lease <= now then
-  return {0}
+  -- The member may have renewed it itself (while the API could not): a record at this epoch counts.
+  local record = redis.call('HGET', KEYS[3], tag) or ''
+  local renewed_epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+  if renewed_epoch ~= epoch or tonumber(deadline) <= now then
+    return {0}
+  end
 end
 redis.call('HSET', meta, 'l:' .. tag, now + tonumber(ttl))
 return {1, redis.call('HGET', meta, 'r:' .. tag)}

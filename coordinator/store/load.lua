@@ -1,12 +1,19 @@
 -- Load the documents of one stream prefix (for the full path), with Redis's clock.
 --
 -- KEYS[1]  rsc:{P}:meta
+-- KEYS[2]  rsc:{P}:lr, the members' own lease renewals
 -- ARGV     "*" for every group of the prefix, or the names of the groups to load
 --
 -- Returns {now_ms, topology doc or false, topology rev, groups} where groups is a list of
--- {name, doc or false, rev, {member ids}, {lease deadlines}} (a rev of "" means "absent").
--- Read only. Touches: t, t#, g:<g>, g#:<g>, ml:<g>, l:<g>:<m>.
-local meta = KEYS[1]
+-- {name, doc or false, rev, {member ids}, {lease deadlines}} (a rev of "" means "absent"). A member's
+-- lease deadline is the later of its l: field and its own renewal record, when that record was written
+-- at the member's live epoch (m:).
+-- Read only. Touches: t, t#, g:<g>, g#:<g>, ml:<g>, l:<g>:<m>, m:<g>:<m> (members with a record);
+-- HGET on KEYS[2].
+local meta, records = KEYS[1], KEYS[2]
+if records ~= string.sub(meta, 1, -5) .. 'lr' then
+  error({err = 'ERR key ' .. tostring(records) .. ' is not the lease-renewal key of ' .. meta})
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local topo = redis.call('HGET', meta, 't')
@@ -28,7 +35,16 @@ for i, name in ipairs(names) do
   if ml then
     for id in string.gmatch(ml, '%S+') do
       ids[#ids + 1] = id
-      leases[#leases + 1] = redis.call('HGET', meta, 'l:' .. name .. ':' .. id) or '0'
+      local tag = name .. ':' .. id
+      local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
+      local record = redis.call('HGET', records, tag)
+      if record then
+        local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+        if epoch and epoch == redis.call('HGET', meta, 'm:' .. tag) and tonumber(deadline) > lease then
+          lease = tonumber(deadline)
+        end
+      end
+      leases[#leases + 1] = tostring(lease)
     end
   end
   groups[i] = {name, doc, rev, ids, leases}

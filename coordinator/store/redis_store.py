@@ -195,6 +195,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         keys = [
             codec.meta_key(stream_prefix),
             codec.heartbeat_rate_key(stream_prefix, consumer_group, hb.member_id),
+            codec.lease_records_key(stream_prefix),
         ]
         args = [consumer_group, hb.member_id, hb.member_epoch, capacity, owned, client, owner, period, burst]
         with translate_redis_errors():
@@ -465,7 +466,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     def _load(self, stream_prefix: str, groups: list[str] | None) -> _Loaded:
         args = ["*"] if groups is None else groups
         with translate_redis_errors():
-            now_ms, topo, trev, rows = self._load_script(keys=[codec.meta_key(stream_prefix)], args=args)
+            keys = [codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)]
+            now_ms, topo, trev, rows = self._load_script(keys=keys, args=args)
         if not topo:
             return _Loaded(int(now_ms), None, "", {}, [])
         try:
@@ -574,7 +576,11 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         for section in (checks, [x for kv in sets.items() for x in kv], deletes, lease_sets, expiry_checks):
             args += [str(len(section)), *section]
         with translate_redis_errors():
-            result = int(self._commit_script(keys=[codec.meta_key(stream_prefix)], args=args))
+            result = int(
+                self._commit_script(
+                    keys=[codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)], args=args
+                )
+            )
         return result in (1, 2)
 
     @staticmethod
@@ -611,7 +617,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 new_fields.update(
                     codec.member_fields(after, new.topology, after.members[mid], with_response=True)
                 )
-        sets.update({k: v for k, v in new_fields.items() if k.startswith("r:") or old_fields.get(k) != v})
+        # r: is always rewritten (its key marks "computed"); lt: on every group-wide change, so that
+        # metadata written before lt: existed gets it at the group's next epoch bump.
+        sets.update(
+            {
+                k: v
+                for k, v in new_fields.items()
+                if k.startswith("r:") or (group_wide and k.startswith("lt:")) or old_fields.get(k) != v
+            }
+        )
         deletes += [k for k in old_fields if k not in new_fields]
 
     @staticmethod

@@ -20,6 +20,7 @@ from consumers.process import redis_client_for
 from consumers.producer import Producer
 from coordinator.protocol.model import Shard
 from coordinator.store.clients import node_url
+from coordinator.store.codec import meta_key
 from tests.cluster.harness import LocalCluster
 from tests.cluster.helpers import prefixes_on_every_primary, slot_of_prefix
 from tests.dataplane.harness import GROUP, Harness
@@ -65,6 +66,12 @@ def test_fenced_reads_and_acks_on_every_primary(client: RedisCluster, local_clus
         assert [r.ok for r in results] == [True, True] and results[0].acked
         assert [e.entry_id for e in results[1].entries] == more
         assert h.pending(V1_0) == [] and [i for i, _ in h.pending(V1_1)] == more
+        # The member's own lease renewal (its record lives in the prefix's slot), counted by the fence
+        # once the coordinator's deadline has passed.
+        assert h.plane.renew_lease("a", a.epoch).renewed
+        seconds, micros = client.time()
+        client.hset(meta_key(prefix), "l:billing:a", seconds * 1000 + micros // 1000 - 1)
+        assert h.plane.read("a", a.epoch, V1_0, 1).ok
         # A hand-over: b joins, a releases v1:1 after acking what it read; then a is NOT_OWNER there.
         assert h.plane.ack("a", a.epoch, V1_1, more) is FenceStatus.OK
         h.join("b")

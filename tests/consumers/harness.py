@@ -138,6 +138,7 @@ class Cluster:
         runtime: Runtime = FAST,
         coordinator: Any = None,
         client: redis.Redis | None = None,
+        dataplane: DataPlane | None = None,
         start: bool = True,
         **listener_options: Any,
     ) -> Member:
@@ -149,7 +150,7 @@ class Cluster:
             listener=item,
             index=index,
             coordinator=coordinator or StoreCoordinatorClient(self.store),
-            dataplane=DataPlane(client or self.client, PREFIX, GROUP),
+            dataplane=dataplane or DataPlane(client or self.client, PREFIX, GROUP),
             runtime=runtime,
         )
         self.members.append(m)

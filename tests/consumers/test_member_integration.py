@@ -4,11 +4,17 @@ producer. Every wait is a bounded poll for a condition; no sleep is an assertion
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
+from prometheus_client import REGISTRY
+
+from consumers.dataplane import DataPlane, DataPlaneUnavailable
 from consumers.member.state import Phase
 from tests.consumers.harness import (
     FAST,
+    GROUP,
+    PREFIX,
     Cluster,
     Recorder,
     assert_no_overlap_per_shard,
@@ -230,17 +236,56 @@ def test_coordinator_outage_shorter_than_the_lease_does_not_stop_consumption(clu
     assert m.stats.fenced == 0
 
 
-def test_an_outage_longer_than_the_lease_is_fenced_by_the_data_plane_and_recovers(redis_url: str) -> None:
+def test_through_an_outage_longer_than_the_lease_the_member_renews_in_redis_and_keeps_consuming(
+    redis_url: str,
+) -> None:
     cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
     try:
         flaky = Flaky(cluster)
         recorder = Recorder()
         m = cluster.member(recorder, coordinator=flaky)
         eventually(lambda: cluster.stable(m), what="joined")
+        epoch = m.member_epoch
+        flaky.down.set()
+        for n in range(8):  # four lease TTLs with no heartbeat answered, an entry every half TTL
+            cluster.send(cluster.key_for(n % 4), n=n)
+            time.sleep(0.5)
+        eventually(lambda: recorder.handled_ns() == set(range(8)), what="every entry handled")
+        assert m.stats.lease_renewals >= 4 and m.stats.fenced == 0
+        labels = {"stream_prefix": PREFIX, "consumer_group": GROUP, "member_id": m.member_id}
+        assert REGISTRY.get_sample_value("rsc_member_lease_renewals_total", labels) >= 4  # type: ignore[operator]
+        view = cluster.member_view(m.member_id)
+        assert (view["state"], view["member_epoch"]) == ("STABLE", epoch) and view["lease_remaining_ms"] > 0
+        flaky.down.clear()
+        heartbeats = m.stats.heartbeats
+        eventually(lambda: m.stats.heartbeats > heartbeats + 2, what="heartbeats answered again")
+        assert (m.member_epoch, m.stats.fenced) == (epoch, 0)
+    finally:
+        cluster.close()
+
+
+class NoRenewalPlane(DataPlane):
+    """The real data plane, whose lease renewals never get through (``DataPlaneUnavailable``)."""
+
+    def renew_lease(self, member_id: str, member_epoch: int) -> Any:
+        raise DataPlaneUnavailable("lease renewal in 'orders': Redis is unreachable (test)")
+
+
+def test_an_outage_longer_than_a_lease_it_cannot_renew_is_fenced_by_the_data_plane_and_recovers(
+    redis_url: str,
+) -> None:
+    cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
+    try:
+        flaky = Flaky(cluster)
+        recorder = Recorder()
+        m = cluster.member(
+            recorder, coordinator=flaky, dataplane=NoRenewalPlane(cluster.client, PREFIX, GROUP)
+        )
+        eventually(lambda: cluster.stable(m), what="joined")
         flaky.down.set()
         # Its lease ends by Redis's clock: the data plane refuses its reads, it drops every shard.
         eventually(lambda: m.phase is Phase.JOINING and not m.running_shards, what="fenced by the data plane")
-        assert m.stats.fenced >= 1
+        assert m.stats.fenced >= 1 and m.stats.lease_renewals == 0
         flaky.down.clear()
         eventually(lambda: cluster.stable(m), what="rejoined")
         cluster.send(cluster.key_for(0))
@@ -330,9 +375,9 @@ def test_a_strict_shard_count_change_drains_the_old_version_before_the_new_one_i
 
 def test_a_member_that_may_have_lost_its_lease_handles_nothing_more_until_it_knows(redis_url: str) -> None:
     """A batch of four on one shard; the first handler call outlives the lease while the coordinator is
-    unreachable. The other three are not handled by this incarnation: the member waits, the data plane
-    says it is fenced, it rejoins (same member id) and only then re-reads them from its pending list
-    (with the first one, if its ack came too late)."""
+    unreachable (and the member's own renewals in Redis fail). The other three are not handled by this
+    incarnation: the member waits, the data plane says it is fenced, it rejoins (same member id) and
+    only then re-reads them from its pending list (with the first one, if its ack came too late)."""
     cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
     try:
         flaky = Flaky(cluster)
@@ -350,7 +395,9 @@ def test_a_member_that_may_have_lost_its_lease_handles_nothing_more_until_it_kno
         for _ in range(3):
             cluster.send(key)
         recorder = Recorder(handler)
-        m = cluster.member(recorder, coordinator=flaky, start=False)
+        # Its own renewals in Redis do not get through either: nothing tells it the lease holds.
+        plane = NoRenewalPlane(cluster.client, PREFIX, GROUP)
+        m = cluster.member(recorder, coordinator=flaky, dataplane=plane, start=False)
         holder.append(m)
         m.start()
         eventually(lambda: fences_at_call == [(0, 0)], what="the first entry is being handled")
@@ -371,8 +418,9 @@ def test_a_member_that_may_have_lost_its_lease_handles_nothing_more_until_it_kno
 
 def test_a_batch_paused_for_a_lapsed_lease_resumes_in_order_once_the_lease_is_renewed(redis_url: str) -> None:
     """Heartbeats reach the coordinator (which keeps renewing the lease) but their responses are lost,
-    so the member cannot know its lease holds: it stops handling after the entry in flight. Once a
-    response arrives again, the rest of the batch is handled, in order, by the same incarnation."""
+    and its own renewals in Redis fail, so the member cannot know its lease holds: it stops handling
+    after the entry in flight. Once a response arrives again, the rest of the batch is handled, in
+    order, by the same incarnation."""
     cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
     try:
         flaky = Flaky(cluster)
@@ -388,7 +436,9 @@ def test_a_batch_paused_for_a_lapsed_lease_resumes_in_order_once_the_lease_is_re
         cluster.send(key, block=True)
         for _ in range(3):
             cluster.send(key)
-        m = cluster.member(Recorder(handler), coordinator=flaky)
+        # Its own renewals in Redis do not get through either: nothing tells it the lease holds.
+        plane = NoRenewalPlane(cluster.client, PREFIX, GROUP)
+        m = cluster.member(Recorder(handler), coordinator=flaky, dataplane=plane)
         eventually(lambda: seen == [0], what="the first entry is being handled")
         flaky.lose.set()
         eventually(lambda: not m.lease_valid(1), what="the lease may have ended, as far as the member knows")

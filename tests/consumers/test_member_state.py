@@ -8,11 +8,14 @@ import pytest
 
 from consumers.member.state import (
     COORDINATOR_UNREACHABLE,
+    MEMBER_FENCED,
+    RENEWED,
     TRANSITIONS,
     Decisions,
     HeartbeatRequest,
     IllegalMemberTransition,
     InvalidResponse,
+    LeaseRenewalRequest,
     MemberConfig,
     Phase,
     PhaseInput,
@@ -594,3 +597,101 @@ def test_a_fence_forgets_the_lease() -> None:
     t.sm.on_member_fenced(old, t.now)
     assert not t.sm.lease_valid(old, t.now)
     assert not t.sm.lease_valid(t.incarnation, t.now)
+
+
+# ------------------------------------------------------------------------------------------ renewing in Redis
+
+
+def test_while_heartbeats_are_answered_the_member_never_renews_in_redis() -> None:
+    t = joined(("v1:0",))  # both heartbeats sent at 0; lease TTL 10_000
+    assert t.sm.lease_renewal_due_ms() == 5_000  # half the TTL after the last accepted renewal
+    for _ in range(20):
+        t.advance(INTERVAL_MS)
+        t.exchange(response(3, ["v1:0"]))
+        assert t.sm.poll_lease_renewal(t.now) is None
+    assert t.sm.lease_renewal_due_ms() == t.now + 5_000
+
+
+def test_half_a_lease_without_an_answer_renews_in_redis_for_as_long_as_it_takes() -> None:
+    t = joined(("v1:0",))  # the lease as known: until 10_000
+    t.advance(4_999)
+    assert t.sm.poll_lease_renewal(t.now) is None
+    t.advance(1)
+    request = t.sm.poll_lease_renewal(t.now)
+    assert request == LeaseRenewalRequest(member_id=MEMBER_ID, member_epoch=3, incarnation=1, sent_ms=5_000)
+    assert t.sm.poll_lease_renewal(t.now) is None and t.sm.lease_renewal_due_ms() is None  # one at a time
+    t.advance(3)
+    d = t.sm.on_lease_renewal(request, RENEWED, 10_000, t.now)
+    assert [(n.level, n.message) for n in d.notices] == [
+        (
+            logging.INFO,
+            "no heartbeat accepted for 5000 ms: renewing the lease in Redis until the coordinator answers",
+        )
+    ]
+    assert t.sm.lease_valid(t.incarnation, 14_999) and not t.sm.lease_valid(t.incarnation, 15_000)
+    for until in (20_000, 25_000, 30_000):  # long past the coordinator's lease, quietly
+        t.advance(t.sm.lease_renewal_due_ms() - t.now)  # type: ignore[operator]
+        again = t.sm.poll_lease_renewal(t.now)
+        assert again is not None
+        d = t.sm.on_lease_renewal(again, RENEWED, 10_000, t.now)
+        assert d.notices == () and d.stop == ()
+        assert t.sm.lease_valid(t.incarnation, until - 1) and not t.sm.lease_valid(t.incarnation, until)
+    assert t.sm.phase is Phase.MEMBER and list(t.units) == [Shard(1, 0)]
+    _, d = t.exchange(response(3, ["v1:0"]))  # the coordinator answers again
+    assert "the coordinator answers again: renewing the lease through it" in [n.message for n in d.notices]
+    assert t.sm.lease_renewal_due_ms() == t.now + 5_000
+
+
+def test_a_lapsed_lease_renewed_in_redis_handles_again() -> None:
+    t = joined(("v1:0",))
+    t.advance(10_000)  # renewal attempts failed until now (none was made): the lease may have ended
+    assert not t.sm.lease_valid(t.incarnation, t.now)
+    request = t.sm.poll_lease_renewal(t.now)
+    assert request is not None
+    d = t.sm.on_lease_renewal(request, RENEWED, 10_000, t.now)  # Redis says it had not ended
+    assert "lease renewed in Redis: handling again" in [n.message for n in d.notices]
+    assert t.sm.lease_valid(t.incarnation, t.now)
+
+
+def test_a_renewal_refused_because_the_lease_ended_is_a_fence_and_other_failures_retry_after_a_pause() -> (
+    None
+):
+    t = joined(("v1:0",))
+    t.advance(5_000)
+    for outcome in ("UNAVAILABLE", "STALE_EPOCH", "NO_LEASE_TTL"):
+        request = t.sm.poll_lease_renewal(t.now)
+        assert request is not None
+        d = t.sm.on_lease_renewal(request, outcome, 0, t.now)
+        assert d.stop == () and t.sm.phase is Phase.MEMBER
+        assert t.sm.lease_renewal_due_ms() == t.now + 1_000  # a tenth of the TTL
+        t.advance(1_000)
+    request = t.sm.poll_lease_renewal(t.now)
+    assert request is not None
+    d = t.sm.on_lease_renewal(request, MEMBER_FENCED, 0, t.now)
+    assert stopped(d, abandon=True) == ["v1:0"] and t.incarnation == 2
+    assert t.sm.phase is Phase.JOINING and t.sm.lease_renewal_due_ms() is None
+
+
+def test_a_renewal_at_an_epoch_the_member_has_left_does_not_extend_its_lease() -> None:
+    t = joined(("v1:0",))
+    t.advance(4_000)
+    heartbeat = t.heartbeat()  # sent at 4_000
+    t.advance(1_000)
+    renewal = t.sm.poll_lease_renewal(t.now)  # sent at 5_000, at epoch 3
+    assert renewal is not None and renewal.member_epoch == 3
+    t.answer(heartbeat, response(4, ["v1:0"]))  # the coordinator moved the member to epoch 4
+    t.sm.on_lease_renewal(renewal, RENEWED, 10_000, t.now)  # counts only at epoch 3 (Redis agrees)
+    assert t.sm.lease_valid(t.incarnation, 13_999) and not t.sm.lease_valid(t.incarnation, 14_000)
+    assert t.sm.lease_renewal_due_ms() == 9_000  # not in flight any more; half a TTL after 4_000
+
+
+def test_a_draining_member_renews_in_redis_and_a_leaving_one_does_not() -> None:
+    t = joined(("v1:0",))
+    t.sm.request_stop(t.now, 30_000)
+    assert t.sm.phase is Phase.DRAINING
+    t.advance(5_000)
+    request = t.sm.poll_lease_renewal(t.now)
+    assert request is not None
+    t.sm.on_lease_renewal(request, RENEWED, 10_000, t.now)
+    t.stopped("v1:0")
+    assert t.sm.phase is Phase.LEAVING and t.sm.lease_renewal_due_ms() is None

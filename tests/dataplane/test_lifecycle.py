@@ -12,7 +12,7 @@ import redis
 
 from consumers.dataplane import DeadLetterOutcome, FenceStatus, scripts
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import dead_letter_key, meta_key, redeliver_key
+from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key
 from tests.dataplane.harness import Harness
 from tests.dataplane.test_fencing import two_members
 
@@ -90,9 +90,34 @@ def test_reads_refuse_a_redeliver_key_of_another_group(
     registered = scripts.register(h.client, script)
     with pytest.raises(redis.ResponseError, match="is not the redeliver key of group billing"):
         registered(
-            keys=[meta_key(h.prefix), h.stream(V1_0), redeliver_key(h.prefix, "other")],
+            keys=[
+                meta_key(h.prefix),
+                h.stream(V1_0),
+                redeliver_key(h.prefix, "other"),
+                lease_records_key(h.prefix),
+            ],
             args=[h.group, "m1", m1.epoch, "v1:0", *extra],
         )
+
+
+@pytest.mark.parametrize(
+    ("script", "extra"), [("read_new", [10]), ("ack", ["1-0"]), ("read_pending", [10, "0-0"])]
+)
+def test_fenced_scripts_refuse_a_last_key_that_is_not_the_lease_renewal_key(
+    harness: Harness, script: str, extra: list[Any]
+) -> None:
+    """The fence reads the member's own lease renewal from the last key: another prefix's (or any other)
+    key there is refused before anything is read or written."""
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    registered = scripts.register(h.client, script)
+    keys = [meta_key(h.prefix), h.stream(V1_0)]
+    if script == "read_new":
+        keys.append(redeliver_key(h.prefix, h.group))
+    for wrong in (lease_records_key("other"), redeliver_key(h.prefix, h.group)):
+        with pytest.raises(redis.ResponseError, match="is not the lease-renewal key of"):
+            registered(keys=[*keys, wrong], args=[h.group, "m1", m1.epoch, "v1:0", *extra])
 
 
 # ------------------------------------------------------------------------------------ dead letters
@@ -217,7 +242,12 @@ def test_dead_letter_refuses_a_dead_letter_key_of_another_group(harness: Harness
     script = scripts.register(h.client, "dead_letter")
     with pytest.raises(redis.ResponseError, match="is not the dead-letter key"):
         script(
-            keys=[meta_key(h.prefix), h.stream(V1_0), dead_letter_key(h.prefix, "other")],
+            keys=[
+                meta_key(h.prefix),
+                h.stream(V1_0),
+                dead_letter_key(h.prefix, "other"),
+                lease_records_key(h.prefix),
+            ],
             args=[h.group, "m1", m1.epoch, "v1:0", entry_id, "E: x"],
         )
     assert h.pending(V1_0) == [(entry_id, "m1")]

@@ -25,7 +25,7 @@ from consumers.errors import InvalidRequest
 from consumers.process import redis_client_for
 from consumers.producer import Producer
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import meta_key, redeliver_key
+from coordinator.store.codec import lease_records_key, meta_key, redeliver_key
 from tests.dataplane.harness import GROUP, PREFIX, Harness
 from tests.dataplane.proxy import LossyProxy, has_entries
 
@@ -111,7 +111,7 @@ def test_a_client_that_resends_runs_the_script_twice_and_strands_the_first_runs_
     proxy.lose_replies(sha("read_new"), times=1)
 
     reply = read_new(
-        keys=[meta_key(PREFIX), h.stream(V1_0), redeliver_key(PREFIX, GROUP)],
+        keys=[meta_key(PREFIX), h.stream(V1_0), redeliver_key(PREFIX, GROUP), lease_records_key(PREFIX)],
         args=[GROUP, "m1", m1.epoch, str(V1_0), 2],
     )
 

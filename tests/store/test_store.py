@@ -51,7 +51,9 @@ def assert_derived_fields_consistent(store: MetadataStore) -> None:
     assert state is not None
     expected = codec.derived_fields(state)
     stored = {
-        k: v for k, v in fields(store).items() if k.split(":", 1)[0] in {"route", "ml", "m", "o", "f", "r"}
+        k: v
+        for k, v in fields(store).items()
+        if k.split(":", 1)[0] in {"route", "ml", "lt", "m", "o", "f", "r"}
     }
     assert stored == expected
 
@@ -235,13 +237,19 @@ def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(st
     create(store, shard_count=1)
     rev = fields(store)["t#"]
     args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0"]
-    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=args) == 1
+    assert (
+        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=args) == 1
+    )
     # The same commit again (redis-py retrying after a lost reply): the revision moved on, but the token
     # says it was ours, so it reports committed and writes nothing.
-    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=args) == 2
+    assert (
+        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=args) == 2
+    )
     assert fields(store)["t#"] == str(int(rev) + 1)
     other = ["token-2", *args[1:]]
-    assert store._commit_script(keys=[codec.meta_key(PREFIX)], args=other) == 0  # a real conflict
+    assert (
+        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=other) == 0
+    )  # a real conflict
 
 
 # ------------------------------------------------------------------------------------------ lost races

@@ -1,0 +1,171 @@
+"""A member renews its own lease in Redis while the coordinator's API cannot (docs/protocol.md section 5,
+"Renewing without the coordinator"): ``renew_lease.lua`` and every reader of a lease (the fence, the
+store's load, the fast path, the tick's commit), on a real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from consumers.dataplane import FenceStatus, LeaseRenewal, ShardFetch
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import Shard
+from coordinator.store import codec
+from tests.dataplane.harness import Harness
+
+V1_0 = Shard(1, 0)
+TAG = "billing:m1"
+
+
+def now_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+def records(h: Harness) -> dict[str, str]:
+    raw = h.client.hgetall(codec.lease_records_key(h.prefix))
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+def metadata(h: Harness) -> dict[bytes, bytes]:
+    return h.client.hgetall(codec.meta_key(h.prefix))
+
+
+def end_coordinator_lease(h: Harness, member: str = "m1") -> None:
+    """What no heartbeat through the API for a lease TTL leaves behind: the coordinator's lease
+    deadline (``l:``) in the past."""
+    h.client.hset(codec.meta_key(h.prefix), f"l:{h.group}:{member}", now_ms(h.client) - 1)
+
+
+def fetch_status(h: Harness, epoch: int) -> FenceStatus:
+    (result,) = h.plane.fetch("m1", [ShardFetch(V1_0, epoch)], 10)
+    return result.status
+
+
+def test_a_renewal_keeps_the_member_reading_and_live_after_the_coordinators_lease_ended(
+    harness: Harness,
+) -> None:
+    h = harness
+    h.create(shard_count=1, lease_ttl_ms=1_000)
+    m1 = h.join("m1")
+    ids = h.produce(V1_0, 1, 3)
+    before = metadata(h)
+
+    renewal = h.plane.renew_lease("m1", m1.epoch)
+
+    assert (renewal.outcome, renewal.ttl_ms) == (LeaseRenewal.RENEWED, 1_000)
+    assert metadata(h) == before  # renew only: the metadata is the coordinator's
+    epoch, deadline = records(h)[TAG].split()
+    assert int(epoch) == m1.epoch and 0 < int(deadline) - now_ms(h.client) <= 1_000
+    end_coordinator_lease(h)
+    (result,) = h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch)], 10)
+    assert result.ok and [e.entry_id for e in result.entries] == ids
+    h.store.tick()
+    member = h.store.describe_group(h.prefix, h.group)["members"][0]
+    assert (member["member_id"], member["state"]) == ("m1", "STABLE")
+
+    # Renewing for longer than a TTL, with no heartbeat at all: still live, still reading.
+    for _ in range(6):
+        time.sleep(0.3)
+        assert h.plane.renew_lease("m1", m1.epoch).renewed
+        h.store.tick()
+    assert fetch_status(h, m1.epoch) is FenceStatus.OK
+    assert int(metadata(h)[f"l:{TAG}".encode()]) < now_ms(h.client)  # the coordinator renewed nothing
+
+    # Once the member stops renewing, its lease ends like any other: fenced, then expired, and the
+    # record is gone with it.
+    time.sleep(1.1)
+    assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
+    assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.MEMBER_FENCED  # no coming back
+    h.store.tick()
+    member = h.store.describe_group(h.prefix, h.group)["members"][0]
+    assert (member["state"], member["end_reason"]) == ("EXPIRED", "LEASE_EXPIRED")
+    assert records(h) == {}
+
+
+def test_a_renewal_needs_the_live_member_at_its_epoch_and_writes_nothing_otherwise(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+
+    assert h.plane.renew_lease("m1", m1.epoch + 1).outcome is LeaseRenewal.STALE_EPOCH
+    assert h.plane.renew_lease("stranger", 1).outcome is LeaseRenewal.MEMBER_FENCED
+    h.store.heartbeat(h.prefix, h.group, Heartbeat(member_id="m1", member_epoch=-1))  # leaves
+    assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.MEMBER_FENCED
+    assert records(h) == {}
+
+
+def test_only_a_record_at_the_live_epoch_extends_a_lease(harness: Harness) -> None:
+    """Every reader takes the later of the coordinator's deadline and the member's record, and only a
+    record written at the epoch the member is live at: the fence, the fast path and the full path."""
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    key = codec.lease_records_key(h.prefix)
+    end_coordinator_lease(h)
+    h.client.hset(key, TAG, f"{m1.epoch - 1} {now_ms(h.client) + 60_000}")  # an earlier incarnation's
+    assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
+    h.client.hset(key, TAG, f"{m1.epoch} {now_ms(h.client) - 1}")  # at the epoch, but ended
+    assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
+    h.client.hset(key, TAG, f"{m1.epoch} {now_ms(h.client) + 60_000}")
+    assert fetch_status(h, m1.epoch) is FenceStatus.OK
+
+    # The coordinator comes back: the member's heartbeat is answered (the fast path renews l: again).
+    again = h.heartbeat("m1")
+    assert again.epoch == m1.epoch
+    assert int(metadata(h)[f"l:{TAG}".encode()]) > now_ms(h.client)
+
+
+def test_the_ticks_expiry_commit_refuses_a_member_that_renewed_itself_since_the_load(
+    harness: Harness,
+) -> None:
+    """The tick decides expiries on leases it loaded; the commit checks again, inside Redis, that each
+    lease still ended, the member's own record included."""
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    end_coordinator_lease(h)
+    now = now_ms(h.client)
+    args = ["token-expire", str(now), "0", "0", "0", "0", "1", f"l:{TAG}"]  # only an expiry check
+    keys = [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)]
+    h.client.hset(keys[1], TAG, f"{m1.epoch} {now + 60_000}")
+    assert h.store._commit_script(keys=keys, args=args) == 0  # renewed since: not expired
+    h.client.hset(keys[1], TAG, f"{m1.epoch - 1} {now + 60_000}")
+    assert h.store._commit_script(keys=keys, args=args) == 1  # another epoch's record: it did end
+
+
+def test_records_go_when_their_members_groups_and_prefixes_go(harness: Harness) -> None:
+    h = harness
+    h.create(shard_count=2)
+    m1, m2 = h.join("m1"), h.join("m2")
+    assert h.plane.renew_lease("m1", m1.epoch).renewed and h.plane.renew_lease("m2", m2.epoch).renewed
+    assert set(records(h)) == {"billing:m1", "billing:m2"}
+    h.store.heartbeat(h.prefix, h.group, Heartbeat(member_id="m1", member_epoch=-1))
+    assert set(records(h)) == {"billing:m2"}
+    h.store.delete_group(h.prefix, h.group)
+    assert records(h) == {}
+    h.create(shard_count=2)
+    m3 = h.join("m3")
+    assert h.plane.renew_lease("m3", m3.epoch).renewed
+    h.store.delete_group(h.prefix, h.group)
+    h.store.delete_prefix(h.prefix, force=True)
+    assert not h.client.exists(codec.lease_records_key(h.prefix))
+
+
+def test_the_ttl_comes_from_the_group_or_the_members_steady_signature(harness: Harness) -> None:
+    """``lt:<group>`` holds the group's lease TTL; metadata written before it existed has the TTL in a
+    steady member's ``f:`` field; with neither, the renewal writes nothing and says so."""
+    h = harness
+    h.create(shard_count=1, lease_ttl_ms=4_000)
+    m1 = h.join("m1")
+    meta = codec.meta_key(h.prefix)
+    assert h.client.hget(meta, "lt:billing") == b"4000"
+    h.client.hdel(meta, "lt:billing")
+    assert h.plane.renew_lease("m1", m1.epoch).ttl_ms == 4_000  # from f:billing:m1
+    h.client.hdel(codec.lease_records_key(h.prefix), TAG)
+    h.client.hdel(meta, f"f:{TAG}")
+    assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.NO_LEASE_TTL
+    assert records(h) == {}
+    h.join("m2")  # a group-wide change writes lt: again
+    assert h.client.hget(meta, "lt:billing") == b"4000"
