@@ -59,6 +59,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 import redis  # noqa: E402
 
+from bench.heartbeat_bench import group_cpu_s  # noqa: E402
 from consumers.producer import Producer  # noqa: E402
 from consumers.runtime import Runtime  # noqa: E402
 from coordinator.protocol.model import Shard  # noqa: E402
@@ -77,7 +78,6 @@ LEASE_TTL_MS, HEARTBEAT_INTERVAL_MS, TICK_INTERVAL_MS = 2000, 200, 200
 # Throughput groups: consumers are stopped while the others run, so their lease must outlast that.
 PAUSED_LEASE_TTL_MS, PAUSED_HEARTBEAT_INTERVAL_MS = 600_000, 1000
 IDLE_MIN_S, IDLE_MAX_S = 0.002, 0.05  # tests/e2e/settings.py's runtime idle backoff, for the raw loop
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -96,23 +96,6 @@ def timings(
 
 
 # ---------------------------------------------------------------------------------------------- counters
-
-
-def group_cpu_s(pgids: list[int]) -> float:
-    """User + system CPU seconds of every live process in these process groups (threads included)."""
-    total = 0
-    wanted = set(pgids)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in wanted:  # fields[2]: pgrp; [11], [12]: utime, stime
-            total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
 
 
 def redis_cpu_s(client: redis.Redis) -> float:

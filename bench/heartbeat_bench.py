@@ -5,7 +5,11 @@ One run, one machine, one private Redis:
 2. steady-state heartbeats through gunicorn (HTTP + DRF + the fast-path Lua script) with 1, 100 and
    1,000 members in the group: requests per second and p50 / p99 latency;
 3. convergence: 100 members join at once (threads, heartbeating at the group's interval) and the time
-   until the group is STABLE and balanced.
+   until the group is STABLE and balanced;
+4. the HTTP server (issue 8, "chosen on measurements"): the same 100-member steady heartbeats through
+   each candidate server that is installed (gunicorn's gthread worker, granian's WSGI interface), with
+   the same number of worker processes, 3 repetitions each, median rate and server CPU per request
+   (every process of the server's process group, from /proc).
 
 Everything is measured here, nothing is typed in: rerun it and compare.
 """
@@ -211,6 +215,101 @@ def convergence(port: int, members: int, shards: int, interval_ms: int) -> dict[
     return {"seconds": elapsed, "group_epoch": view["group_epoch"], "heartbeats": heartbeats[0]}
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_s(pgids: list[int]) -> float:
+    """User + system CPU seconds of every live process in these process groups (threads included)."""
+    total = 0
+    wanted = set(pgids)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in wanted:  # fields[2]: pgrp; [11], [12]: utime, stime
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def server_argv(kind: str, port: int, workers: int, threads: int) -> list[str] | None:
+    """The command line of HTTP server ``kind`` serving config.wsgi, or None if it is not installed."""
+    if kind == "gunicorn-gthread":
+        return [
+            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+            "-k", "gthread", "--threads", str(threads), "--log-level", "warning",
+        ]  # fmt: skip
+    if kind == "granian":
+        try:
+            import granian  # noqa: F401
+        except ImportError:
+            return None
+        return [
+            sys.executable, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", str(workers), "--blocking-threads", str(threads),
+            "--log-level", "warning", "config.wsgi:application",
+        ]  # fmt: skip
+    raise ValueError(f"unknown server {kind!r}")
+
+
+def start_server(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the server in a process group of its own; returns once it accepts connections."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"{argv[:4]} did not start listening on {port}") from None
+            time.sleep(0.1)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    """Steady heartbeats of 100 members through each installed candidate server: median of 3 runs."""
+    rows: dict[str, Any] = {}
+    for kind in args.servers.split(","):
+        port = free_port()
+        argv = server_argv(kind, port, args.workers, args.threads)
+        if argv is None:
+            rows[kind] = {"skipped": "not installed"}
+            continue
+        proc = start_server(argv, port, env)
+        try:
+            members = setup_group(port, "servers", kind, 100, shards=64)
+            runs = []
+            for _ in range(3):
+                cpu0 = group_cpu_s([proc.pid])
+                load = run_load(
+                    _heartbeat_worker, (port, "servers", kind, members, args.seconds), args.clients
+                )
+                cpu = group_cpu_s([proc.pid]) - cpu0
+                runs.append({**load, "server_cpu_us_per_request": 1e6 * cpu / max(1, load["requests"])})
+        finally:
+            stop_server(proc)
+        rows[kind] = {
+            key: statistics.median(run[key] for run in runs)
+            for key in ("per_second", "p50_ms", "p99_ms", "server_cpu_us_per_request")
+        }
+        rows[kind]["runs"] = runs
+        print(f"{kind}: {rows[kind]}", flush=True)
+    return rows
+
+
 def emit(results: dict[str, Any], out: str | None) -> None:
     """Print the results as JSON and, with --out, write them there (report.py reads that file)."""
     text = json.dumps(results, indent=2)
@@ -225,6 +324,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sizes", default="1,100,1000")
+    parser.add_argument("--threads", type=int, default=4, help="threads per server worker process")
+    parser.add_argument(
+        "--servers", default="gunicorn-gthread,granian", help="compared HTTP servers ('' none)"
+    )
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -249,36 +352,10 @@ def main() -> None:
             "DATABASE_URL": f"sqlite:///{tempfile.mkdtemp(prefix='rsc-bench-')}/bench.sqlite3",
         }
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        gunicorn = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "config.wsgi",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                str(args.workers),
-                "-k",
-                "gthread",
-                "--threads",
-                "4",
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
+        argv = server_argv("gunicorn-gthread", port, args.workers, args.threads)
+        assert argv is not None
+        gunicorn = start_server(argv, port, env)
         try:
-            deadline = time.time() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.time() > deadline:
-                        raise
-                    time.sleep(0.1)
             for size in sizes:
                 t0 = time.perf_counter()
                 members = setup_group(port, "bench", f"g{size}", size, shards=64)
@@ -290,8 +367,14 @@ def main() -> None:
                 print(f"{size} members: {load}", flush=True)
             results["convergence_100"] = convergence(port, 100, 64, interval_ms=100)
         finally:
-            gunicorn.terminate()
-            gunicorn.wait(timeout=30)
+            stop_server(gunicorn)
+        if args.servers:
+            results["servers"] = {
+                "workers": args.workers,
+                "threads": args.threads,
+                "members": 100,
+                "rows": compare_servers(env, args),
+            }
     emit(results, args.out)
 
 

@@ -36,6 +36,30 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+# Why the product runs what it runs; the table above it is measured on every `make bench`.
+SERVER_DECISION = [
+    "**Decision: production keeps gunicorn's gthread worker** (compose.yaml, `config/gunicorn.conf.py`, "
+    "docs/production.env); `make run` keeps Django's runserver, because it is the development stack "
+    "(auto-reload, static files for the operator pages), not a production server. The criteria, in "
+    "order: heartbeats per second and server CPU per heartbeat at the same number of worker processes, "
+    "then operability. granian's HTTP layer is written in Rust and costs less per request, but:",
+    "",
+    "* most of a steady heartbeat's cost is Python (Django's WSGI handler, authentication, the fast "
+    "path's parse and its one script call), and no server removes it: the difference in the table is "
+    "the HTTP layer only, and on this shared 2-core machine it is of the order of the run-to-run spread "
+    "(compare the three runs in `bench/results/heartbeat.json`);",
+    "* `/metrics` in multiprocess mode needs the server to report a dead worker (gunicorn's `child_exit` "
+    "hook calls `mark_process_dead`, `config/gunicorn.conf.py`); granian's hooks (2.8) are server-wide "
+    "(startup, reload, shutdown, and only when embedded), none reports a dead worker, so a respawned "
+    "worker's gauges would stay in the sums;",
+    "* gunicorn's graceful reloads, worker timeouts and request limits are what the deployment docs "
+    "configure and what the e2e tests exercise.",
+    "",
+    "Revisit when granian is ahead by clearly more than the spread at equal CPU, and can report dead "
+    "workers.",
+]
+
+
 def heartbeat_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "## Coordinator heartbeats (`bench/heartbeat_bench.py`)",
@@ -65,6 +89,29 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             f"group in **{conv['seconds']:.2f} s** (group epoch {conv['group_epoch']}, {conv['heartbeats']} "
             "heartbeats after the joins).",
         ]
+    servers = data.get("servers")
+    if servers:
+        lines += [
+            "",
+            "### The HTTP server",
+            "",
+            f"The same steady heartbeats of {servers['members']} members through each candidate server, "
+            f"{servers['workers']} worker processes x {servers['threads']} threads each, 3 runs of "
+            f"{data['seconds']:.0f} s, medians; server CPU is every process of the server's process group "
+            "(from /proc) divided by the requests served.",
+            "",
+            "| server | requests/s | p50 ms | p99 ms | server CPU µs / request |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for kind, row in servers["rows"].items():
+            if "skipped" in row:
+                lines.append(f"| {kind} | {row['skipped']} | | | |")
+                continue
+            lines.append(
+                f"| {kind} | {_fmt(row['per_second'])} | {_fmt(row['p50_ms'], 2)} | "
+                f"{_fmt(row['p99_ms'], 2)} | {_fmt(row['server_cpu_us_per_request'], 0)} |"
+            )
+        lines += ["", *SERVER_DECISION]
     return lines
 
 
