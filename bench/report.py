@@ -38,25 +38,24 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 # Why the product runs what it runs; the table above it is measured on every `make bench`.
 SERVER_DECISION = [
-    "**Decision: production keeps gunicorn's gthread worker** (compose.yaml, `config/gunicorn.conf.py`, "
-    "docs/production.env); `make run` keeps Django's runserver, because it is the development stack "
-    "(auto-reload, static files for the operator pages), not a production server. The criteria, in "
-    "order: heartbeats per second and server CPU per heartbeat at the same number of worker processes, "
-    "then operability. granian's HTTP layer is written in Rust and costs less per request, but:",
+    "**Decision: production keeps gunicorn's gthread worker for now** (compose.yaml, "
+    "`config/gunicorn.conf.py`, docs/production.env); `make run` keeps Django's runserver, because it "
+    "is the development stack (auto-reload, static files for the operator pages), not a production "
+    "server. The criteria, in order: heartbeats per second and server CPU per heartbeat at the same "
+    "number of worker processes, then operability. On the first two granian is the better HTTP layer "
+    "(its HTTP handling is Rust; the table shows what that is worth here, all of it in the HTTP layer: "
+    "Django, authentication and the fast path's script call cost the same under both). It is not the "
+    "default yet because of operability:",
     "",
-    "* most of a steady heartbeat's cost is Python (Django's WSGI handler, authentication, the fast "
-    "path's parse and its one script call), and no server removes it: the difference in the table is "
-    "the HTTP layer only, and on this shared 2-core machine it is of the order of the run-to-run spread "
-    "(compare the three runs in `bench/results/heartbeat.json`);",
     "* `/metrics` in multiprocess mode needs the server to report a dead worker (gunicorn's `child_exit` "
     "hook calls `mark_process_dead`, `config/gunicorn.conf.py`); granian's hooks (2.8) are server-wide "
     "(startup, reload, shutdown, and only when embedded), none reports a dead worker, so a respawned "
-    "worker's gauges would stay in the sums;",
+    "worker's live gauges would stay in the sums;",
     "* gunicorn's graceful reloads, worker timeouts and request limits are what the deployment docs "
     "configure and what the e2e tests exercise.",
     "",
-    "Revisit when granian is ahead by clearly more than the spread at equal CPU, and can report dead "
-    "workers.",
+    "Switching is a follow-up: per-worker metrics that survive worker replacement (or a dead-worker "
+    "report) under granian, then compose.yaml and docs/production.env, re-measured here.",
 ]
 
 
