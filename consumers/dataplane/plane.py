@@ -136,8 +136,9 @@ class DeadLetterResult:
 class LeaseRenewal(StrEnum):
     """The outcome of :meth:`DataPlane.renew_lease` (``renew_lease.lua``)."""
 
-    RENEWED = "OK"  # the lease lasts until Redis's TIME + the group's lease TTL (``ttl_ms``)
-    MEMBER_FENCED = "MEMBER_FENCED"  # not live, or the lease already ended: drop everything, rejoin
+    RENEWED = "OK"  # the lease lasts until Redis's TIME + ``ttl_ms``
+    # Not live, the lease already ended, or its revocation deadline passed: drop everything, rejoin.
+    MEMBER_FENCED = "MEMBER_FENCED"
     STALE_EPOCH = "STALE_EPOCH"  # live at another epoch: only a heartbeat can say which; nothing changed
     NO_LEASE_TTL = "NO_LEASE_TTL"  # the metadata holds no lease TTL for it yet; nothing changed
 
@@ -145,7 +146,9 @@ class LeaseRenewal(StrEnum):
 @dataclass(frozen=True, slots=True)
 class LeaseRenewalResult:
     outcome: LeaseRenewal
-    ttl_ms: int = 0  # RENEWED: for how long, counted from the script's run
+    # RENEWED: for how long, from the script's run: the group's lease TTL, or less when the member's
+    # revocation deadline comes first.
+    ttl_ms: int = 0
 
     @property
     def renewed(self) -> bool:

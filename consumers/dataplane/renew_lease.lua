@@ -14,11 +14,14 @@
 --   {'NO_LEASE_TTL'}    the metadata holds no lease TTL for the group (neither lt:<group> nor the
 --                       member's f: field: metadata from before this script, mid-rebalance): nothing
 --                       written; the member relies on the coordinator's heartbeats
---   {'OK', ttl}         renewed: the record now says the lease lasts until TIME + ttl (the group's
---                       lease TTL), unless it already said later (a lease never moves back)
+--   {'OK', ms}          renewed: the record now says the lease lasts until TIME + ms, unless it
+--                       already said later (a lease never moves back). ms is the group's lease TTL, or
+--                       less when the member's revocation deadline (rv:) comes first: a renewal never
+--                       outlasts it, so the tick's revocation timeout ends the lease the member knows
+--   {'MEMBER_FENCED'}   also when that revocation deadline has passed (the tick is about to expire it)
 -- Raises a script error if KEYS[2] is not the lease-renewal key of KEYS[1], or ARGV[3] is not a
 -- positive decimal.
--- Touches: HMGET m:/l:/f:<group>:<member> and lt:<group> on KEYS[1] (read); TIME; HGET and HSET of the
+-- Touches: HMGET m:/l:/f:/rv:<group>:<member> and lt:<group> on KEYS[1] (read); TIME; HGET and HSET of the
 -- member's field of KEYS[2]. The member's Redis user needs write access to KEYS[2] and nothing more
 -- (docs/redis-acl.md).
 local meta, records = KEYS[1], KEYS[2]
@@ -30,7 +33,7 @@ if not string.match(presented, '^[1-9]%d*$') then
   error({err = 'ERR member epoch ' .. tostring(presented) .. ' is not a positive decimal'})
 end
 local tag = group .. ':' .. member
-local fields = redis.call('HMGET', meta, 'm:' .. tag, 'l:' .. tag, 'lt:' .. group, 'f:' .. tag)
+local fields = redis.call('HMGET', meta, 'm:' .. tag, 'l:' .. tag, 'lt:' .. group, 'f:' .. tag, 'rv:' .. tag)
 local live_epoch = fields[1]
 if not live_epoch then
   return {'MEMBER_FENCED'}
@@ -57,7 +60,14 @@ if not ttl then
   return {'NO_LEASE_TTL'}
 end
 local deadline = now + ttl
+local revocation = tonumber(fields[5] or '')
+if revocation and revocation < deadline then
+  deadline = revocation
+end
+if deadline <= now then
+  return {'MEMBER_FENCED'}
+end
 if record_epoch ~= live_epoch or deadline > tonumber(record_deadline) then
   redis.call('HSET', records, tag, presented .. ' ' .. deadline)
 end
-return {'OK', ttl}
+return {'OK', deadline - now}

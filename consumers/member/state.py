@@ -222,8 +222,10 @@ class MemberStateMachine:
         self._lease_lapse_noted = False
         # Our own renewals in Redis: (epoch, lease deadline on our clock) of the last one accepted; the
         # send time of the last renewal accepted, by the coordinator or in Redis; the lease TTL; one
-        # at a time; and when the next may go after one that did not renew.
+        # at a time; when the next may go after one that did not renew; and whether we are renewing
+        # in Redis because the coordinator does not answer (for the log).
         self._renewed_until: tuple[int, int] | None = None
+        self._renewing_in_redis = False
         self._renewed_ms: int | None = None
         self._lease_ttl_ms: int | None = None
         self._renewal_in_flight = False
@@ -283,7 +285,9 @@ class MemberStateMachine:
 
     def lease_renewal_due_ms(self) -> int | None:
         """When the member renews its lease itself, in Redis, if no renewal is accepted before: half the
-        lease TTL after the last accepted one. None: not a member, or one is in flight."""
+        lease TTL after the last accepted one, or later when heartbeats are that far apart (the next
+        heartbeat's answer is due first: a heartbeat interval plus two round trips, at most three
+        quarters of the TTL). None: not a member, or one is in flight."""
         if (
             self.phase not in (Phase.MEMBER, Phase.DRAINING)
             or self.member_epoch <= 0
@@ -292,7 +296,9 @@ class MemberStateMachine:
             or self._lease_ttl_ms is None
         ):
             return None
-        return max(self._renewed_ms + self._lease_ttl_ms // 2, self._renewal_not_before_ms)
+        ttl = self._lease_ttl_ms
+        after = max(ttl // 2, min(self.heartbeat_interval_ms + 2 * self._round_trip_ms, 3 * ttl // 4))
+        return max(self._renewed_ms + after, self._renewal_not_before_ms)
 
     def poll_lease_renewal(self, now_ms: int) -> LeaseRenewalRequest | None:
         """The renewal to run in Redis now, if one is due; then in flight until :meth:`on_lease_renewal`."""
@@ -316,7 +322,8 @@ class MemberStateMachine:
         if request.incarnation != self.incarnation or request.member_epoch != self.member_epoch:
             return self._decide(now_ms)  # a heartbeat moved us on meanwhile
         if outcome == RENEWED:
-            if self._renewed_until is None or self._renewed_until[0] != request.member_epoch:
+            if not self._renewing_in_redis:
+                self._renewing_in_redis = True
                 last = request.sent_ms if self._renewed_ms is None else self._renewed_ms
                 silent_ms = request.sent_ms - last
                 self._note(
@@ -324,9 +331,12 @@ class MemberStateMachine:
                     f"no heartbeat accepted for {silent_ms} ms: renewing the lease in Redis until the "
                     "coordinator answers",
                 )
-            self._renewed_until = (request.member_epoch, request.sent_ms + ttl_ms)
+            until = request.sent_ms + ttl_ms  # ttl_ms: the group's TTL, or less (a revocation deadline)
+            if self._renewed_until is None or self._renewed_until[0] != request.member_epoch:
+                self._renewed_until = (request.member_epoch, until)
+            else:
+                self._renewed_until = (request.member_epoch, max(self._renewed_until[1], until))
             self._renewed_ms = max(self._renewed_ms or 0, request.sent_ms)
-            self._lease_ttl_ms = ttl_ms
             if self._lease_lapse_noted:
                 self._note(logging.INFO, "lease renewed in Redis: handling again")
                 self._lease_lapse_noted = False
@@ -402,9 +412,11 @@ class MemberStateMachine:
         self._lease_deadline_ms = request.sent_ms + response.lease_ttl_ms
         self._renewed_ms = max(self._renewed_ms or 0, request.sent_ms)
         self._lease_ttl_ms = response.lease_ttl_ms
-        if self._renewed_until is not None and self._renewed_until[0] == self.member_epoch:
+        if self._renewing_in_redis:
+            self._renewing_in_redis = False
             self._note(logging.INFO, "the coordinator answers again: renewing the lease through it")
-        self._renewed_until = None  # the coordinator's deadline counts from here (a record only adds)
+        # _renewed_until stays: Redis counts a record at our epoch as long as we stay at it (and folds it
+        # into the coordinator's deadline when our epoch moves), and _lease_until() checks the epoch.
         self._round_trip_ms = max(self.config.round_trip_floor_ms, now_ms - request.sent_ms)
         if self._lease_lapse_noted:
             self._note(logging.INFO, "lease renewed: handling again")
@@ -564,6 +576,7 @@ class MemberStateMachine:
         self._lease_deadline_ms = None
         self._renewed_until = None
         self._renewed_ms = None
+        self._renewing_in_redis = False
         self._lease_lapse_noted = False
         self._last_sent_owned = None
         self._may_be_member = False

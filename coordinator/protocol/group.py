@@ -270,8 +270,28 @@ def _reconcile_member(
 # Expiry (driven by the tick)
 
 
+def start_revocation_clocks(group: Group, now_ms: int) -> Group:
+    """Start the revocation timeout of every live member that holds a shard its target no longer has
+    and has not heard of it yet (it has not heartbeated since the bump that moved the shard: with the
+    API unreachable it may renew its lease in Redis for as long as it likes, section 5). Stop it for
+    one that no longer owes anything. A member in UNREVOKED_SHARDS keeps the deadline its heartbeat
+    set; reconciliation keeps a deadline started here (section 5)."""
+    changed: dict[str, Member] = {}
+    for member in group.live_members():
+        if member.state is MemberState.UNREVOKED_SHARDS:
+            continue
+        owes = not frozenset(member.assigned) <= group.target.get(member.member_id, frozenset())
+        if owes and member.revocation_deadline_ms is None:
+            deadline = now_ms + group.config.revocation_timeout_ms
+            changed[member.member_id] = replace(member, revocation_deadline_ms=deadline)
+        elif not owes and member.revocation_deadline_ms is not None:
+            changed[member.member_id] = replace(member, revocation_deadline_ms=None)
+    return replace(group, members={**group.members, **changed}) if changed else group
+
+
 def expire_members(group: Group, topology: Topology, now_ms: int) -> tuple[Group, list[str]]:
     """Fence members whose lease ended or whose revocation timed out; one bump if any was fenced."""
+    group = start_revocation_clocks(group, now_ms)
     fenced: list[str] = []
     for member in list(group.live_members()):
         if member.lease_deadline_ms <= now_ms:

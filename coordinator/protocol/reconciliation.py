@@ -74,7 +74,13 @@ def _next_assignment(
             state=MemberState.UNREVOKED_SHARDS,
             assigned=kept,
             revoking=to_revoke,
-            revocation_deadline_ms=now_ms + revocation_timeout_ms,
+            # The clock may already run: the tick starts it for a member that has not heartbeated
+            # since the target moved its shard (group.start_revocation_clocks).
+            revocation_deadline_ms=(
+                member.revocation_deadline_ms
+                if member.revocation_deadline_ms is not None
+                else now_ms + revocation_timeout_ms
+            ),
         )
     wanted = target - frozenset(current)
     free = {s for s in wanted if owners.get(s, member.member_id) == member.member_id}

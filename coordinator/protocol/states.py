@@ -52,7 +52,9 @@ TRANSITIONS: dict[tuple[MemberState, MemberEvent], frozenset[MemberState]] = {
     (S.LEFT, MemberEvent.LEAVE): frozenset({S.LEFT}),
     (S.EXPIRED, MemberEvent.LEAVE): frozenset({S.EXPIRED}),
     **{(s, MemberEvent.LEASE_EXPIRED): frozenset({S.EXPIRED}) for s in _LIVE},
-    (S.UNREVOKED_SHARDS, MemberEvent.REVOCATION_TIMEOUT): frozenset({S.EXPIRED}),
+    # UNREVOKED_SHARDS: told to release and did not in time. STABLE / UNRELEASED_SHARDS: the target took
+    # shards away and the member did not heartbeat to hear of it in time (the tick started the clock).
+    **{(s, MemberEvent.REVOCATION_TIMEOUT): frozenset({S.EXPIRED}) for s in _LIVE},
     **{(s, MemberEvent.FENCE): frozenset({S.EXPIRED}) for s in _LIVE},
 }
 

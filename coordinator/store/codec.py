@@ -18,6 +18,8 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``m:<group>:<member>``: a *live* member's epoch;
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
+* ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
+  lease renewal (``renew_lease.lua``) never reaches past it;
 * ``f:<group>:<member>``: present only while the member is STABLE at the assignment epoch:
   ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owner digest>|<owned shards, comma separated>"``,
   the fast path's signature (the owner digest is :func:`identity_digest` of the credential that joined
@@ -315,6 +317,8 @@ def member_fields(group: Group, topology: Topology, member: Member, *, with_resp
         fields[f"o:{name}:{shard}"] = f"{mid} {grant} {mode}"
     for shard in member.revoking:
         fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
+    if member.revocation_deadline_ms is not None:
+        fields[f"rv:{name}:{mid}"] = str(member.revocation_deadline_ms)  # caps renew_lease.lua
     if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
         owned = ",".join(str(s) for s in sorted(member.assigned))
         ttl, client = group.config.lease_ttl_ms, client_signature(member.client)

@@ -14,7 +14,9 @@
 --                                         the member's own renewal at its live epoch, if any)
 --
 -- Deleting a member's m: or l: field also deletes its renewal record (a member that ended renews
--- nothing; the records stay as many as the live members).
+-- nothing; the records stay as many as the live members). Changing a member's m: (its epoch) folds a
+-- record written at the old epoch into its l: field (the later of the two) and deletes the record, so
+-- the lease the member knows does not shrink under it when the answer that moved it is lost.
 --
 -- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
 -- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2].
@@ -63,7 +65,23 @@ for j = 0, exp_n - 1 do
   end
 end
 for j = 0, set_n - 1, 2 do
-  redis.call('HSET', meta, ARGV[set_start + j], ARGV[set_start + j + 1])
+  local field, value = ARGV[set_start + j], ARGV[set_start + j + 1]
+  if string.sub(field, 1, 2) == 'm:' then
+    -- The member's epoch moves: a renewal record at the old epoch would stop counting, and the member
+    -- (whose answer may be lost) still counts on it. Fold it into l: first (leases never go back).
+    local tag = string.sub(field, 3)
+    local old_epoch = redis.call('HGET', meta, field)
+    local record = old_epoch and old_epoch ~= value and redis.call('HGET', records, tag)
+    if record then
+      local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+      local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
+      if epoch == old_epoch and tonumber(deadline) > lease then
+        redis.call('HSET', meta, 'l:' .. tag, deadline)
+      end
+      redis.call('HDEL', records, tag)
+    end
+  end
+  redis.call('HSET', meta, field, value)
 end
 for j = 0, del_n - 1 do
   local field = ARGV[del_start + j]

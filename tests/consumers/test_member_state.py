@@ -695,3 +695,39 @@ def test_a_draining_member_renews_in_redis_and_a_leaving_one_does_not() -> None:
     t.sm.on_lease_renewal(request, RENEWED, 10_000, t.now)
     t.stopped("v1:0")
     assert t.sm.phase is Phase.LEAVING and t.sm.lease_renewal_due_ms() is None
+
+
+def test_with_heartbeats_more_than_half_a_lease_apart_a_healthy_member_still_does_not_renew_in_redis() -> (
+    None
+):
+    t = Script()
+    body = {**response(3, ["v1:0"], interval_ms=6_000), "lease_ttl_ms": 10_000}
+    t.join(body)
+    t.exchange(body)  # both at 0; heartbeats every 6 s, the lease 10 s
+    # Half the TTL would be 5 s, before the next heartbeat is even due: wait for its answer instead
+    # (the interval plus two round trips), but never past three quarters of the TTL.
+    assert t.sm.lease_renewal_due_ms() == 6_000 + 2 * 50
+    for _ in range(5):
+        t.advance(6_000)
+        assert t.sm.poll_lease_renewal(t.now) is None
+        t.exchange(body)
+    t.advance(6_100)  # the heartbeat due at 6_000 is not answered: now it renews in Redis
+    request = t.sm.poll_lease_renewal(t.now)
+    assert request is not None
+    assert t.sm.on_lease_renewal(request, RENEWED, 10_000, t.now).stop == ()
+    slow = {**response(3, ["v1:0"], interval_ms=9_000), "lease_ttl_ms": 10_000}
+    t.exchange(slow)
+    assert t.sm.lease_renewal_due_ms() == t.now + 7_500  # capped at three quarters of the TTL
+
+
+def test_a_slow_heartbeat_answer_does_not_shorten_a_later_renewal_in_redis() -> None:
+    t = joined(("v1:0",))
+    t.advance(4_000)
+    heartbeat = t.heartbeat()  # sent at 4_000: the coordinator's deadline will be 14_000
+    t.advance(1_000)
+    renewal = t.sm.poll_lease_renewal(t.now)
+    assert renewal is not None
+    t.sm.on_lease_renewal(renewal, RENEWED, 10_000, t.now)  # Redis: 15_000, at the same epoch
+    t.advance(100)
+    t.answer(heartbeat, response(3, ["v1:0"]))
+    assert t.sm.lease_valid(t.incarnation, 14_999) and not t.sm.lease_valid(t.incarnation, 15_000)

@@ -9,8 +9,9 @@ import time
 import redis
 
 from consumers.dataplane import FenceStatus, LeaseRenewal, ShardFetch
+from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
-from coordinator.protocol.model import Shard
+from coordinator.protocol.model import GroupConfig, Shard
 from coordinator.store import codec
 from tests.dataplane.harness import Harness
 
@@ -169,3 +170,73 @@ def test_the_ttl_comes_from_the_group_or_the_members_steady_signature(harness: H
     assert records(h) == {}
     h.join("m2")  # a group-wide change writes lt: again
     assert h.client.hget(meta, "lt:billing") == b"4000"
+
+
+def test_a_renewal_never_outlasts_the_members_revocation_deadline(harness: Harness) -> None:
+    """The tick starts the revocation clock of a member whose shards the target moved, heard of or not;
+    the member's own renewals stop there, so the lease it knows ends when the tick may expire it."""
+    h = harness
+    config = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000, revocation_timeout_ms=1_000)
+    h.store.create_group(
+        CreateGroup(stream_prefix=h.prefix, consumer_group=h.group, shard_count=2, config=config)
+    )
+    m1 = h.join("m1")
+    h.heartbeat("m1")
+    h.join("m2")  # the target moves a shard of m1's to m2; m1 does not heartbeat
+    h.store.tick()
+    deadline = int(h.client.hget(codec.meta_key(h.prefix), f"rv:{TAG}") or 0)
+    assert 0 < deadline - now_ms(h.client) <= 1_000
+    renewal = h.plane.renew_lease("m1", m1.epoch)
+    assert renewal.renewed and 0 < renewal.ttl_ms <= 1_000
+    assert records(h)[TAG] == f"{m1.epoch} {deadline}"
+    time.sleep((deadline - now_ms(h.client) + 5) / 1000)
+    assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.MEMBER_FENCED
+    h.store.tick()
+    ended = {m["member_id"]: m for m in h.store.describe_group(h.prefix, h.group)["members"]}["m1"]
+    assert (ended["state"], ended["end_reason"]) == ("EXPIRED", "REVOCATION_TIMEOUT")
+    assert records(h) == {}
+
+
+def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Harness) -> None:
+    """A commit that moves a member's epoch (whose answer the member may never get) keeps the lease the
+    member counts on: a record at the old epoch becomes the l: deadline when it is the later one."""
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    meta, keys = codec.meta_key(h.prefix), [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)]
+    later = now_ms(h.client) + 60_000
+    h.client.hset(keys[1], TAG, f"{m1.epoch} {later}")
+    rev = h.client.hget(meta, "t#").decode()
+    args = [
+        "token-move",
+        str(now_ms(h.client)),
+        "2",
+        "t#",
+        rev,
+        "2",
+        f"m:{TAG}",
+        str(m1.epoch + 1),
+        "0",
+        "0",
+        "0",
+    ]
+    assert h.store._commit_script(keys=keys, args=args) == 1
+    assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}
+    # An earlier record does not move l: back; it goes all the same.
+    h.client.hset(keys[1], TAG, f"{m1.epoch + 1} {now_ms(h.client) + 1}")
+    rev = h.client.hget(meta, "t#").decode()
+    args = [
+        "token-move-2",
+        str(now_ms(h.client)),
+        "2",
+        "t#",
+        rev,
+        "2",
+        f"m:{TAG}",
+        str(m1.epoch + 2),
+        "0",
+        "0",
+        "0",
+    ]
+    assert h.store._commit_script(keys=keys, args=args) == 1
+    assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}

@@ -6,6 +6,8 @@ whole of what a member is told, not one field.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from coordinator.protocol.commands import MemberHeartbeat, apply
@@ -151,6 +153,61 @@ def test_revocation_timeout_fences_a_member_that_keeps_its_shards() -> None:
     assert ctx.member("a").end_reason is EndReason.REVOCATION_TIMEOUT
     b = ctx.heartbeat("b", 2)
     assert told(b) == (STABLE, 3, ["v1:0", "v1:1", "v1:2", "v1:3"], [])
+
+
+def renewed_in_redis(ctx: Context, member_id: str, until_ms: int) -> None:
+    """What the store loads for a member that renews its own lease in Redis (section 5): the later
+    deadline; its epoch, state and assignment do not move."""
+    assert ctx.state is not None
+    group = ctx.group
+    member = replace(group.members[member_id], lease_deadline_ms=until_ms)
+    group = replace(group, members={**group.members, member_id: member})
+    ctx.state = replace(ctx.state, groups={**ctx.state.groups, GROUP: group})
+
+
+def test_a_member_that_never_hears_of_a_revocation_is_fenced_by_the_revocation_timeout() -> None:
+    """The coordinator cannot reach it (it renews its lease in Redis, section 5): the revocation clock
+    starts at the first tick after the bump that moved its shards, so the rebalance still ends."""
+    ctx = Context(shard_count=4, revocation_timeout_ms=30_000, lease_ttl_ms=10_000)
+    ctx.join("a")
+    ctx.ack(ctx.heartbeat("a", 1))
+    ctx.join("b")  # the target moves two of a's shards to b; a never heartbeats again
+    ctx.tick(advance_ms=1_000)
+    assert (ctx.member("a").state, ctx.member("a").revocation_deadline_ms) == (STABLE, 31_000)
+    for _ in range(5):
+        renewed_in_redis(ctx, "a", ctx.now + 10_000)
+        assert ctx.heartbeat("b", 2).member_state is UNRELEASED
+        assert ctx.tick(advance_ms=5_000).expired == ()
+    renewed_in_redis(ctx, "a", ctx.now + 10_000)
+    ctx.heartbeat("b", 2)
+    assert ctx.tick(advance_ms=4_999).expired == ()
+    assert ctx.tick(advance_ms=1).expired == ((GROUP, "a"),)  # now == 31_000
+    assert ctx.member("a").end_reason is EndReason.REVOCATION_TIMEOUT
+    assert told(ctx.heartbeat("b", 2)) == (STABLE, 3, ["v1:0", "v1:1", "v1:2", "v1:3"], [])
+
+
+def test_a_revocation_clock_started_by_the_tick_is_kept_by_the_heartbeat_and_stopped_if_nothing_is_owed() -> (
+    None
+):
+    ctx = Context(shard_count=4, revocation_timeout_ms=30_000, lease_ttl_ms=60_000)
+    ctx.join("a")
+    ctx.ack(ctx.heartbeat("a", 1))
+    ctx.join("b")
+    ctx.tick()
+    assert ctx.member("a").revocation_deadline_ms == 30_000
+    ctx.now += 20_000
+    a = ctx.heartbeat("a", 1)  # hears of it now: it has what was left of the 30 s, not 30 s more
+    assert a.member_state is UNREVOKED and ctx.member("a").revocation_deadline_ms == 30_000
+
+    other = Context(shard_count=4, revocation_timeout_ms=30_000, lease_ttl_ms=60_000)
+    other.join("a")
+    other.ack(other.heartbeat("a", 1))
+    other.join("b")
+    other.tick()
+    assert other.member("a").revocation_deadline_ms == 30_000
+    other.heartbeat("b", -1)  # b leaves before a heard of anything: a owes nothing any more
+    other.tick(advance_ms=1_000)
+    assert (other.member("a").state, other.member("a").revocation_deadline_ms) == (STABLE, None)
 
 
 def test_stale_and_future_epochs_are_fenced() -> None:

@@ -53,7 +53,7 @@ def assert_derived_fields_consistent(store: MetadataStore) -> None:
     stored = {
         k: v
         for k, v in fields(store).items()
-        if k.split(":", 1)[0] in {"route", "ml", "lt", "m", "o", "f", "r"}
+        if k.split(":", 1)[0] in {"route", "ml", "lt", "m", "o", "rv", "f", "r"}
     }
     assert stored == expected
 
