@@ -1,6 +1,7 @@
 -- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
 --
--- Not a script on its own: consumers/dataplane/scripts.py prepends this text to fetch.lua, read_new.lua,
+-- Not a script on its own: consumers/dataplane/scripts.py prepends this text (after
+-- coordinator/store/lease_record.lua, whose helpers it uses) to fetch.lua, read_new.lua,
 -- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
 -- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
 -- act. fence() reads the three fields it needs with one HMGET and is made of require_shard_key(),
@@ -40,32 +41,19 @@ local function require_shard_key(meta, stream, shard)
   end
 end
 
--- rsc:{P}:lr, the caller's last key, checked to be the one of `meta`.
-local function lease_records_key(meta)
-  local key = KEYS[#KEYS]
-  if key ~= string.sub(meta, 1, -5) .. 'lr' then
-    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease-renewal key of ' .. meta})
-  end
-  return key
-end
-
 -- Checks 1-2 for the member `tag` (<group>:<member>), given the values of its m: and l: fields (false
 -- when absent): the member's epoch (a number) while it is live and its lease has not ended by Redis's
 -- TIME, else nil (MEMBER_FENCED). Past the l: field, the member's own renewal record counts if it was
 -- written at the live epoch.
 local function member_epoch_of(meta, tag, epoch_field, lease_field)
-  local records = lease_records_key(meta)
+  local records = require_lease_records_key(meta, KEYS[#KEYS])
   if not epoch_field then
     return nil
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if tonumber(lease_field or '0') <= now then
-    local record = redis.call('HGET', records, tag) or ''
-    local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-    if epoch ~= epoch_field or tonumber(deadline) <= now then
-      return nil
-    end
+  if tonumber(lease_field or '0') <= now and renewed_until(meta, records, tag, epoch_field) <= now then
+    return nil
   end
   return tonumber(epoch_field)
 end

@@ -43,7 +43,6 @@ for i = 1, n do
   next_at = next_at + 5 + tonumber(ARGV[next_at + 4])
 end
 require_group_key(KEYS[1], KEYS[2], 'rd', group, 'redeliver')
-lease_records_key(KEYS[1])
 
 -- Every field the fences need, in one read: the member's two, then each shard's owner.
 local tag = group .. ':' .. member

@@ -24,10 +24,8 @@
 -- Touches: HMGET m:/l:/f:/rv:<group>:<member> and lt:<group> on KEYS[1] (read); TIME; HGET and HSET of the
 -- member's field of KEYS[2]. The member's Redis user needs write access to KEYS[2] and nothing more
 -- (docs/redis-acl.md).
-local meta, records = KEYS[1], KEYS[2]
-if records ~= string.sub(meta, 1, -5) .. 'lr' then
-  error({err = 'ERR key ' .. tostring(records) .. ' is not the lease-renewal key of ' .. meta})
-end
+local meta = KEYS[1]
+local records = require_lease_records_key(meta, KEYS[2])
 local group, member, presented = ARGV[1], ARGV[2], ARGV[3]
 if not string.match(presented, '^[1-9]%d*$') then
   error({err = 'ERR member epoch ' .. tostring(presented) .. ' is not a positive decimal'})
@@ -40,13 +38,8 @@ if not live_epoch then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(fields[2] or '0')
-local record = redis.call('HGET', records, tag) or ''
-local record_epoch, record_deadline = string.match(record, '^(%d+) (%d+)$')
-if record_epoch == live_epoch and tonumber(record_deadline) > lease then
-  lease = tonumber(record_deadline)
-end
-if lease <= now then
+local renewed = renewed_until(meta, records, tag, live_epoch)
+if math.max(tonumber(fields[2] or '0'), renewed) <= now then
   return {'MEMBER_FENCED'}
 end
 if live_epoch ~= presented then
@@ -67,7 +60,7 @@ end
 if deadline <= now then
   return {'MEMBER_FENCED'}
 end
-if record_epoch ~= live_epoch or deadline > tonumber(record_deadline) then
+if deadline > renewed then
   redis.call('HSET', records, tag, presented .. ' ' .. deadline)
 end
 return {'OK', deadline - now}

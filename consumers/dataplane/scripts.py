@@ -2,7 +2,9 @@
 
 The fenced scripts share one fence (``fence.lua``); Lua scripts cannot include one another, so the
 fence's text is prepended to each of them here, once per process, and the result registered with
-``register_script`` (EVALSHA, with the NOSCRIPT fallback built into redis-py).
+``register_script`` (EVALSHA, with the NOSCRIPT fallback built into redis-py). In front of the fence,
+and of ``renew_lease.lua``, goes the store's lease-record rule (``coordinator/store/lease_record.lua``),
+which the coordinator's scripts share too.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ import redis
 from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidRequest
+from coordinator.store.codec import lease_record_lua
 
 _DIR = Path(__file__).resolve().parent
 
 FENCED_SCRIPTS = ("fetch", "read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
+# Scripts that read the members' own lease renewals (docs/protocol.md section 5).
+_LEASE_READERS = (*FENCED_SCRIPTS, "renew_lease")
 
 # Replies that mean "not now", not "never": a failover, a loading replica, a long-running script.
 _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
@@ -30,7 +35,9 @@ def script_text(name: str) -> str:
     """The source registered for ``name``: fenced scripts get ``fence.lua`` in front of them."""
     body = (_DIR / f"{name}.lua").read_text()
     if name in FENCED_SCRIPTS:
-        return (_DIR / "fence.lua").read_text() + "\n" + body
+        body = (_DIR / "fence.lua").read_text() + "\n" + body
+    if name in _LEASE_READERS:
+        body = lease_record_lua() + "\n" + body
     return body
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -84,6 +85,13 @@ PREFIXES_KEY = "rsc:prefixes"
 def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) -> str:
     """A live member's heartbeat-floor state (a GCRA arrival time that expires by itself)."""
     return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
+
+
+@functools.cache
+def lease_record_lua() -> str:
+    """``lease_record.lua``: the lease-record rule every lease-reading script starts with (the store's
+    and the data plane's; Lua scripts cannot include one another)."""
+    return (Path(__file__).with_name("lease_record.lua")).read_text()
 
 
 def lease_records_key(stream_prefix: str) -> str:

@@ -20,10 +20,8 @@
 --
 -- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
 -- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2].
-local meta, records = KEYS[1], KEYS[2]
-if records ~= string.sub(meta, 1, -5) .. 'lr' then
-  error({err = 'ERR key ' .. tostring(records) .. ' is not the lease-renewal key of ' .. meta})
-end
+local meta = KEYS[1]
+local records = require_lease_records_key(meta, KEYS[2])
 local token = ARGV[1]
 local now = tonumber(ARGV[2])
 local i = 3
@@ -55,13 +53,8 @@ for j = 0, exp_n - 1 do
   if lease > now then
     return 0
   end
-  local tag = string.sub(field, 3)
-  local record = redis.call('HGET', records, tag)
-  if record then
-    local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-    if epoch and epoch == redis.call('HGET', meta, 'm:' .. tag) and tonumber(deadline) > now then
-      return 0  -- the member renewed its lease itself since the caller loaded: not expired
-    end
+  if renewed_until(meta, records, string.sub(field, 3), nil) > now then
+    return 0  -- the member renewed its lease itself since the caller loaded: not expired
   end
 end
 for j = 0, set_n - 1, 2 do
@@ -71,11 +64,9 @@ for j = 0, set_n - 1, 2 do
     -- (whose answer may be lost) still counts on it. Fold it into l: first (leases never go back).
     local tag = string.sub(field, 3)
     local old_epoch = redis.call('HGET', meta, field)
-    local record = old_epoch and old_epoch ~= value and redis.call('HGET', records, tag)
-    if record then
-      local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-      local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
-      if epoch == old_epoch and tonumber(deadline) > lease then
+    if old_epoch and old_epoch ~= value then
+      local deadline = renewed_until(meta, records, tag, old_epoch)
+      if deadline > 0 and deadline > tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0') then
         redis.call('HSET', meta, 'l:' .. tag, deadline)
       end
       redis.call('HDEL', records, tag)

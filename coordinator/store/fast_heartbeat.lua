@@ -64,17 +64,11 @@ end
 if ARGV[7] ~= '*' and ARGV[7] ~= owner then
   return {0}
 end
-if KEYS[3] ~= string.sub(meta, 1, -5) .. 'lr' then
-  error({err = 'ERR key ' .. tostring(KEYS[3]) .. ' is not the lease-renewal key of ' .. meta})
-end
+require_lease_records_key(meta, KEYS[3])
 local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
-if lease <= now then
-  -- The member may have renewed it itself (while the API could not): a record at this epoch counts.
-  local record = redis.call('HGET', KEYS[3], tag) or ''
-  local renewed_epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-  if renewed_epoch ~= epoch or tonumber(deadline) <= now then
-    return {0}
-  end
+-- Past it, the member may have renewed it itself (while the API could not): a record at this epoch counts.
+if lease <= now and renewed_until(meta, KEYS[3], tag, epoch) <= now then
+  return {0}
 end
 redis.call('HSET', meta, 'l:' .. tag, now + tonumber(ttl))
 return {1, redis.call('HGET', meta, 'r:' .. tag)}

@@ -10,10 +10,8 @@
 -- at the member's live epoch (m:).
 -- Read only. Touches: t, t#, g:<g>, g#:<g>, ml:<g>, l:<g>:<m>, m:<g>:<m> (members with a record);
 -- HGET on KEYS[2].
-local meta, records = KEYS[1], KEYS[2]
-if records ~= string.sub(meta, 1, -5) .. 'lr' then
-  error({err = 'ERR key ' .. tostring(records) .. ' is not the lease-renewal key of ' .. meta})
-end
+local meta = KEYS[1]
+local records = require_lease_records_key(meta, KEYS[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local topo = redis.call('HGET', meta, 't')
@@ -37,14 +35,7 @@ for i, name in ipairs(names) do
       ids[#ids + 1] = id
       local tag = name .. ':' .. id
       local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
-      local record = redis.call('HGET', records, tag)
-      if record then
-        local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-        if epoch and epoch == redis.call('HGET', meta, 'm:' .. tag) and tonumber(deadline) > lease then
-          lease = tonumber(deadline)
-        end
-      end
-      leases[#leases + 1] = tostring(lease)
+      leases[#leases + 1] = tostring(math.max(lease, renewed_until(meta, records, tag, nil)))
     end
   end
   groups[i] = {name, doc, rev, ids, leases}

@@ -129,9 +129,11 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
-        self._fast = client.register_script(_LUA("fast_heartbeat.lua").read_text())
-        self._load_script = client.register_script(_LUA("load.lua").read_text())
-        self._commit_script = client.register_script(_LUA("commit.lua").read_text())
+        # The lease readers start with the lease-record rule (lease_record.lua).
+        lease_rule = codec.lease_record_lua() + "\n"
+        self._fast = client.register_script(lease_rule + _LUA("fast_heartbeat.lua").read_text())
+        self._load_script = client.register_script(lease_rule + _LUA("load.lua").read_text())
+        self._commit_script = client.register_script(lease_rule + _LUA("commit.lua").read_text())
         self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
 
     @classmethod

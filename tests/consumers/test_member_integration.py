@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import REGISTRY
 
 from consumers.dataplane import DataPlane, DataPlaneUnavailable
+from consumers.member.member import Member
 from consumers.member.state import Phase
 from tests.consumers.harness import (
     FAST,
@@ -236,15 +239,36 @@ def test_coordinator_outage_shorter_than_the_lease_does_not_stop_consumption(clu
     assert m.stats.fenced == 0
 
 
-def test_through_an_outage_longer_than_the_lease_the_member_renews_in_redis_and_keeps_consuming(
-    redis_url: str,
-) -> None:
+class NoRenewalPlane(DataPlane):
+    """The real data plane, whose lease renewals never get through (``DataPlaneUnavailable``)."""
+
+    def renew_lease(self, member_id: str, member_epoch: int) -> Any:
+        raise DataPlaneUnavailable("lease renewal in 'orders': Redis is unreachable (test)")
+
+
+@contextmanager
+def joined_behind_a_flaky_coordinator(
+    redis_url: str, *, renewals: bool = True
+) -> Iterator[tuple[Cluster, Flaky, Recorder, Member]]:
+    """One member of a group with a 1 s lease (heartbeats every 100 ms), joined and stable, whose
+    coordinator client can be switched to "unreachable"; without ``renewals`` its own lease renewals
+    in Redis never get through either."""
     cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
     try:
         flaky = Flaky(cluster)
         recorder = Recorder()
-        m = cluster.member(recorder, coordinator=flaky)
+        plane = None if renewals else NoRenewalPlane(cluster.client, PREFIX, GROUP)
+        m = cluster.member(recorder, coordinator=flaky, dataplane=plane)
         eventually(lambda: cluster.stable(m), what="joined")
+        yield cluster, flaky, recorder, m
+    finally:
+        cluster.close()
+
+
+def test_through_an_outage_longer_than_the_lease_the_member_renews_in_redis_and_keeps_consuming(
+    redis_url: str,
+) -> None:
+    with joined_behind_a_flaky_coordinator(redis_url) as (cluster, flaky, recorder, m):
         epoch = m.member_epoch
         flaky.down.set()
         for n in range(8):  # four lease TTLs with no heartbeat answered, an entry every half TTL
@@ -260,28 +284,12 @@ def test_through_an_outage_longer_than_the_lease_the_member_renews_in_redis_and_
         heartbeats = m.stats.heartbeats
         eventually(lambda: m.stats.heartbeats > heartbeats + 2, what="heartbeats answered again")
         assert (m.member_epoch, m.stats.fenced) == (epoch, 0)
-    finally:
-        cluster.close()
-
-
-class NoRenewalPlane(DataPlane):
-    """The real data plane, whose lease renewals never get through (``DataPlaneUnavailable``)."""
-
-    def renew_lease(self, member_id: str, member_epoch: int) -> Any:
-        raise DataPlaneUnavailable("lease renewal in 'orders': Redis is unreachable (test)")
 
 
 def test_an_outage_longer_than_a_lease_it_cannot_renew_is_fenced_by_the_data_plane_and_recovers(
     redis_url: str,
 ) -> None:
-    cluster = Cluster(redis_url, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
-    try:
-        flaky = Flaky(cluster)
-        recorder = Recorder()
-        m = cluster.member(
-            recorder, coordinator=flaky, dataplane=NoRenewalPlane(cluster.client, PREFIX, GROUP)
-        )
-        eventually(lambda: cluster.stable(m), what="joined")
+    with joined_behind_a_flaky_coordinator(redis_url, renewals=False) as (cluster, flaky, recorder, m):
         flaky.down.set()
         # Its lease ends by Redis's clock: the data plane refuses its reads, it drops every shard.
         eventually(lambda: m.phase is Phase.JOINING and not m.running_shards, what="fenced by the data plane")
@@ -290,8 +298,6 @@ def test_an_outage_longer_than_a_lease_it_cannot_renew_is_fenced_by_the_data_pla
         eventually(lambda: cluster.stable(m), what="rejoined")
         cluster.send(cluster.key_for(0))
         eventually(lambda: recorder.count() == 1, what="consuming again")
-    finally:
-        cluster.close()
 
 
 def test_worker_count_follows_the_groups_max_concurrency(cluster: Cluster) -> None:

@@ -197,46 +197,28 @@ def test_a_renewal_never_outlasts_the_members_revocation_deadline(harness: Harne
     assert records(h) == {}
 
 
+def commit_epoch_move(h: Harness, token: str, new_epoch: int) -> int:
+    """Run commit.lua as a command that moves m1's epoch to ``new_epoch`` (at the current topology
+    revision, nothing else written); returns its reply."""
+    keys = [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)]
+    rev = h.client.hget(keys[0], "t#").decode()
+    sections = [["t#", rev], [f"m:{TAG}", str(new_epoch)], [], [], []]
+    args = [token, str(now_ms(h.client))] + [x for part in sections for x in (str(len(part)), *part)]
+    return int(h.store._commit_script(keys=keys, args=args))
+
+
 def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Harness) -> None:
     """A commit that moves a member's epoch (whose answer the member may never get) keeps the lease the
     member counts on: a record at the old epoch becomes the l: deadline when it is the later one."""
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    meta, keys = codec.meta_key(h.prefix), [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)]
+    meta, records_key = codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)
     later = now_ms(h.client) + 60_000
-    h.client.hset(keys[1], TAG, f"{m1.epoch} {later}")
-    rev = h.client.hget(meta, "t#").decode()
-    args = [
-        "token-move",
-        str(now_ms(h.client)),
-        "2",
-        "t#",
-        rev,
-        "2",
-        f"m:{TAG}",
-        str(m1.epoch + 1),
-        "0",
-        "0",
-        "0",
-    ]
-    assert h.store._commit_script(keys=keys, args=args) == 1
+    h.client.hset(records_key, TAG, f"{m1.epoch} {later}")
+    assert commit_epoch_move(h, "token-move", m1.epoch + 1) == 1
     assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}
     # An earlier record does not move l: back; it goes all the same.
-    h.client.hset(keys[1], TAG, f"{m1.epoch + 1} {now_ms(h.client) + 1}")
-    rev = h.client.hget(meta, "t#").decode()
-    args = [
-        "token-move-2",
-        str(now_ms(h.client)),
-        "2",
-        "t#",
-        rev,
-        "2",
-        f"m:{TAG}",
-        str(m1.epoch + 2),
-        "0",
-        "0",
-        "0",
-    ]
-    assert h.store._commit_script(keys=keys, args=args) == 1
+    h.client.hset(records_key, TAG, f"{m1.epoch + 1} {now_ms(h.client) + 1}")
+    assert commit_epoch_move(h, "token-move-2", m1.epoch + 2) == 1
     assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}

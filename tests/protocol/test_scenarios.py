@@ -186,28 +186,30 @@ def test_a_member_that_never_hears_of_a_revocation_is_fenced_by_the_revocation_t
     assert told(ctx.heartbeat("b", 2)) == (STABLE, 3, ["v1:0", "v1:1", "v1:2", "v1:3"], [])
 
 
-def test_a_revocation_clock_started_by_the_tick_is_kept_by_the_heartbeat_and_stopped_if_nothing_is_owed() -> (
-    None
-):
+def a_owes_b_a_shard() -> Context:
+    """a held all four shards; b joined, the target moved two of them to b, and the tick started a's
+    revocation clock (at 0: deadline 30_000) before a heard of it."""
     ctx = Context(shard_count=4, revocation_timeout_ms=30_000, lease_ttl_ms=60_000)
     ctx.join("a")
     ctx.ack(ctx.heartbeat("a", 1))
     ctx.join("b")
     ctx.tick()
-    assert ctx.member("a").revocation_deadline_ms == 30_000
+    assert (ctx.member("a").state, ctx.member("a").revocation_deadline_ms) == (STABLE, 30_000)
+    return ctx
+
+
+def test_a_revocation_clock_started_by_the_tick_is_kept_by_the_heartbeat() -> None:
+    ctx = a_owes_b_a_shard()
     ctx.now += 20_000
     a = ctx.heartbeat("a", 1)  # hears of it now: it has what was left of the 30 s, not 30 s more
     assert a.member_state is UNREVOKED and ctx.member("a").revocation_deadline_ms == 30_000
 
-    other = Context(shard_count=4, revocation_timeout_ms=30_000, lease_ttl_ms=60_000)
-    other.join("a")
-    other.ack(other.heartbeat("a", 1))
-    other.join("b")
-    other.tick()
-    assert other.member("a").revocation_deadline_ms == 30_000
-    other.heartbeat("b", -1)  # b leaves before a heard of anything: a owes nothing any more
-    other.tick(advance_ms=1_000)
-    assert (other.member("a").state, other.member("a").revocation_deadline_ms) == (STABLE, None)
+
+def test_a_revocation_clock_stops_when_nothing_is_owed_any_more() -> None:
+    ctx = a_owes_b_a_shard()
+    ctx.heartbeat("b", -1)  # b leaves before a heard of anything: a owes nothing any more
+    ctx.tick(advance_ms=1_000)
+    assert (ctx.member("a").state, ctx.member("a").revocation_deadline_ms) == (STABLE, None)
 
 
 def test_stale_and_future_epochs_are_fenced() -> None:

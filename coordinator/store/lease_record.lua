@@ -1,0 +1,31 @@
+-- The members' own lease renewals (docs/protocol.md section 5): one rule for every script that reads
+-- a lease. Not a script on its own: coordinator/store/redis_store.py prepends this text to load.lua,
+-- fast_heartbeat.lua and commit.lua, consumers/dataplane/scripts.py to fence.lua's scripts and
+-- renew_lease.lua.
+--
+-- rsc:{P}:lr is a hash, field <group>:<member> = "<member epoch> <deadline ms>". A member's lease is the
+-- later of its l: field and its record, and a record counts only at the epoch the member is live at
+-- (its m: field).
+
+-- Raise a script error unless `key` is the lease-record key of `meta` (rsc:{P}:meta -> rsc:{P}:lr).
+local function require_lease_records_key(meta, key)
+  if key ~= string.sub(meta, 1, -5) .. 'lr' then
+    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease-renewal key of ' .. meta})
+  end
+  return key
+end
+
+-- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record was written at
+-- `live_epoch` (the m: value; read here, only when a record exists, if nil is given), else 0.
+-- Touches: HGET of the member's field of `records`; HGET m:<tag> on `meta` when needed.
+local function renewed_until(meta, records, tag, live_epoch)
+  local record = redis.call('HGET', records, tag)
+  if not record then
+    return 0
+  end
+  local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
+  if not epoch or epoch ~= (live_epoch or redis.call('HGET', meta, 'm:' .. tag)) then
+    return 0
+  end
+  return tonumber(deadline)
+end
