@@ -7,7 +7,8 @@ One run, one machine, one private Redis:
 3. convergence: 100 members join at once (threads, heartbeating at the group's interval) and the time
    until the group is STABLE and balanced;
 4. the HTTP server (issue 8, "chosen on measurements"): the same 100-member steady heartbeats through
-   each candidate server that is installed (gunicorn's gthread worker, granian's WSGI interface), with
+   each candidate server that is installed (gunicorn's gthread and gevent workers, uvicorn serving
+   config.asgi, granian's WSGI interface), with
    the same number of worker processes, 3 repetitions each, median rate and server CPU per request
    (every process of the server's process group, from /proc).
 
@@ -243,16 +244,36 @@ def server_argv(kind: str, port: int, workers: int, threads: int) -> list[str] |
             "-k", "gthread", "--threads", str(threads), "--log-level", "warning",
         ]  # fmt: skip
     if kind == "granian":
-        try:
-            import granian  # noqa: F401
-        except ImportError:
+        if not _installed("granian"):
             return None
         return [
             sys.executable, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(workers), "--blocking-threads", str(threads),
             "--log-level", "warning", "config.wsgi:application",
         ]  # fmt: skip
+    if kind == "gunicorn-gevent":  # the same gunicorn, green threads: each worker serves up to 100 at once
+        if not _installed("gevent"):
+            return None
+        return [
+            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+            "-k", "gevent", "--worker-connections", "100", "--log-level", "warning",
+        ]  # fmt: skip
+    if kind == "uvicorn-asgi":  # config.asgi: Django runs the (synchronous) views in a worker thread
+        if not _installed("uvicorn"):
+            return None
+        return [
+            sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+            "--port", str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log",
+        ]  # fmt: skip
     raise ValueError(f"unknown server {kind!r}")
+
+
+def _installed(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
 
 
 def start_server(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -326,11 +347,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,100,1000")
     parser.add_argument("--threads", type=int, default=4, help="threads per server worker process")
     parser.add_argument(
-        "--servers", default="gunicorn-gthread,granian", help="compared HTTP servers ('' none)"
+        "--servers",
+        default="gunicorn-gthread,gunicorn-gevent,uvicorn-asgi,granian",
+        help="compared HTTP servers ('' none)",
     )
     parser.add_argument("--out", default="")
     args = parser.parse_args()
-    sizes = [int(x) for x in args.sizes.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",") if x]
     results: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds, "workers": args.workers}
     with RedisServer() as server:
         results["raw_redis_ping"] = run_load(_ping_worker, (server.url, args.seconds), args.clients)

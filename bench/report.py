@@ -38,25 +38,30 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 # Why the product runs what it runs; the table above it is measured on every `make bench`.
 SERVER_DECISION = [
-    "**Decision: production keeps gunicorn's gthread worker** (compose.yaml, `config/gunicorn.conf.py`, "
-    "docs/production.env); `make run` keeps Django's runserver, because it is the development stack "
-    "(auto-reload, static files for the operator pages), not a production server. The criteria, in "
-    "order: heartbeats per second and server CPU per heartbeat at the same number of worker processes, "
-    "then operability. The servers differ only in the HTTP layer (granian's is Rust): Django, "
-    "authentication and the fast path's script call cost the same under both, and they are most of a "
-    "heartbeat. On this shared 2-core machine the measured difference is small and not even of a "
-    "stable sign from one `make bench` to the next (the line above gives this run's ratios, the raw "
-    "JSON every repetition), so operability decides:",
+    "**Decision: gunicorn's gthread worker**, in production (compose.yaml, `config/gunicorn.conf.py`, "
+    "docs/production.env) and in `make run` (the same configuration file, 2 workers x 4 threads, with "
+    "`--reload` for development). The criteria, in order: heartbeats per second and server CPU per "
+    "heartbeat at the same number of worker processes, then operability.",
     "",
-    "* `/metrics` in multiprocess mode needs the server to report a dead worker (gunicorn's `child_exit` "
-    "hook calls `mark_process_dead`, `config/gunicorn.conf.py`); granian's hooks (2.8) are server-wide "
-    "(startup, reload, shutdown, and only when embedded), none reports a dead worker, so a respawned "
-    "worker's live gauges would stay in the sums;",
-    "* gunicorn's graceful reloads, worker timeouts and request limits are what the deployment docs "
-    "configure and what the e2e tests exercise.",
+    "* **uvicorn serving `config.asgi`** is out on the first criterion: the API's views are synchronous "
+    "(DRF), so under ASGI Django runs each one through `sync_to_async` on one thread per process, and "
+    "heartbeats queue behind each other (the row above). An async rewrite of the API would be needed "
+    "first, and the cost of a heartbeat is Django, authentication and the script call, not the wait.",
+    "* **gunicorn's gevent worker** serves about what gthread serves at the same CPU (the ratio line "
+    "above): a heartbeat is CPU, not waiting, so green threads have nothing to overlap. It would add "
+    "monkey-patching under redis-py, psycopg and Django's thread-local connections for no gain.",
+    "* **granian** differs only in the HTTP layer (Rust): Django, authentication and the fast path's "
+    "script call cost the same under it, and they are most of a heartbeat. On this shared 2-core "
+    "machine its lead is small and not even of a stable sign from one `make bench` to the next (the "
+    "ratio line gives this run's repetitions), so operability decides: `/metrics` in multiprocess mode "
+    "needs the server to report a dead worker (gunicorn's `child_exit` hook calls `mark_process_dead`, "
+    "`config/gunicorn.conf.py`); granian's hooks (2.8) are server-wide (startup, reload, shutdown, and "
+    "only when embedded), none reports a dead worker, so a respawned worker's live gauges would stay in "
+    "the sums. Gunicorn's graceful reloads, worker timeouts and request limits are also what the "
+    "deployment docs configure and what the e2e tests exercise.",
     "",
-    "Revisit when granian is ahead in every repetition by a clear margin (say 1.3x the heartbeats at no "
-    "more CPU) and can report dead workers.",
+    "Revisit granian when it is ahead in every repetition by a clear margin (say 1.3x the heartbeats at "
+    "no more CPU) and can report dead workers.",
 ]
 
 
@@ -111,16 +116,18 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
                 f"| {kind} | {_fmt(row['per_second'])} | {_fmt(row['p50_ms'], 2)} | "
                 f"{_fmt(row['p99_ms'], 2)} | {_fmt(row['server_cpu_us_per_request'], 0)} |"
             )
-        base, other = servers["rows"].get("gunicorn-gthread", {}), servers["rows"].get("granian", {})
-        if "per_second" in base and "per_second" in other:
+        base = servers["rows"].get("gunicorn-gthread", {})
+        for kind, other in servers["rows"].items():
+            if kind == "gunicorn-gthread" or "per_second" not in base or "per_second" not in other:
+                continue
             pairs = zip(other["runs"], base["runs"], strict=True)
-            rate = [o["per_second"] / b["per_second"] for o, b in pairs]
+            rate = ", ".join(f"{o['per_second'] / b['per_second']:.2f}" for o, b in pairs)
             cpu = other["server_cpu_us_per_request"] / base["server_cpu_us_per_request"]
             lines += [
                 "",
-                f"In this run granian served **{other['per_second'] / base['per_second']:.2f}x** gunicorn's "
-                f"heartbeats per second (repetitions: {', '.join(f'{r:.2f}' for r in rate)}) at "
-                f"**{cpu:.2f}x** its server CPU per request.",
+                f"In this run {kind} served **{other['per_second'] / base['per_second']:.2f}x** "
+                f"gunicorn-gthread's heartbeats per second (repetitions: {rate}) "
+                f"at **{cpu:.2f}x** its server CPU per request.",
             ]
         lines += ["", *SERVER_DECISION]
     return lines

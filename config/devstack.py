@@ -14,7 +14,9 @@
    DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
    it exists, and finds the listeners of the apps in RSC_EXTRA_APPS.
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
-   the Django dev server, a Celery worker and Celery beat; then, once the web server answers HTTP (so
+   the API and admin pages on gunicorn (the production server, docs/benchmarks.md "HTTP server"; with
+   `--reload`, so code changes restart its workers as runserver would), a Celery worker and Celery
+   beat; then, once the web server answers HTTP (so
    no member meets a refused connection), the demo members, the demo producer and `run_member` for the
    RSC_EXTRA_APPS listeners. Ctrl-C, SIGTERM or any child exiting stops all of them, then the embedded
    Redis. Beat's schedule file lives in a temporary directory that is removed on exit.
@@ -73,6 +75,8 @@ class Service:
     ready_message: str = ""
     # The name of a service (with a ready_port) that must answer before this one starts.
     after: str | None = None
+    # Variables this service alone gets, on top of the stack's environment.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...] = ()) -> list[Service]:
@@ -90,9 +94,11 @@ def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...]
     return [
         Service(
             name="web",
-            argv=(*manage, "runserver", f"{host}:{port}"),
+            argv=web_argv(host, port),
             ready_port=port,
             ready_message=f"open http://{host}:{port}/admin/",
+            # /metrics sums both workers' figures (docs/metrics.md); only the web server writes there.
+            env=(("PROMETHEUS_MULTIPROC_DIR", str(run_dir / "metrics")),),
         ),
         Service(name="celery-worker", argv=(*celery, "worker", "-l", "info", *worker_options)),
         Service(
@@ -102,6 +108,17 @@ def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...]
         *demo_member_services(manage),
         *app_member_services(manage, app_listeners),
     ]
+
+
+def web_argv(host: str, port: int) -> tuple[str, ...]:
+    """The API on gunicorn, as production runs it (config/gunicorn.conf.py: gthread workers, the
+    multiprocess /metrics hooks), smaller, and with ``--reload``. With DEBUG on (make run's default)
+    config/urls.py serves the admin's static files."""
+    return (
+        sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "config" / "gunicorn.conf.py"),
+        "config.wsgi:application", "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
+        "--reload", "--graceful-timeout", "5",
+    )  # fmt: skip
 
 
 def demo_member_services(manage: tuple[str, ...]) -> list[Service]:
@@ -129,8 +146,8 @@ def log(message: str) -> None:
 
 
 class Supervisor:
-    """Starts services in their own process groups and stops whole groups (runserver's reloader
-    forks a child; killing only the parent would orphan it)."""
+    """Starts services in their own process groups and stops whole groups (gunicorn forks workers,
+    Celery its pool; killing only the parent would orphan them)."""
 
     def __init__(self, host: str, env: dict[str, str]) -> None:
         self._host = host
@@ -142,7 +159,8 @@ class Supervisor:
         log(f"starting {service.name}: {' '.join(service.argv)}")
         _Interrupts.deferring = True
         try:
-            process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=self._env, start_new_session=True)
+            env = {**self._env, **dict(service.env)}
+            process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=env, start_new_session=True)
             self._running.append((service, process))
         finally:
             _Interrupts.deferring = False
@@ -204,7 +222,7 @@ class Supervisor:
                 log(f"{service.name} ignored SIGTERM for {STOP_TIMEOUT_S}s; killing it")
                 process.kill()
                 process.wait()
-            # The group may still hold children (runserver's reloader child, say).
+            # The group may still hold children (a gunicorn worker, say).
             _signal_group(process, signal.SIGKILL)
 
 
@@ -223,7 +241,7 @@ def _accepts(host: str, port: int) -> bool:
 
 def _answers_http(host: str, port: int) -> bool:
     """Any HTTP answer counts (the API's catch-all answers 404): the server is serving requests, not
-    merely listening (runserver binds a moment before it can answer)."""
+    merely listening (the server binds a moment before its workers answer)."""
     connection = http.client.HTTPConnection(host, port, timeout=2)
     try:
         connection.request("GET", "/api/")
@@ -322,8 +340,8 @@ def _prepare_database() -> None:
     from django.core.management import call_command
 
     django.setup()
-    # Fail fast: runserver's reloader would only print check errors and wait for a file change, and
-    # call_command() skips migrate's own checks.
+    # Fail fast: a web server would only log check errors per request, and call_command() skips
+    # migrate's own checks.
     call_command("check")
     call_command("migrate", interactive=False, verbosity=1)
 
@@ -402,7 +420,7 @@ def _create_demo_group() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n")[0])
-    parser.add_argument("--addr", default="127.0.0.1:8000", help="runserver address (default %(default)s)")
+    parser.add_argument("--addr", default="127.0.0.1:8000", help="the web server's address (default %(default)s)")
     parser.add_argument(
         "--data-dir",
         type=Path,

@@ -16,7 +16,7 @@ urlpatterns = [
     path("", include("coordinator.urls")),
 ]
 
-# Serves the admin's CSS/JS under gunicorn too, but only when DEBUG is on (runserver does it anyway).
+# Serves the admin's CSS/JS under gunicorn (make run) when DEBUG is on; production serves collected files.
 urlpatterns += staticfiles_urlpatterns()
 
 handler400 = api_errors.handler400

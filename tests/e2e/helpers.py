@@ -13,7 +13,40 @@ from coordinator.protocol.model import Shard
 from coordinator.store.codec import stream_key
 
 from .checker import Report, check
-from .stack import GROUP, PREFIX, HandledLogs, Proc, ProducerLoop, Stack, live, stable_and_balanced
+from .conftest import keys_for_every_shard
+from .stack import (
+    GROUP,
+    PREFIX,
+    HandledLogs,
+    Proc,
+    ProducerLoop,
+    Stack,
+    live,
+    stable_and_balanced,
+    wait_until,
+)
+
+SHARDS = 6  # of the group start_group() creates
+
+
+def logged_since(proc: Proc, offset: int, text: str) -> bool:
+    return text in proc.output()[offset:]
+
+
+def start_group(
+    stack: Stack, producers: Callable[..., ProducerLoop], lease_ttl_ms: int
+) -> tuple[ProducerLoop, HandledLogs, list[Proc]]:
+    """The group of the coordinator outage and overload tests: SHARDS shards, three members consuming
+    every shard (150 entries/s spread evenly), heartbeat interval 200 ms, revocation timeout 5 s."""
+    stack.create_group(
+        shard_count=SHARDS, lease_ttl_ms=lease_ttl_ms, heartbeat_interval_ms=200, revocation_timeout_ms=5000
+    )
+    procs = [stack.start_member(f"m{i}") for i in range(3)]
+    wait_until(lambda: stable_and_balanced(stack.describe(), 3, SHARDS), what="three members, stable")
+    producer = producers(stack.redis.url, keys=keys_for_every_shard(SHARDS), rate_per_s=150, batch=6)
+    logs = HandledLogs(stack.handled_dir)
+    wait_until(lambda: all(logs.by(p.name.removeprefix("member-")) for p in procs), what="all consume")
+    return producer, logs, procs
 
 
 @dataclass

@@ -27,29 +27,8 @@ from collections.abc import Callable
 
 import pytest
 
-from .conftest import keys_for_every_shard
-from .helpers import finish, handled_between, pid_of
-from .stack import HandledLogs, Proc, ProducerLoop, Stack, live, stable_and_balanced, wait_until
-
-SHARDS = 6
-
-
-def logged_since(proc: Proc, offset: int, text: str) -> bool:
-    return text in proc.output()[offset:]
-
-
-def start_group(
-    stack: Stack, producers: Callable[..., ProducerLoop], lease_ttl_ms: int
-) -> tuple[ProducerLoop, HandledLogs, list[Proc]]:
-    stack.create_group(
-        shard_count=SHARDS, lease_ttl_ms=lease_ttl_ms, heartbeat_interval_ms=200, revocation_timeout_ms=5000
-    )
-    procs = [stack.start_member(f"m{i}") for i in range(3)]
-    wait_until(lambda: stable_and_balanced(stack.describe(), 3, SHARDS), what="three members, stable")
-    producer = producers(stack.redis.url, keys=keys_for_every_shard(SHARDS), rate_per_s=150, batch=6)
-    logs = HandledLogs(stack.handled_dir)
-    wait_until(lambda: all(logs.by(p.name.removeprefix("member-")) for p in procs), what="all consume")
-    return producer, logs, procs
+from .helpers import finish, handled_between, logged_since, pid_of, start_group
+from .stack import ProducerLoop, Stack, live, wait_until
 
 
 def test_an_api_outage_shorter_than_the_lease_changes_nothing(

@@ -68,6 +68,16 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _get(port: int, path: str, token: str = "") -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
 def _processes_with(marker: str) -> list[int]:
     """Live processes whose environment holds ``marker``: every process the dev stack started."""
     found = []
@@ -198,6 +208,12 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     assert web_up < out.index("starting demo-members") and web_up < out.index("starting app-members")
     assert "running listeners bill" in out
 
+    # The operator pages' static files come from the web server (gunicorn, DEBUG on), and /metrics
+    # sums its workers (the dev admin token may scrape).
+    assert _get(port, "/static/admin/css/base.css")[0] == 200
+    status, metrics = _get(port, "/metrics", token="dev-admin-token")
+    assert status == 200 and b"rsc_" in metrics, metrics[:300]
+
     # The README's curl creates the group; the README's listener's three members take it.
     status, body = _post_readme_curl(port)
     assert status == 201, body
@@ -228,7 +244,7 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     finally:
         store.client.close()
     assert run_dir.is_dir()
-    # The launcher, runserver and its reloader child, worker, beat, demo members and producer, the
+    # The launcher, gunicorn and its workers, worker, beat, demo members and producer, the
     # app's members. (Redis overwrites its environment with its process title; its port says it runs.)
     assert len(_processes_with(database_url)) >= 8
     assert _accepts(port) and _accepts(redis_port)
