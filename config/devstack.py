@@ -420,7 +420,7 @@ def _create_demo_group() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.devstack", description=__doc__.split("\n")[0])
-    parser.add_argument("--addr", default="127.0.0.1:8000", help="the web server's address (default %(default)s)")
+    parser.add_argument("--addr", default="127.0.0.1:8000", help="web server address (default %(default)s)")
     parser.add_argument(
         "--data-dir",
         type=Path,
