@@ -20,7 +20,10 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
 * ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
   lease renewal (``renew_lease.lua``) never reaches past it;
-* ``f:<group>:<member>``: present only while the member is STABLE at the assignment epoch:
+* ``ae:<group>``: the group's assignment epoch; an ``f:`` signature counts only at this epoch, so an
+  epoch bump writes this field instead of deleting every member's ``f:`` and ``r:``;
+* ``f:<group>:<member>``: written when the member is STABLE at the assignment epoch (valid while its
+  epoch equals ``ae:``; a stale one is rewritten or deleted at that member's next change):
   ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owner digest>|<owned shards, comma separated>"``,
   the fast path's signature (the owner digest is :func:`identity_digest` of the credential that joined
   the member, "" if none was recorded);
@@ -38,6 +41,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +203,14 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
 MemberCache = dict[int, tuple[Member, dict[str, Any]]]
 
 
-def encode_group(group: Group, cache: MemberCache | None = None) -> str:
+def encode_group(
+    group: Group, cache: MemberCache | None = None, encoded: dict[str, dict[str, Any]] | None = None
+) -> str:
+    """The group document. ``encoded``, when given, receives each member's encoded form (for
+    :class:`DecodedGroup`)."""
+    members = {m.member_id: _cached_encode(m, cache) for m in group.members.values()}
+    if encoded is not None:
+        encoded.update(members)
     c = group.config
     return _dumps(
         {
@@ -218,7 +229,7 @@ def encode_group(group: Group, cache: MemberCache | None = None) -> str:
             "assignment_epoch": group.assignment_epoch,
             "target": {m: sorted(str(s) for s in t) for m, t in group.target.items()},
             "drained": sorted(str(s) for s in group.drained),
-            "members": {m.member_id: _cached_encode(m, cache) for m in group.members.values()},
+            "members": members,
         }
     )
 
@@ -231,14 +242,68 @@ def _cached_encode(member: Member, cache: MemberCache | None) -> dict[str, Any]:
 
 
 def decode_group(text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None = None) -> Group:
-    d = orjson.loads(text)
+    return decode_group_cached(text, leases, cache, None).group
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodedGroup:
+    """A group document as decoded (``group``), with the document's bytes and each member's encoded
+    form: :func:`decode_group_cached` reuses it while the stored document is byte for byte the same,
+    applying only the leases, which live outside the document. Never mutated once made."""
+
+    raw: bytes
+    group: Group
+    members: Mapping[str, dict[str, Any]]
+
+
+def decode_group_cached(
+    text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None, known: DecodedGroup | None
+) -> DecodedGroup:
+    """:func:`decode_group`, but when ``known`` holds the same document (``known.raw == text``) its
+    members are reused: only a member whose lease differs from ``leases`` is rebuilt (its lease and the
+    last heartbeat the lease implies), exactly as a fresh decode would make it, without parsing JSON."""
+    raw = text if isinstance(text, bytes) else text.encode()
+    if known is not None and known.raw == raw:
+        group = known.group
+        ttl = group.config.lease_ttl_ms
+        members: dict[str, Member] | None = None
+        for mid, member in group.members.items():
+            md = known.members[mid]
+            lease = leases.get(mid, 0)
+            last_heartbeat_ms = max(md["last_heartbeat_ms"], lease - ttl)
+            if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last_heartbeat_ms:
+                if members is None:
+                    members = dict(group.members)
+                member = members[mid] = replace(
+                    member, lease_deadline_ms=lease, last_heartbeat_ms=last_heartbeat_ms
+                )
+            if cache is not None and last_heartbeat_ms == md["last_heartbeat_ms"]:
+                cache[id(member)] = (member, md)
+        if members is not None:
+            group = replace(group, members=members)
+        return DecodedGroup(raw=raw, group=group, members=known.members)
+    d = orjson.loads(raw)
     ttl = d["config"]["lease_ttl_ms"]
-    members = {}
+    decoded = {}
     for mid, md in d["members"].items():
         lease = leases.get(mid, 0)
-        member = members[mid] = _decode_member(mid, md, lease, ttl)
+        member = decoded[mid] = _decode_member(mid, md, lease, ttl)
         if cache is not None and max(md["last_heartbeat_ms"], lease - ttl) == md["last_heartbeat_ms"]:
             cache[id(member)] = (member, md)
+    return DecodedGroup(raw=raw, group=_decode_group_document(d, decoded), members=d["members"])
+
+
+def in_document_order(group: Group) -> Group:
+    """``group`` with its members and target in the order a decode of its document yields (sorted
+    keys), so that a group kept from a commit iterates exactly as one read back would."""
+    return replace(
+        group,
+        members={m: group.members[m] for m in sorted(group.members)},
+        target={m: group.target[m] for m in sorted(group.target)},
+    )
+
+
+def _decode_group_document(d: Mapping[str, Any], members: dict[str, Member]) -> Group:
     return Group(
         stream_prefix=d["stream_prefix"],
         consumer_group=d["consumer_group"],
@@ -310,7 +375,13 @@ def derived_fields(state: PrefixState) -> dict[str, str]:
 
 def group_fields(group: Group) -> dict[str, str]:
     name = group.consumer_group
-    return {f"ml:{name}": " ".join(sorted(group.members)), f"lt:{name}": str(group.config.lease_ttl_ms)}
+    return {
+        f"ml:{name}": " ".join(sorted(group.members)),
+        f"lt:{name}": str(group.config.lease_ttl_ms),
+        # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
+        # writes this one field instead of deleting every member's f: and r: (docs/store.md).
+        f"ae:{name}": str(group.assignment_epoch),
+    }
 
 
 def member_fields(group: Group, topology: Topology, member: Member, *, with_response: bool) -> dict[str, str]:

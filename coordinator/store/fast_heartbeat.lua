@@ -21,7 +21,7 @@
 -- Returns {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
 -- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
--- Touches: HGET m:/f:/l:/r:<g>:<m>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>.
+-- Touches: HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>.
 local meta = KEYS[1]
 local tag = ARGV[1] .. ':' .. ARGV[2]
 local t = redis.call('TIME')
@@ -50,6 +50,13 @@ end
 local epoch, capacity, ttl, client, owner, owned =
   string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 if ARGV[3] ~= epoch then
+  return {0}
+end
+-- A signature counts only at the group's assignment epoch: a bump rewrites ae: and leaves the members'
+-- f: and r: fields to be rewritten by their next full-path heartbeat. (No ae: yet: metadata from before
+-- it, where every bump deleted the f: fields it invalidated; the first bump writes it.)
+local assignment_epoch = redis.call('HGET', meta, 'ae:' .. ARGV[1])
+if assignment_epoch and assignment_epoch ~= epoch then
   return {0}
 end
 if ARGV[4] ~= '' and ARGV[4] ~= capacity then

@@ -22,6 +22,7 @@ Stream keys and Redis consumer groups are created before the commit that makes t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -87,6 +88,9 @@ log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
 
 START_FROM = {"latest": "$", "earliest": "0"}
+# Decoded group documents a store keeps (MetadataStore._decoded): enough for the groups one API process
+# serves at once; a 1,000-member group takes a few MB decoded.
+DECODED_GROUPS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._load_script = client.register_script(lease_rule + _LUA("load.lua").read_text())
         self._commit_script = client.register_script(lease_rule + _LUA("commit.lua").read_text())
         self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
+        # The group documents this process last read or wrote, decoded: a document that has not changed
+        # since (byte for byte) is not parsed again, only its leases are applied (codec.DecodedGroup).
+        # Shared by the process's threads (entries are immutable); the oldest go beyond the bound.
+        self._decoded: dict[tuple[str, str], codec.DecodedGroup] = {}
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -473,14 +481,23 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         if not topo:
             return _Loaded(int(now_ms), None, "", {}, [])
         try:
-            return self._decode_loaded(int(now_ms), topo, trev, rows)
+            return self._decode_loaded(stream_prefix, int(now_ms), topo, trev, rows)
         except (ValueError, KeyError, TypeError) as e:
             raise MetadataCorrupt(
                 f"the metadata of stream prefix {stream_prefix!r} is unreadable: {e!r}"
             ) from e
 
-    @staticmethod
-    def _decode_loaded(now_ms: int, topo: bytes, trev: Any, rows: list[Any]) -> _Loaded:
+    def _remember(self, stream_prefix: str, name: str, decoded: codec.DecodedGroup) -> None:
+        key = (stream_prefix, name)
+        self._decoded.pop(key, None)  # re-inserted last: the dict's order is the order of use
+        self._decoded[key] = decoded
+        while len(self._decoded) > DECODED_GROUPS_KEPT:
+            with contextlib.suppress(KeyError, StopIteration, RuntimeError):  # another thread's pop
+                self._decoded.pop(next(iter(self._decoded)))
+
+    def _decode_loaded(
+        self, stream_prefix: str, now_ms: int, topo: bytes, trev: Any, rows: list[Any]
+    ) -> _Loaded:
         topology, names = codec.decode_topology(topo)
         loaded: dict[str, Group] = {}
         revs: dict[str, str] = {}
@@ -494,7 +511,11 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     (i.decode() if isinstance(i, bytes) else i): int(lease)
                     for i, lease in zip(ids, leases, strict=True)
                 }
-                loaded[name] = codec.decode_group(doc, lease_map, cache)
+                known = self._decoded.get((stream_prefix, name))
+                decoded = codec.decode_group_cached(doc, lease_map, cache, known)
+                if decoded is not known:
+                    self._remember(stream_prefix, name, decoded)
+                loaded[name] = decoded.group
                 raw_groups[name] = doc
         trev_s = trev.decode() if isinstance(trev, bytes) else str(trev)
         return _Loaded(
@@ -548,6 +569,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         lease_sets: list[str] = []
         expiry_checks: list[str] = []
 
+        written: dict[str, codec.DecodedGroup] = {}
         names = set(loaded.group_names) - (set(loaded.group_revs) - set(new.groups)) | set(new.groups)
         topo_doc = codec.encode_topology(new.topology, sorted(names))
         topology_changed = topo_doc.encode() != loaded.raw_topology
@@ -565,10 +587,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if before is after and not topology_changed:
                 continue
             if after is not None:
-                doc = codec.encode_group(after, loaded.member_cache)
-                if doc.encode() != loaded.raw_groups.get(name):
+                encoded: dict[str, dict[str, Any]] = {}
+                doc = codec.encode_group(after, loaded.member_cache, encoded)
+                raw = doc.encode()
+                if raw != loaded.raw_groups.get(name):
                     sets[f"g:{name}"] = doc
                     sets[f"g#:{name}"] = str(int(rev or 0) + 1)
+                    written[name] = codec.DecodedGroup(
+                        raw=raw, group=codec.in_document_order(after), members=encoded
+                    )
                 lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks)
             elif before is not None:
                 deletes += [f"g:{name}", f"g#:{name}", *(f"l:{name}:{m}" for m in before.members)]
@@ -583,7 +610,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     keys=[codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)], args=args
                 )
             )
-        return result in (1, 2)
+        if result not in (1, 2):
+            return False
+        # What this process just wrote is what it will most likely read next (the next join, the next
+        # heartbeat of the same group): its leases are applied from Redis when it is read.
+        for name, decoded in written.items():
+            self._remember(stream_prefix, name, decoded)
+        return True
 
     @staticmethod
     def _diff_derived(
@@ -596,13 +629,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         deletes: list[str],
     ) -> None:
         """Write the derived fields of one group that changed; only members that changed are recomputed
-        unless something group-wide (epochs, config, drained shards, topology) changed."""
+        unless something group-wide that every member's fields show (config, drained shards, topology)
+        changed. An epoch bump alone is not such a change: it rewrites ``ae:``, which the fast path
+        compares with each f: signature, so a member's f: and r: left from an earlier epoch are inert
+        until that member's own next change rewrites or deletes them (docs/store.md)."""
         group_wide = (
             topology_changed
             or before is None
             or after is None
-            or (before.group_epoch, before.assignment_epoch, before.config, before.drained)
-            != (after.group_epoch, after.assignment_epoch, after.config, after.drained)
+            or (before.config, before.drained) != (after.config, after.drained)
         )
         ids = set(before.members if before else ()) | set(after.members if after else ())
         if not group_wide:
@@ -619,16 +654,31 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 new_fields.update(
                     codec.member_fields(after, new.topology, after.members[mid], with_response=True)
                 )
-        # r: is always rewritten (its key marks "computed"); lt: on every group-wide change, so that
-        # metadata written before lt: existed gets it at the group's next epoch bump.
+        # r: is always rewritten (its key marks "computed"); lt: and ae: on every group-wide change and
+        # epoch bump, so that metadata written before they existed gets them at the group's next bump.
+        epochs_moved = (
+            before is None
+            or after is None
+            or (before.group_epoch, before.assignment_epoch) != (after.group_epoch, after.assignment_epoch)
+        )
         sets.update(
             {
                 k: v
                 for k, v in new_fields.items()
-                if k.startswith("r:") or (group_wide and k.startswith("lt:")) or old_fields.get(k) != v
+                if k.startswith("r:")
+                or ((group_wide or epochs_moved) and k.startswith(("lt:", "ae:")))
+                or old_fields.get(k) != v
             }
         )
         deletes += [k for k in old_fields if k not in new_fields]
+        # A recomputed member without a valid signature now may still have one from an earlier epoch
+        # (also when the group goes: nothing of it may stay behind).
+        group = after or before
+        if group is not None:
+            name = group.consumer_group
+            for mid in ids:
+                if f"f:{name}:{mid}" not in new_fields and f"f:{name}:{mid}" not in old_fields:
+                    deletes += [f"f:{name}:{mid}", f"r:{name}:{mid}"]
 
     @staticmethod
     def _lease_changes(

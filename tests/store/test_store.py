@@ -46,16 +46,25 @@ def fields(store: MetadataStore) -> dict[str, str]:
 
 
 def assert_derived_fields_consistent(store: MetadataStore) -> None:
-    """What is stored equals what the documents imply: the commit's diff writing lost nothing."""
+    """What is stored equals what the documents imply: the commit's diff writing lost nothing. An f:
+    signature (and its r:) from an earlier epoch may stay until its member's next change, but then it
+    never matches its group's ae: field, so the fast path can never answer from it."""
     _, state = store._read(PREFIX, None)
     assert state is not None
     expected = codec.derived_fields(state)
     stored = {
         k: v
         for k, v in fields(store).items()
-        if k.split(":", 1)[0] in {"route", "ml", "lt", "m", "o", "rv", "f", "r"}
+        if k.split(":", 1)[0] in {"route", "ml", "lt", "ae", "m", "o", "rv", "f", "r"}
     }
-    assert stored == expected
+    stale = {
+        k.split(":", 1)[1]
+        for k, v in stored.items()
+        if k.startswith("f:") and v.split("|", 1)[0] != stored["ae:" + k.split(":")[1]]
+    }
+    assert not {f"f:{tag}" for tag in stale} & set(expected)
+    inert = {f"{kind}:{tag}" for tag in stale for kind in "fr"}
+    assert {k: v for k, v in stored.items() if k not in inert} == expected
 
 
 def test_hand_over_between_two_members(store: MetadataStore) -> None:
@@ -338,3 +347,77 @@ def test_a_lost_shard_count_race_leaves_no_debris(store: MetadataStore, redis_ur
     won = store.describe_prefix(PREFIX)["topology"]
     assert won["active_version"] == 2
     assert _layout(store) == _expected({1: 4, 2: won["shard_count"]}, [GROUP, "audit"])
+
+
+# ------------------------------------------------------------------ fast-path validity by epoch (issue 8)
+
+
+def _steady(store: MetadataStore, members: list[str], shard_count: int) -> dict[str, dict[str, Any]]:
+    """Join ``members`` one by one and heartbeat until every one is STABLE at the latest epoch."""
+    views = {m: hb(store, m, 0, [], capacity=1) for m in members}
+    for _ in range(10):
+        for m, v in views.items():
+            views[m] = hb(store, m, v["member_epoch"], shards_of(v))
+        epochs = {v["member_epoch"] for v in views.values()}
+        if all(v["member_state"] == "STABLE" for v in views.values()) and len(epochs) == 1:
+            return views
+    raise AssertionError(f"not steady: {views}")
+
+
+def test_an_epoch_bump_rewrites_one_field_and_the_fast_path_refuses_the_older_signatures(
+    store: MetadataStore,
+) -> None:
+    create(store, shard_count=8, max_members=100)
+    members = [f"m{i}" for i in range(20)]
+    views = _steady(store, members, 8)
+    epoch = views["m0"]["member_epoch"]
+    before = fields(store)
+    assert before["ae:billing"] == str(epoch)
+
+    hb(store, "late", 0, [], capacity=1)  # a join: the group epoch moves, the target changes
+
+    after = fields(store)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    # The group's fields and the joiner's own: no other member's f: or r: was rewritten or deleted.
+    group_fields = {"g:billing", "g#:billing", "txn", "ml:billing", "ae:billing"}
+    assert {k for k in changed if not k.endswith(":late")} <= group_fields, changed
+    assert after["ae:billing"] == str(epoch + 1)
+    assert all(after[f"f:billing:{m}"] == before[f"f:billing:{m}"] for m in members)
+    # Every earlier signature is inert: the fast path answers none of them, the full path tells each
+    # member of the new epoch (and of what it must give up).
+    for m in members:
+        body = Heartbeat(
+            member_id=m, member_epoch=epoch, owned=frozenset(Shard.parse(s) for s in shards_of(views[m]))
+        )
+        assert store.fast_heartbeat(PREFIX, GROUP, body, None) is None
+    answered = hb(store, "m0", epoch, shards_of(views["m0"]))
+    assert answered["group_epoch"] == epoch + 1
+    assert_derived_fields_consistent(store)
+
+
+def test_older_signatures_go_with_their_member_and_with_the_group(store: MetadataStore) -> None:
+    create(store, shard_count=4)
+    views = _steady(store, ["a", "b"], 4)
+    hb(store, "c", 0, [], capacity=1)  # a and b's f: are now of an earlier epoch
+    assert {"f:billing:a", "r:billing:a", "f:billing:b"} <= set(fields(store))
+    hb(store, "a", -1)  # a leaves: its inert signature goes too
+    assert not {"f:billing:a", "r:billing:a"} & set(fields(store))
+    assert "f:billing:b" in fields(store)
+    store.delete_group(PREFIX, GROUP)
+    assert not [k for k in fields(store) if k.endswith(":b") or k.startswith(("ae:", "f:", "r:"))]
+    assert views
+
+
+def test_metadata_from_before_the_ae_field_keeps_its_fast_path_until_the_first_bump_writes_it(
+    store: MetadataStore,
+) -> None:
+    create(store, shard_count=2)
+    a = hb(store, "a", 0, [], capacity=1)
+    store.client.hdel(f"rsc:{{{PREFIX}}}:meta", "ae:billing")  # as the previous format left it
+    body = Heartbeat(
+        member_id="a", member_epoch=a["member_epoch"], owned=frozenset(Shard.parse(s) for s in shards_of(a))
+    )
+    assert store.fast_heartbeat(PREFIX, GROUP, body, None) is not None
+    hb(store, "b", 0, [], capacity=1)
+    assert fields(store)["ae:billing"] == str(a["member_epoch"] + 1)
+    assert store.fast_heartbeat(PREFIX, GROUP, body, None) is None

@@ -1,0 +1,82 @@
+"""A store keeps the group documents it last read or wrote decoded (codec.DecodedGroup): while the stored
+document is byte for byte the same it applies only the leases, which live outside the document. That
+must read exactly as a fresh decode would, whoever wrote last (this process, another one, or the
+members themselves renewing their leases in Redis)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from coordinator.protocol.errors import CoordinatorError
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import OrderingMode, Shard
+from coordinator.store import MetadataStore, codec
+
+from .conftest import GROUP, PREFIX, create
+
+META = codec.meta_key(PREFIX)
+
+
+def _fresh(client: Any) -> Any:
+    """What a process that never read this prefix before reads (a store with nothing kept)."""
+    return MetadataStore(client)._load(PREFIX, None).state
+
+
+def _heartbeat(store: MetadataStore, member: str, view: dict[str, Any] | None) -> dict[str, Any]:
+    if view is None:
+        hb = Heartbeat(member_id=member, member_epoch=0, capacity=1)
+    else:
+        owned = frozenset(Shard.parse(s["shard"]) for s in view["shards"])
+        hb = Heartbeat(member_id=member, member_epoch=view["member_epoch"], owned=owned)
+    return store.heartbeat(PREFIX, GROUP, hb)
+
+
+def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: MetadataStore) -> None:
+    other = MetadataStore(store.client)  # another API process: its own kept decodes
+    create(store, shard_count=6, lease_ttl_ms=10_000)
+    rng = random.Random(20261201)
+    views: dict[str, dict[str, Any]] = {}
+    hits = 0
+    next_id = 0
+    for _step in range(400):
+        actor = rng.choice([store, store, other])
+        op = rng.random()
+        try:
+            if op < 0.2 or not views:
+                member = f"m{next_id}"
+                next_id += 1
+                views[member] = _heartbeat(actor, member, None)
+            elif op < 0.65:
+                member = rng.choice(sorted(views))
+                views[member] = _heartbeat(actor, member, views[member])
+            elif op < 0.72:
+                member = rng.choice(sorted(views))
+                actor.heartbeat(PREFIX, GROUP, Heartbeat(member_id=member, member_epoch=-1))
+                del views[member]
+            elif op < 0.8:  # a lease ends behind the store's back (as time passing does), then a tick
+                member = rng.choice(sorted(views))
+                store.client.hset(META, f"l:{GROUP}:{member}", 1)
+                actor.tick()
+            elif op < 0.88:  # a member renews its own lease in Redis (renew_lease.lua's record)
+                member = rng.choice(sorted(views))
+                epoch = store.client.hget(META, f"m:{GROUP}:{member}")
+                if epoch is not None:
+                    far = int(store.client.hget(META, f"l:{GROUP}:{member}") or 0) + 5_000
+                    store.client.hset(
+                        codec.lease_records_key(PREFIX), f"{GROUP}:{member}", f"{epoch.decode()} {far}"
+                    )
+            elif op < 0.95:
+                actor.set_max_concurrency(PREFIX, GROUP, rng.randint(1, 4))
+            else:
+                current = actor.describe_group(PREFIX, GROUP)["topology"]["shard_count"]
+                actor.change_shard_count(PREFIX, current + 1, OrderingMode.RELAXED)
+        except CoordinatorError:
+            pass  # a refusal (fenced, migration in progress, ...) writes nothing
+        kept = store._decoded.get((PREFIX, GROUP))
+        hits += kept is not None and kept.raw == store.client.hget(META, f"g:{GROUP}")
+        fresh = _fresh(store.client)
+        for reader in (store, other):
+            assert reader._load(PREFIX, None).state == fresh
+    # The comparison above ran on kept decodes most of the time, not only on fresh ones.
+    assert hits > 200, hits
