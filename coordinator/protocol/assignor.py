@@ -38,7 +38,11 @@ def assign(
     keepable: dict[str, list[Shard]] = {}
     claimed: set[Shard] = set()
     for member_id in members:
-        mine = sorted(s for s in previous.get(member_id, frozenset()) if s in all_shards and s not in claimed)
+        had = previous.get(member_id)
+        if not had:  # most members of a group larger than its shard count
+            keepable[member_id] = []
+            continue
+        mine = sorted(s for s in had if s in all_shards and s not in claimed)
         claimed.update(mine)
         keepable[member_id] = mine
 
@@ -50,5 +54,7 @@ def assign(
     free = iter(sorted(all_shards - taken))
     for member_id in members:
         need = quota[member_id] - len(result[member_id])
-        result[member_id].extend(next(free) for _ in range(need))
-    return {m: frozenset(s) for m, s in result.items()}
+        if need > 0:
+            result[member_id].extend(next(free) for _ in range(need))
+    nothing: frozenset[Shard] = frozenset()
+    return {m: frozenset(s) if s else nothing for m, s in result.items()}

@@ -130,7 +130,11 @@ class MemberState(StrEnum):
 
     @property
     def is_live(self) -> bool:
-        return self not in (MemberState.EXPIRED, MemberState.LEFT)
+        return self not in _ENDED_STATES
+
+
+# The terminal member states (a set: is_live runs for every member on every group-wide decision).
+_ENDED_STATES = frozenset({MemberState.EXPIRED, MemberState.LEFT})
 
 
 class EndReason(StrEnum):

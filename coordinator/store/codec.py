@@ -227,7 +227,7 @@ def encode_group(
             "created_at_ms": group.created_at_ms,
             "group_epoch": group.group_epoch,
             "assignment_epoch": group.assignment_epoch,
-            "target": {m: sorted(str(s) for s in t) for m, t in group.target.items()},
+            "target": {m: sorted(map(str, t)) if t else [] for m, t in group.target.items()},
             "drained": sorted(str(s) for s in group.drained),
             "members": members,
         }
