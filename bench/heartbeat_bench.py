@@ -5,7 +5,7 @@ One run, one machine, one private Redis:
 2. steady-state heartbeats through gunicorn (HTTP + DRF + the fast-path Lua script) with 1, 100 and
    1,000 members in the group: requests per second and p50 / p99 latency;
 3. convergence: 100 members join at once (threads, heartbeating at the group's interval) and the time
-   until the group is STABLE and balanced;
+   until the group is STABLE and balanced, with the compare-and-set conflicts and refusals on the way;
 4. the HTTP server (issue 8, "chosen on measurements"): the same 100-member steady heartbeats through
    each candidate server that is installed (gunicorn's gthread and gevent workers, uvicorn serving
    config.asgi, granian's WSGI interface), with
@@ -160,7 +160,16 @@ def setup_group(
     return [(m, v["member_epoch"], owned(v)) for m, v in views.items()]
 
 
-def convergence(port: int, members: int, shards: int, interval_ms: int) -> dict[str, float]:
+def convergence(port: int, members: int, shards: int, interval_ms: int, redis_url: str) -> dict[str, Any]:
+    """``members`` members join at once (threads behind a barrier) and heartbeat at the interval, as the
+    runtime does (a 429 or 503 is retried after its Retry-After); the time until the group is STABLE
+    and balanced, and how the joins fared: compare-and-set conflicts (commits that lost a race and were
+    decided again, the store's ``cas_conflicts`` counter) and answers other than 200 by error code
+    (``CONCURRENT_UPDATE`` is a give-up after 64 conflicting attempts)."""
+    counters = redis.Redis.from_url(redis_url)
+    conflicts_before = float(counters.hget("rsc:metrics", "cas_conflicts") or 0)
+    refusals: dict[str, int] = {}
+    refusals_lock = threading.Lock()
     prefix, group = "conv", f"conv-{members}"
     admin = Api(port, ADMIN_TOKEN)
     body = {
@@ -177,15 +186,27 @@ def convergence(port: int, members: int, shards: int, interval_ms: int) -> dict[
     stop = threading.Event()
     heartbeats = [0]
 
+    def send(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+        while True:
+            status, payload = api.call("POST", f"/api/v1/groups/{prefix}/{group}/heartbeat", body)
+            if status == 200:
+                return payload  # type: ignore[no-any-return]
+            code = (payload or {}).get("code", str(status))
+            with refusals_lock:
+                refusals[code] = refusals.get(code, 0) + 1
+            if status not in (429, 503):
+                raise RuntimeError(f"heartbeat {status}: {payload}")
+            time.sleep(min(1.0, float((payload or {}).get("details", {}).get("retry_after_ms", 100)) / 1000))
+
     def member(i: int) -> None:
         api = Api(port, MEMBER_TOKEN)
         name = f"conv-{i}"
         start.wait()
-        view = api.heartbeat(prefix, group, {"member_id": name, "member_epoch": 0, "capacity": 1})
+        view = send(api, {"member_id": name, "member_epoch": 0, "capacity": 1, "join_seq": 1})
         while not stop.is_set():
             time.sleep(view["heartbeat_interval_ms"] / 1000)
             body = {"member_id": name, "member_epoch": view["member_epoch"], "owned_shards": owned(view)}
-            view = api.heartbeat(prefix, group, body)
+            view = send(api, body)
             heartbeats[0] += 1
 
     threads = [threading.Thread(target=member, args=(i,), daemon=True) for i in range(members)]
@@ -213,7 +234,15 @@ def convergence(port: int, members: int, shards: int, interval_ms: int) -> dict[
     stop.set()
     for t in threads:
         t.join(timeout=10)
-    return {"seconds": elapsed, "group_epoch": view["group_epoch"], "heartbeats": heartbeats[0]}
+    conflicts = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) - conflicts_before
+    counters.close()
+    return {
+        "seconds": elapsed,
+        "group_epoch": view["group_epoch"],
+        "heartbeats": heartbeats[0],
+        "cas_conflicts": int(conflicts),
+        "refusals": refusals,
+    }
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -388,7 +417,7 @@ def main() -> None:
                 )
                 results[f"heartbeat_{size}"] = {**load, "setup_seconds": setup_s}
                 print(f"{size} members: {load}", flush=True)
-            results["convergence_100"] = convergence(port, 100, 64, interval_ms=100)
+            results["convergence_100"] = convergence(port, 100, 64, interval_ms=100, redis_url=server.url)
         finally:
             stop_server(gunicorn)
         if args.servers:

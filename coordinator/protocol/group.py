@@ -278,15 +278,74 @@ def start_revocation_clocks(group: Group, now_ms: int) -> Group:
     set; reconciliation keeps a deadline started here (section 5)."""
     changed: dict[str, Member] = {}
     for member in group.live_members():
-        if member.state is MemberState.UNREVOKED_SHARDS:
+        if not _revocation_clock_moves(group, member):
             continue
-        owes = not frozenset(member.assigned) <= group.target.get(member.member_id, frozenset())
-        if owes and member.revocation_deadline_ms is None:
+        if member.revocation_deadline_ms is None:
             deadline = now_ms + group.config.revocation_timeout_ms
             changed[member.member_id] = replace(member, revocation_deadline_ms=deadline)
-        elif not owes and member.revocation_deadline_ms is not None:
+        else:
             changed[member.member_id] = replace(member, revocation_deadline_ms=None)
     return replace(group, members={**group.members, **changed}) if changed else group
+
+
+def _revocation_clock_moves(group: Group, member: Member) -> bool:
+    """The next tick starts this live member's revocation clock (it holds a shard its target no longer
+    has, and has no deadline), or stops it (it owes nothing any more)."""
+    if member.state is MemberState.UNREVOKED_SHARDS:
+        return False
+    owes = not frozenset(member.assigned) <= group.target.get(member.member_id, frozenset())
+    return owes == (member.revocation_deadline_ms is None)
+
+
+@dataclass(frozen=True, slots=True)
+class TickSchedule:
+    """What a tick must know of a group to tell, without reading it, that it has nothing to do yet
+    (leases apart: the store indexes them by deadline). See :func:`tick_due`."""
+
+    # The earliest revocation deadline of a live member; 0 when the next tick must start or stop a
+    # revocation clock; None when neither.
+    next_deadline_ms: int | None
+    ended: int  # ended members still kept (the tick forgets them by age and beyond a count)
+    oldest_ended_ms: int | None
+
+
+def tick_schedule(group: Group) -> TickSchedule:
+    deadline: int | None = None
+    ended, oldest = 0, None
+    for member in group.members.values():
+        if member.state.is_live:
+            if _revocation_clock_moves(group, member):
+                deadline = 0
+            elif member.revocation_deadline_ms is not None:
+                deadline = min(member.revocation_deadline_ms, deadline if deadline is not None else _NEVER)
+        if member.ended_at_ms is not None:
+            ended += 1
+            oldest = min(member.ended_at_ms, oldest if oldest is not None else _NEVER)
+    return TickSchedule(next_deadline_ms=deadline, ended=ended, oldest_ended_ms=oldest)
+
+
+_NEVER = 2**63
+
+
+def tick_due(
+    schedule: TickSchedule,
+    earliest_lease_ms: int | None,
+    now_ms: int,
+    retention_ms: int,
+    max_ended_members: int,
+    migrating: bool,
+) -> bool:
+    """Whether a tick at ``now_ms`` may change the group (expire, time out, start or stop a revocation
+    clock, forget ended members) or its prefix (``migrating``: draining versions to observe and
+    retire). ``earliest_lease_ms``: the earliest lease deadline of a live member (None: none live).
+    False means a tick at ``now_ms`` changes nothing: it need not read the group."""
+    return (
+        migrating
+        or (earliest_lease_ms is not None and earliest_lease_ms <= now_ms)
+        or (schedule.next_deadline_ms is not None and schedule.next_deadline_ms <= now_ms)
+        or schedule.ended > max_ended_members
+        or (schedule.oldest_ended_ms is not None and schedule.oldest_ended_ms + retention_ms <= now_ms)
+    )
 
 
 def expire_members(group: Group, topology: Topology, now_ms: int) -> tuple[Group, list[str]]:

@@ -18,6 +18,8 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``m:<group>:<member>``: a *live* member's epoch;
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
+* ``ts:<group>``: the group's tick schedule (:func:`tick_schedule_field`): with the lease index
+  ``rsc:{P}:lz`` (:func:`lease_index_key`), what lets the tick skip a group with nothing due;
 * ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
   lease renewal (``renew_lease.lua``) never reaches past it;
 * ``ae:<group>``: the group's assignment epoch; an ``f:`` signature counts only at this epoch, so an
@@ -55,7 +57,7 @@ from coordinator.protocol.describe import (
     topology_from_views,
     version_view,
 )
-from coordinator.protocol.group import readable
+from coordinator.protocol.group import TickSchedule, readable, tick_schedule
 from coordinator.protocol.model import (
     ClientInfo,
     EndReason,
@@ -96,6 +98,14 @@ def lease_record_lua() -> str:
     """``lease_record.lua``: the lease-record rule every lease-reading script starts with (the store's
     and the data plane's; Lua scripts cannot include one another)."""
     return (Path(__file__).with_name("lease_record.lua")).read_text()
+
+
+def lease_index_key(stream_prefix: str) -> str:
+    """Sorted set ``<group>:<member>`` scored by the member's ``l:`` lease deadline, for every *live*
+    member of the prefix: the tick reads only the groups with a lease due (docs/store.md, "The tick
+    index"). Kept by ``commit.lua`` and ``fast_heartbeat.lua``; a member's own renewal (``rsc:{P}:lr``)
+    is not in it until the tick's ``tick_due.lua`` finds the entry due and moves it."""
+    return f"rsc:{{{stream_prefix}}}:lz"
 
 
 def lease_records_key(stream_prefix: str) -> str:
@@ -381,7 +391,17 @@ def group_fields(group: Group) -> dict[str, str]:
         # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
         # writes this one field instead of deleting every member's f: and r: (docs/store.md).
         f"ae:{name}": str(group.assignment_epoch),
+        f"ts:{name}": tick_schedule_field(tick_schedule(group)),
     }
+
+
+def tick_schedule_field(schedule: TickSchedule) -> str:
+    """``"<next deadline ms or -> <ended members> <oldest end ms or ->"``, read by ``tick_due.lua``."""
+
+    def text(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    return f"{text(schedule.next_deadline_ms)} {schedule.ended} {text(schedule.oldest_ended_ms)}"
 
 
 def member_fields(group: Group, topology: Topology, member: Member, *, with_response: bool) -> dict[str, str]:

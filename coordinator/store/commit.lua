@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:lr, the members' own lease renewals (field <group>:<member> = "<epoch> <until ms>")
+-- KEYS[3]  rsc:{P}:lz, the lease index: every live member (m: present), scored by its l: field
 -- ARGV[1]  commit token (unique per attempt)
 -- ARGV[2]  now_ms the caller decided at
 -- then five sections, each a count followed by its items:
@@ -18,10 +19,17 @@
 -- record written at the old epoch into its l: field (the later of the two) and deletes the record, so
 -- the lease the member knows does not shrink under it when the answer that moved it is lost.
 --
+-- The lease index follows every member whose m: or l: field this commit writes or deletes (in it, at
+-- its l: deadline, while m: exists; out of it otherwise). A group whose tick schedule (ts:) is written
+-- for the first time (metadata from before the index) has all its members indexed here, once.
+--
 -- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
 -- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2].
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
+local index = require_lease_index_key(meta, KEYS[3])
+local touched = {}  -- <group>:<member> tags whose m: or l: field this commit writes or deletes
+local new_groups = {}  -- groups indexed for the first time
 local token = ARGV[1]
 local now = tonumber(ARGV[2])
 local i = 3
@@ -59,7 +67,11 @@ for j = 0, exp_n - 1 do
 end
 for j = 0, set_n - 1, 2 do
   local field, value = ARGV[set_start + j], ARGV[set_start + j + 1]
-  if string.sub(field, 1, 2) == 'm:' then
+  local kind = string.sub(field, 1, 2)
+  if kind == 'ts' and redis.call('HEXISTS', meta, field) == 0 then
+    new_groups[#new_groups + 1] = string.sub(field, 4)
+  elseif kind == 'm:' then
+    touched[#touched + 1] = string.sub(field, 3)
     -- The member's epoch moves: a renewal record at the old epoch would stop counting, and the member
     -- (whose answer may be lost) still counts on it. Fold it into l: first (leases never go back).
     local tag = string.sub(field, 3)
@@ -80,6 +92,7 @@ for j = 0, del_n - 1 do
   local kind = string.sub(field, 1, 2)
   if kind == 'm:' or kind == 'l:' then
     redis.call('HDEL', records, string.sub(field, 3))
+    touched[#touched + 1] = string.sub(field, 3)
   end
 end
 for j = 0, lease_n - 1, 2 do
@@ -88,6 +101,19 @@ for j = 0, lease_n - 1, 2 do
   local current = tonumber(redis.call('HGET', meta, field) or '0')
   if new > current then
     redis.call('HSET', meta, field, new)
+  end
+  touched[#touched + 1] = string.sub(field, 3)
+end
+for _, name in ipairs(new_groups) do
+  for id in string.gmatch(redis.call('HGET', meta, 'ml:' .. name) or '', '%S+') do
+    touched[#touched + 1] = name .. ':' .. id
+  end
+end
+for _, tag in ipairs(touched) do
+  if redis.call('HEXISTS', meta, 'm:' .. tag) == 1 then
+    redis.call('ZADD', index, tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0'), tag)
+  else
+    redis.call('ZREM', index, tag)
   end
 end
 redis.call('HSET', meta, 'txn', token)

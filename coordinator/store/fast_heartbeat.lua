@@ -4,6 +4,7 @@
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:hbr:<group>:<member>, the member's heartbeat-floor state (expires by itself)
 -- KEYS[3]  rsc:{P}:lr, the members' own lease renewals (read when the l: field has ended)
+-- KEYS[4]  rsc:{P}:lz, the lease index (the renewed deadline goes there too)
 -- ARGV[1]  consumer group
 -- ARGV[2]  member id
 -- ARGV[3]  member epoch the member sent (decimal; 0 join, -1 leave: floor only, never the fast path)
@@ -21,7 +22,7 @@
 -- Returns {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
 -- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
--- Touches: HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>.
+-- Touches: HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>; ZADD KEYS[4].
 local meta = KEYS[1]
 local tag = ARGV[1] .. ':' .. ARGV[2]
 local t = redis.call('TIME')
@@ -78,4 +79,5 @@ if lease <= now and renewed_until(meta, KEYS[3], tag, epoch) <= now then
   return {0}
 end
 redis.call('HSET', meta, 'l:' .. tag, now + tonumber(ttl))
+redis.call('ZADD', require_lease_index_key(meta, KEYS[4]), now + tonumber(ttl), tag)
 return {1, redis.call('HGET', meta, 'r:' .. tag)}

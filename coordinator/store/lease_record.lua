@@ -15,6 +15,15 @@ local function require_lease_records_key(meta, key)
   return key
 end
 
+-- Raise a script error unless `key` is the lease index of `meta` (rsc:{P}:meta -> rsc:{P}:lz): a sorted
+-- set of the live members, <group>:<member> scored by their l: deadline (docs/store.md).
+local function require_lease_index_key(meta, key)
+  if key ~= string.sub(meta, 1, -5) .. 'lz' then
+    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease index of ' .. meta})
+  end
+  return key
+end
+
 -- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record was written at
 -- `live_epoch` (the m: value; read here, only when a record exists, if nil is given), else 0.
 -- Touches: HGET of the member's field of `records`; HGET m:<tag> on `meta` when needed.

@@ -34,7 +34,7 @@ from coordinator.protocol.errors import (
     MigrationNotActive,
     UnknownMemberId,
 )
-from coordinator.protocol.group import Heartbeat, assignable_shards
+from coordinator.protocol.group import Heartbeat, assignable_shards, tick_due, tick_schedule
 from coordinator.protocol.model import GroupConfig, OrderingMode, PrefixState, Shard, VersionState
 from coordinator.protocol.resharding import undrained_shards
 
@@ -284,6 +284,24 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert set(every) == set(assignable_shards(group, self.state.topology))
             sizes = [len(target.get(m, ())) for m in live]
             assert max(sizes) - min(sizes) <= 1
+
+    @invariant()
+    def a_tick_the_schedule_says_is_not_due_changes_nothing(self) -> None:
+        """The store skips reading a group whose tick is not due (tick_schedule, the lease index); that
+        is only sound if such a tick would have changed nothing, at any later time and any settings."""
+        group = self.state.groups[GROUP]
+        schedule = tick_schedule(group)
+        leases = [m.lease_deadline_ms for m in group.live_members()]
+        migrating = bool(self.state.topology.draining_versions)
+        for later in (0, 1, 999, 1_000, 5_000, 11_000, 31_000, 700_000):
+            for retention, cap in ((600_000, 100), (0, 0), (1_000, 3)):
+                now = self.now + later
+                tick = Tick(stream_prefix=PREFIX, retention_ms=retention, max_ended_members=cap)
+                due = tick_due(schedule, min(leases, default=None), now, retention, cap, migrating)
+                if not due:
+                    assert apply(self.state, tick, now).state == self.state, (later, retention, cap)
+                else:
+                    event("tick due")
 
     @invariant()
     def one_active_version_and_at_most_one_migration(self) -> None:

@@ -27,6 +27,8 @@ from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
 
+COMMIT_KEYS = [codec.meta_key(PREFIX), codec.lease_records_key(PREFIX), codec.lease_index_key(PREFIX)]
+
 
 def hb(
     store: MetadataStore, member: str, epoch: int, owned: Any = None, capacity: int | None = None
@@ -55,7 +57,7 @@ def assert_derived_fields_consistent(store: MetadataStore) -> None:
     stored = {
         k: v
         for k, v in fields(store).items()
-        if k.split(":", 1)[0] in {"route", "ml", "lt", "ae", "m", "o", "rv", "f", "r"}
+        if k.split(":", 1)[0] in {"route", "ml", "lt", "ae", "ts", "m", "o", "rv", "f", "r"}
     }
     stale = {
         k.split(":", 1)[1]
@@ -247,17 +249,17 @@ def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(st
     rev = fields(store)["t#"]
     args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0"]
     assert (
-        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=args) == 1
+        store._commit_script(keys=COMMIT_KEYS, args=args) == 1
     )
     # The same commit again (redis-py retrying after a lost reply): the revision moved on, but the token
     # says it was ours, so it reports committed and writes nothing.
     assert (
-        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=args) == 2
+        store._commit_script(keys=COMMIT_KEYS, args=args) == 2
     )
     assert fields(store)["t#"] == str(int(rev) + 1)
     other = ["token-2", *args[1:]]
     assert (
-        store._commit_script(keys=[codec.meta_key(PREFIX), codec.lease_records_key(PREFIX)], args=other) == 0
+        store._commit_script(keys=COMMIT_KEYS, args=other) == 0
     )  # a real conflict
 
 

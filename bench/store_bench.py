@@ -1,0 +1,173 @@
+"""Metadata store benchmark: `make bench` runs it (docs/benchmarks.md, "The metadata store").
+
+One run, one machine, one private Redis; the store is driven in this process (no HTTP), so the
+figures are the coordinator's own CPU (this process, ``time.process_time``) and Redis's (``INFO cpu``)
+per operation, medians of 3 repetitions:
+
+1. **a join at N members** (100 and 1,000): the group is formed by N joins first (not measured), then
+   50 more joins are timed, each a full-path decision (load, decide, commit) with an epoch bump;
+2. **a tick at 10,000 members with nothing to expire**: a 10,000-member group, every member STABLE
+   with a 10-minute lease. Forming it by 10,000 joins would take minutes here, so the setup writes
+   that state in one commit through the store (the same commit path, one decision); not measured.
+   Then: the tick as it runs every interval (it reads only the groups with something due: the tick
+   index), and, for comparison, the full tick that reads every group once a minute (from a store that
+   has read nothing before, as a newly started tick process would).
+
+Everything is measured here, nothing is typed in: rerun it and compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from config.embedded_redis import RedisServer  # noqa: E402
+from coordinator.protocol.assignor import assign  # noqa: E402
+from coordinator.protocol.commands import CreateGroup  # noqa: E402
+from coordinator.protocol.group import Heartbeat, assignable_shards  # noqa: E402
+from coordinator.protocol.model import GroupConfig, Member, MemberState  # noqa: E402
+from coordinator.store.redis_store import MetadataStore  # noqa: E402
+
+LONG = GroupConfig(
+    lease_ttl_ms=600_000, heartbeat_interval_ms=5_000, revocation_timeout_ms=600_000, max_members=10_000
+)
+
+
+def redis_cpu_s(store: MetadataStore) -> float:
+    info = store.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def measure(store: MetadataStore, action: Any, count: int) -> dict[str, float]:
+    """Run ``action(i)`` ``count`` times: wall, this process's CPU and Redis's CPU, per call (ms)."""
+    r0, c0, w0 = redis_cpu_s(store), time.process_time(), time.perf_counter()
+    for i in range(count):
+        action(i)
+    w1, c1, r1 = time.perf_counter(), time.process_time(), redis_cpu_s(store)
+    return {
+        "wall_ms": (w1 - w0) / count * 1000,
+        "coordinator_cpu_ms": (c1 - c0) / count * 1000,
+        "redis_cpu_ms": (r1 - r0) / count * 1000,
+    }
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, Any]:
+    return {**{k: statistics.median(r[k] for r in runs) for k in runs[0]}, "runs": runs}
+
+
+def join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
+    runs = []
+    for rep in range(3):
+        store = MetadataStore.from_url(url)
+        prefix, group = f"join{members}r{rep}", "g"
+        store.create_group(
+            CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG)
+        )
+        for i in range(members):
+            store.heartbeat(prefix, group, Heartbeat(member_id=f"m{i}", member_epoch=0, capacity=1))
+
+        def join(i: int, store: MetadataStore = store, prefix: str = prefix, group: str = group) -> None:
+            store.heartbeat(prefix, group, Heartbeat(member_id=f"x{i}", member_epoch=0, capacity=1))
+
+        runs.append(measure(store, join, joins))
+        store.delete_prefix(prefix, force=True)  # the tick below measures its own prefix alone
+        store.client.close()
+    return {"members": members, "joins": joins, **median_of(runs)}
+
+
+def big_group(store: MetadataStore, prefix: str, group: str, members: int) -> None:
+    """One commit of a ``members``-member group, every member STABLE at epoch 1 with its target."""
+    store.create_group(CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG))
+    loaded = store._load(prefix, [group])
+    assert loaded.state is not None
+    state, now = loaded.state, loaded.now_ms
+    g = state.groups[group]
+    ids = [f"m{i:05d}" for i in range(members)]
+    target = assign(ids, assignable_shards(g, state.topology), {})
+    people = {
+        mid: Member(
+            member_id=mid,
+            state=MemberState.STABLE,
+            member_epoch=1,
+            previous_epoch=0,
+            assigned={s: 1 for s in target[mid]},
+            lease_deadline_ms=now + LONG.lease_ttl_ms,
+            capacity=1,
+            joined_at_ms=now,
+            last_heartbeat_ms=now,
+        )
+        for mid in ids
+    }
+    formed = replace(g, group_epoch=1, assignment_epoch=1, target=target, members=people)
+    assert store._commit(prefix, loaded, replace(state, groups={group: formed}))
+
+
+def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
+    setup = MetadataStore.from_url(url)
+    t0 = time.perf_counter()
+    big_group(setup, "tick", "g", members)
+    setup_s = time.perf_counter() - t0
+    indexed, full = [], []
+    for _rep in range(3):
+        store = MetadataStore.from_url(url)
+        store.tick()  # the first tick of a process reads everything; then the index decides
+
+        def partial(_i: int, store: MetadataStore = store) -> None:
+            store._full_tick_at = time.monotonic()
+            [report] = store.tick()  # the only prefix
+            assert report.expired == () and report.collected == ()
+
+        indexed.append(measure(store, partial, ticks))
+
+        def cold_full(_i: int, store: MetadataStore = store) -> None:
+            fresh = MetadataStore(store.client)  # a tick process that has read nothing yet
+            [report] = fresh.tick()
+            assert report.expired == () and report.collected == ()
+
+        full.append(measure(store, cold_full, 3))
+    described = setup.describe_group("tick", "g")
+    assert sum(1 for m in described["members"] if m["state"] == "STABLE") == members
+    return {
+        "members": members,
+        "setup_seconds": setup_s,
+        "indexed": median_of(indexed),
+        "full_cold": median_of(full),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--join-sizes", default="100,1000")
+    parser.add_argument("--joins", type=int, default=50)
+    parser.add_argument("--tick-members", type=int, default=10_000)
+    parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with RedisServer() as server:
+        results["joins"] = [
+            join_cost(server.url, int(n), args.joins) for n in args.join_sizes.split(",") if n
+        ]
+        for row in results["joins"]:
+            print(f"join at {row['members']} members: {row['coordinator_cpu_ms']:.2f} ms CPU", flush=True)
+        results["tick"] = tick_cost(server.url, args.tick_members, args.ticks)
+        print(
+            f"tick: {json.dumps({k: v for k, v in results['tick'].items()}, default=str)[:300]}", flush=True
+        )
+    text = json.dumps(results, indent=2)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
