@@ -22,6 +22,7 @@ from consumers.dataplane import DataPlane, redis_client
 from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
 from consumers.producer import Producer
 from coordinator.protocol.commands import CreateGroup
+from coordinator.protocol.errors import MetadataCorrupt
 from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
 from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
 from coordinator.protocol.routing import shard_index
@@ -329,3 +330,37 @@ def test_extra_args_keep_the_defaults_and_cannot_move_the_server(admin: redis.Re
             RedisServer(extra_args=[option, "6379"])
     with pytest.raises(TypeError):
         RedisServer(extra_args="--aclfile x")
+
+
+def test_under_a_coordinator_acl_from_before_the_lease_index_a_commit_writes_nothing(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """Upgrade order (docs/redis-acl.md): the ACL first. A coordinator user without the lease index's
+    commands fails every commit and fast heartbeat before its first write, never half-way."""
+    old = "rsc-coordinator-old"
+    rules = [
+        r for r in redis_acl.ACL_RULES[redis_acl.COORDINATOR] if r not in ("+zadd", "+zrem", "+zrangebyscore")
+    ]
+    admin.execute_command(
+        "ACL", "SETUSER", old, "reset", "on", f">{PASSWORDS[redis_acl.COORDINATOR]}", *rules
+    )
+    try:
+        new = MetadataStore.from_url(url_for(acl_server, redis_acl.COORDINATOR))
+        new.create_group(
+            CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=2, config=CONFIG)
+        )
+        joined = new.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m1", member_epoch=0, capacity=1))
+        steady = Heartbeat(member_id="m1", member_epoch=joined["member_epoch"], owned=frozenset({V1_0, V1_1}))
+        new.heartbeat(PREFIX, GROUP, steady)
+        url = f"redis://{old}:{PASSWORDS[redis_acl.COORDINATOR]}@{HOST}:{acl_server.port}/0"
+        stale = MetadataStore.from_url(url)
+        before = admin.hgetall(meta_key(PREFIX))
+        with pytest.raises(MetadataCorrupt, match="run this command"):
+            stale.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m2", member_epoch=0, capacity=1))
+        with pytest.raises(MetadataCorrupt, match="run this command"):
+            stale.heartbeat(PREFIX, GROUP, steady)
+        assert admin.hgetall(meta_key(PREFIX)) == before
+        new.client.close()
+        stale.client.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", old)

@@ -304,13 +304,24 @@ def decode_group_cached(
 
 
 def in_document_order(group: Group) -> Group:
-    """``group`` with its members and target in the order a decode of its document yields (sorted
-    keys), so that a group kept from a commit iterates exactly as one read back would."""
+    """``group`` with its members, target and each member's assigned shards in the order a decode of
+    its document yields (sorted keys), so that a group kept from a commit iterates as one read back
+    would."""
     return replace(
         group,
-        members={m: group.members[m] for m in sorted(group.members)},
+        members={m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)},
         target={m: group.target[m] for m in sorted(group.target)},
     )
+
+
+def _assigned_in_document_order(member: Member) -> Member:
+    if len(member.assigned) < 2:
+        return member
+    shards = list(member.assigned)
+    ordered = sorted(shards, key=str)  # the document's keys are the shards' names, sorted
+    if shards == ordered:
+        return member
+    return replace(member, assigned={s: member.assigned[s] for s in ordered})
 
 
 def _decode_group_document(d: Mapping[str, Any], members: dict[str, Member]) -> Group:

@@ -28,6 +28,9 @@
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
 local index = require_lease_index_key(meta, KEYS[3])
+-- Every write below needs ZADD on the index at the end: a Redis user without it (an ACL not yet updated,
+-- docs/redis-acl.md) must fail before the first write, not after the documents (a no-op: '' is no tag).
+redis.call('ZADD', index, 'XX', 0, '')
 local touched = {}  -- <group>:<member> tags whose m: or l: field this commit writes or deletes
 local new_groups = {}  -- groups indexed for the first time
 local token = ARGV[1]

@@ -24,6 +24,8 @@
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
 -- Touches: HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>; ZADD KEYS[4].
 local meta = KEYS[1]
+local records = require_lease_records_key(meta, KEYS[3])
+local index = require_lease_index_key(meta, KEYS[4])
 local tag = ARGV[1] .. ':' .. ARGV[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -72,12 +74,12 @@ end
 if ARGV[7] ~= '*' and ARGV[7] ~= owner then
   return {0}
 end
-require_lease_records_key(meta, KEYS[3])
 local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
 -- Past it, the member may have renewed it itself (while the API could not): a record at this epoch counts.
-if lease <= now and renewed_until(meta, KEYS[3], tag, epoch) <= now then
+if lease <= now and renewed_until(meta, records, tag, epoch) <= now then
   return {0}
 end
+-- The index first: a Redis user without ZADD (an ACL not yet updated) fails here, having renewed nothing.
+redis.call('ZADD', index, now + tonumber(ttl), tag)
 redis.call('HSET', meta, 'l:' .. tag, now + tonumber(ttl))
-redis.call('ZADD', require_lease_index_key(meta, KEYS[4]), now + tonumber(ttl), tag)
 return {1, redis.call('HGET', meta, 'r:' .. tag)}

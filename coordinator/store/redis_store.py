@@ -143,8 +143,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._load_script = client.register_script(lease_rule + _LUA("load.lua").read_text())
         self._commit_script = client.register_script(lease_rule + _LUA("commit.lua").read_text())
         self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
-        # When this store last ticked every group of every prefix (monotonic s); see tick().
-        self._full_tick_at: float | None = None
+        # When this store last read every group of a prefix in a tick that succeeded (monotonic s).
+        self._full_tick_at: dict[str, float] = {}
         self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
         # The group documents this process last read or wrote, decoded: a document that has not changed
         # since (byte for byte) is not parsed again, only its leases are applied (codec.DecodedGroup).
@@ -423,14 +423,20 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         list the prefixes at all raises."""
         started = time.perf_counter()
         reports = []
-        # Every FULL_TICK_INTERVAL_S the tick reads every group whatever the index says: a group the
-        # index would wrongly pass over (a bug, a hand-edited key) is late by at most that, never stuck.
-        full = self._full_tick_at is None or time.monotonic() - self._full_tick_at >= FULL_TICK_INTERVAL_S
-        if full:
-            self._full_tick_at = time.monotonic()
-        for prefix in self.stream_prefixes():
+        prefixes = self.stream_prefixes()
+        for gone in set(self._full_tick_at) - set(prefixes):
+            self._full_tick_at.pop(gone, None)
+        for prefix in prefixes:
+            # Every FULL_TICK_INTERVAL_S (since the last one that succeeded) the tick reads every group
+            # of the prefix whatever the index says: a group the index would wrongly pass over (a bug, a
+            # hand-edited key) is late by about that much, never stranded.
+            started_prefix = time.monotonic()
+            last_full = self._full_tick_at.get(prefix)
+            full = last_full is None or started_prefix - last_full >= FULL_TICK_INTERVAL_S
             try:
                 report = self._tick_prefix(prefix, retention_ms, max_ended_members, full=full)
+                if full:
+                    self._full_tick_at[prefix] = started_prefix
             except CoordinatorError as e:
                 log.warning("tick of stream prefix %r failed: %s", prefix, e)
                 report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)

@@ -38,9 +38,6 @@ if string.match(route, '^%S+ %S+ (%S+)$') ~= '-' then
 end
 local due = {}
 local past = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, look)
-if #past >= look then
-  return {now, 1}
-end
 for _, tag in ipairs(past) do
   local live_epoch = redis.call('HGET', meta, 'm:' .. tag)
   if not live_epoch then
@@ -54,6 +51,9 @@ for _, tag in ipairs(past) do
       due[string.match(tag, '^([^:]+):')] = true
     end
   end
+end
+if #past >= look then
+  return {now, 1}  -- (the entries looked at are repaired: the next tick looks further)
 end
 local result = {now, 0}
 for _, name in ipairs(cjson.decode(topo)['groups']) do

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from coordinator.protocol.errors import ConcurrentUpdate
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore, codec, redis_store
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end
 
@@ -49,7 +50,7 @@ def leave(store: MetadataStore, member: Member) -> None:
 
 def partial_tick(store: MetadataStore, **kwargs: int) -> Any:
     """A tick that trusts the index (not the once-a-minute full one)."""
-    store._full_tick_at = time.monotonic()
+    store._full_tick_at[PREFIX] = time.monotonic()
     return store.tick(**kwargs)
 
 
@@ -144,12 +145,13 @@ def test_metadata_from_before_the_index_is_ticked_and_indexed_by_its_next_commit
     m2.heartbeat()
     store.client.delete(INDEX)
     store.client.hdel(META, f"ts:{GROUP}")  # as the previous format left the hash
-    m2.heartbeat()  # a full-path heartbeat (m2 still reconciles): the group is indexed whole
-    assert set(indexed(store)) == {f"{GROUP}:m1", f"{GROUP}:m2"} and indexed(store) == leases(store)
+    m3 = Member(store, "m3")
+    m3.heartbeat()  # a join (always a commit): the group is indexed whole
+    assert set(indexed(store)) == {f"{GROUP}:m{i}" for i in (1, 2, 3)} and indexed(store) == leases(store)
 
     store.client.delete(INDEX)
     store.client.hdel(META, f"ts:{GROUP}")
-    wait_for_lease_end(store, "m1", keep_alive=(m2,))
+    wait_for_lease_end(store, "m1", keep_alive=(m2, m3))
     [report] = partial_tick(store)  # no ts: field: the group is due, whatever the index holds
     assert report.expired == ((GROUP, "m1"),)
 
@@ -162,6 +164,50 @@ def test_the_tick_reads_every_group_once_a_minute_whatever_the_index_says(store:
     wait_for_lease_end(store, "m1")
     [report] = partial_tick(store)
     assert report.expired == ()  # the index passed the group over...
-    store._full_tick_at = time.monotonic() - 61
+    store._full_tick_at[PREFIX] = time.monotonic() - 61
     [report] = store.tick()
     assert report.expired == ((GROUP, "m1"),)  # ...for at most a minute
+
+
+def test_a_full_tick_that_failed_is_tried_again_at_the_next_tick(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_group(store)
+    Member(store, "m1").heartbeat()
+    original = store._execute
+
+    def conflicting(*args: Any, **kwargs: Any) -> Any:
+        raise ConcurrentUpdate("a conflict storm")
+
+    monkeypatch.setattr(store, "_execute", conflicting)
+    [report] = store.tick()
+    assert report.error is not None and PREFIX not in store._full_tick_at
+    monkeypatch.setattr(store, "_execute", original)
+    seen = loads(store, monkeypatch)
+    store.tick()
+    assert seen == [None] and PREFIX in store._full_tick_at  # full again, and only now marked done
+
+
+def test_past_due_entries_beyond_what_one_tick_looks_at_are_repaired_a_batch_per_tick(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_group(store)
+    members = [Member(store, f"m{i}") for i in range(3)]
+    for member in members:
+        member.heartbeat()
+    records = codec.lease_records_key(PREFIX)
+    wait_for_lease_end(store, "m0")
+    wait_for_lease_end(store, "m1")
+    wait_for_lease_end(store, "m2")
+    for member in members:  # all three renew themselves (the API is down, say)
+        epoch = store.client.hget(META, f"m:{GROUP}:{member.member_id}").decode()
+        far = int(store.client.hget(META, f"l:{GROUP}:{member.member_id}")) + 30_000
+        store.client.hset(records, f"{GROUP}:{member.member_id}", f"{epoch} {far}")
+    monkeypatch.setattr(redis_store, "TICK_INDEX_LOOK", 2)
+    seen = loads(store, monkeypatch)
+    partial_tick(store)  # two entries looked at and moved; beyond them, unknown: every group is read
+    assert seen == [None]
+    seen.clear()
+    [report] = partial_tick(store)  # the last one moved: nothing is due
+    assert seen == [] and report.expired == ()
+    assert all(score > time.time() * 1000 for score in indexed(store).values())
