@@ -12,6 +12,9 @@ on this machine, now); then it starts enough of them that their demand at 200 ms
 a group of their own (64 shards) and three in the healthy members' group, so that its shards keep moving
 while the API is saturated. The healthy group: three member processes consuming 6 shards, lease TTL 2 s.
 
+The load has dropped when both generators have exited: they stop starting requests after the given
+seconds, and what is still in flight then (a join, say) is answered or times out (at most 2 s).
+
 ``make test`` runs it for 10 s; ``make chaos`` for 60 s (the issue's figure).
 """
 
@@ -95,22 +98,24 @@ def run_overload(
     common = ("--interval-ms", str(INTERVAL_MS), "--seconds", str(seconds))
     load = generate(stack, LOAD_PREFIX, LOAD_GROUP, "--churners", str(churners - 3), *common)
     churn = generate(stack, PREFIX, GROUP, "--churners", "3", *common)
-    drop_ns = start_ns + int(seconds * 1e9)  # when the churners stop sending
-    time.sleep(max(0.0, (drop_ns - time.monotonic_ns()) / 1e9))
+    # The load has dropped once both generators have exited: they stop sending after ``seconds``, and
+    # the requests still in flight then (a join among them) have been answered or have timed out.
+    load_result, churn_result = result(load, seconds + 30), result(churn, seconds + 30)
+    drop_ns = time.monotonic_ns()
+    stop_ns = start_ns + int(seconds * 1e9)  # when the churners stopped starting requests
 
     # Every shard owned again, by the healthy members, within two lease TTLs of the load dropping (the
     # churners stop without leaving: their leases end, the tick expires them, the shards come back).
     wait_until(
         lambda: stable_and_balanced(stack.describe_from_store(), 3, SHARDS),
-        timeout_s=max(0.0, (drop_ns - time.monotonic_ns()) / 1e9 + 2 * LEASE_TTL_MS / 1000),
+        timeout_s=2 * LEASE_TTL_MS / 1000,
         interval_s=0.05,
         what="every shard owned by the three healthy members within 2 TTL of the load dropping",
     )
     settled_ms = (time.monotonic_ns() - drop_ns) / 1e6
-    load_result, churn_result = result(load, 30), result(churn, 30)
     summary = {
         "capacity_per_s": capacity, "churners": churners, "load": load_result, "churn": churn_result,
-        "settled_after_drop_ms": round(settled_ms),
+        "settled_after_drop_ms": round(settled_ms), "drained_after_stop_ms": round((drop_ns - stop_ns) / 1e6),
     }  # fmt: skip
     print("overload:", json.dumps(summary))
 
