@@ -236,7 +236,9 @@ def store_section(path: Path) -> list[str]:
             f"| a join at {row['members']:,} members (median over {row['joins']} joins) | "
             f"{row['wall_ms']:.2f} | {row['coordinator_cpu_ms']:.2f} | {row['redis_cpu_ms']:.2f} |"
         )
-    tick = data["tick"]
+    tick = data.get("tick")
+    if not tick:
+        return lines
     for key, what in (
         ("indexed", "every interval (the tick index)"),
         ("full_cold", "once a minute (full, cold)"),

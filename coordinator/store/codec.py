@@ -185,9 +185,13 @@ def _encode_member(m: Member) -> dict[str, Any]:
     }
 
 
-def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> Member:
+def _last_heartbeat_ms(d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> int:
     # The fast path renews only the lease field; the last heartbeat is when that lease was granted.
-    last_heartbeat_ms = max(d["last_heartbeat_ms"], lease_deadline_ms - lease_ttl_ms)
+    return int(max(d["last_heartbeat_ms"], lease_deadline_ms - lease_ttl_ms))
+
+
+def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> Member:
+    last_heartbeat_ms = _last_heartbeat_ms(d, lease_deadline_ms, lease_ttl_ms)
     return Member(
         member_id=member_id,
         state=_MEMBER_STATES[d["state"]],
@@ -280,7 +284,7 @@ def decode_group_cached(
         for mid, member in group.members.items():
             md = known.members[mid]
             lease = leases.get(mid, 0)
-            last_heartbeat_ms = max(md["last_heartbeat_ms"], lease - ttl)
+            last_heartbeat_ms = _last_heartbeat_ms(md, lease, ttl)
             if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last_heartbeat_ms:
                 if members is None:
                     members = dict(group.members)
@@ -289,16 +293,16 @@ def decode_group_cached(
                 )
             if cache is not None and last_heartbeat_ms == md["last_heartbeat_ms"]:
                 cache[id(member)] = (member, md)
-        if members is not None:
-            group = replace(group, members=members)
-        return DecodedGroup(raw=raw, group=group, members=known.members)
+        if members is None:
+            return known  # no lease moved: the very same state
+        return DecodedGroup(raw=raw, group=replace(group, members=members), members=known.members)
     d = orjson.loads(raw)
     ttl = d["config"]["lease_ttl_ms"]
     decoded = {}
     for mid, md in d["members"].items():
         lease = leases.get(mid, 0)
         member = decoded[mid] = _decode_member(mid, md, lease, ttl)
-        if cache is not None and max(md["last_heartbeat_ms"], lease - ttl) == md["last_heartbeat_ms"]:
+        if cache is not None and member.last_heartbeat_ms == md["last_heartbeat_ms"]:
             cache[id(member)] = (member, md)
     return DecodedGroup(raw=raw, group=_decode_group_document(d, decoded), members=d["members"])
 
@@ -394,7 +398,9 @@ def derived_fields(state: PrefixState) -> dict[str, str]:
     return fields
 
 
-def group_fields(group: Group) -> dict[str, str]:
+def group_fields(group: Group, *, with_schedule: bool = True) -> dict[str, str]:
+    """The derived fields of a group. Without ``with_schedule`` the ``ts:`` value is left empty (its key
+    is present): the commit rewrites ``ts:`` every time, so the value it replaces is never needed."""
     name = group.consumer_group
     return {
         f"ml:{name}": " ".join(sorted(group.members)),
@@ -402,7 +408,7 @@ def group_fields(group: Group) -> dict[str, str]:
         # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
         # writes this one field instead of deleting every member's f: and r: (docs/store.md).
         f"ae:{name}": str(group.assignment_epoch),
-        f"ts:{name}": tick_schedule_field(tick_schedule(group)),
+        f"ts:{name}": tick_schedule_field(tick_schedule(group)) if with_schedule else "",
     }
 
 

@@ -7,21 +7,24 @@
 -- later of its l: field and its record, and a record counts only at the epoch the member is live at
 -- (its m: field).
 
--- Raise a script error unless `key` is the lease-record key of `meta` (rsc:{P}:meta -> rsc:{P}:lr).
-local function require_lease_records_key(meta, key)
-  if key ~= string.sub(meta, 1, -5) .. 'lr' then
-    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease-renewal key of ' .. meta})
+-- Raise a script error unless `key` is the key `rsc:{P}:<suffix>` of `meta` (rsc:{P}:meta), named `what`
+-- in the error.
+local function require_key_of(meta, key, suffix, what)
+  if key ~= string.sub(meta, 1, -5) .. suffix then
+    error({err = 'ERR key ' .. tostring(key) .. ' is not the ' .. what .. ' of ' .. meta})
   end
   return key
 end
 
--- Raise a script error unless `key` is the lease index of `meta` (rsc:{P}:meta -> rsc:{P}:lz): a sorted
--- set of the live members, <group>:<member> scored by their l: deadline (docs/store.md).
+-- The members' own renewals (rsc:{P}:lr).
+local function require_lease_records_key(meta, key)
+  return require_key_of(meta, key, 'lr', 'lease-renewal key')
+end
+
+-- The lease index (rsc:{P}:lz): a sorted set of the live members, <group>:<member> scored by their l:
+-- deadline (docs/store.md).
 local function require_lease_index_key(meta, key)
-  if key ~= string.sub(meta, 1, -5) .. 'lz' then
-    error({err = 'ERR key ' .. tostring(key) .. ' is not the lease index of ' .. meta})
-  end
-  return key
+  return require_key_of(meta, key, 'lz', 'lease index')
 end
 
 -- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record was written at

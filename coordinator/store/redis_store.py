@@ -682,7 +682,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         if not group_wide:
             assert before is not None and after is not None
             ids = {m for m in ids if before.members.get(m) is not after.members.get(m)}
-        old_fields: dict[str, str] = codec.group_fields(before) if before else {}
+        old_fields: dict[str, str] = codec.group_fields(before, with_schedule=False) if before else {}
         new_fields: dict[str, str] = codec.group_fields(after) if after else {}
         for mid in ids:
             if before is not None and old is not None and mid in before.members:
@@ -694,8 +694,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     codec.member_fields(after, new.topology, after.members[mid], with_response=True)
                 )
         # r: is always rewritten (its key marks "computed"), and ts: (a group whose ts: is new has its
-        # members indexed by commit.lua); lt: and ae: on every group-wide change and epoch bump, so that
-        # metadata written before they existed gets them at the group's next bump.
+        # members indexed by commit.lua); lt: on every group-wide change and epoch bump, so that metadata
+        # written before it existed gets it at the group's next bump (ae: changes at every bump anyway).
         epochs_moved = (
             before is None
             or after is None
@@ -706,7 +706,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 k: v
                 for k, v in new_fields.items()
                 if k.startswith(("r:", "ts:"))
-                or ((group_wide or epochs_moved) and k.startswith(("lt:", "ae:")))
+                or ((group_wide or epochs_moved) and k.startswith("lt:"))
                 or old_fields.get(k) != v
             }
         )

@@ -22,7 +22,6 @@ import http.client
 import json
 import random
 import secrets
-import socket
 import threading
 import time
 from collections import Counter
@@ -50,7 +49,7 @@ class Churner(threading.Thread):
             response = self.conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:
-            self.local["timeouts" if isinstance(exc, socket.timeout | TimeoutError) else "errors"] += 1
+            self.local["timeouts" if isinstance(exc, TimeoutError) else "errors"] += 1
             if self.conn is not None:
                 self.conn.close()
             self.conn = None
