@@ -89,6 +89,7 @@ def _heartbeat_worker(
 ) -> None:
     api = Api(port, MEMBER_TOKEN)
     latencies: list[float] = []
+    cpu0 = time.process_time()
     deadline = time.perf_counter() + seconds
     i = 0
     while time.perf_counter() < deadline:
@@ -97,18 +98,19 @@ def _heartbeat_worker(
         t0 = time.perf_counter()
         api.heartbeat(prefix, group, {"member_id": member, "member_epoch": epoch, "owned_shards": shards})
         latencies.append(time.perf_counter() - t0)
-    out.put(latencies)
+    out.put((latencies, time.process_time() - cpu0))
 
 
 def _ping_worker(url: str, seconds: float, out: Any) -> None:
     client = redis.Redis.from_url(url)
     latencies: list[float] = []
+    cpu0 = time.process_time()
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         t0 = time.perf_counter()
         client.ping()
         latencies.append(time.perf_counter() - t0)
-    out.put(latencies)
+    out.put((latencies, time.process_time() - cpu0))
 
 
 def run_load(target: Any, args: tuple[Any, ...], clients: int) -> dict[str, float]:
@@ -118,12 +120,14 @@ def run_load(target: Any, args: tuple[Any, ...], clients: int) -> dict[str, floa
     seconds = args[-1]
     for p in procs:
         p.start()
-    latencies = [x for _ in procs for x in queue.get(timeout=seconds + 60)]
+    results = [queue.get(timeout=seconds + 60) for _ in procs]
     for p in procs:
         p.join()
-    latencies.sort()
+    latencies = sorted(x for lat, _cpu in results for x in lat)
     return {
         "requests": len(latencies),
+        # the load generator's own CPU (every client process), per request
+        "client_cpu_us_per_request": 1e6 * sum(cpu for _lat, cpu in results) / max(1, len(latencies)),
         "per_second": len(latencies) / seconds,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))],
@@ -265,12 +269,24 @@ def group_cpu_s(pgids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+# Variants of a server (the part of the kind after the server's name): "-no-door" serves config.wsgi with
+# the heartbeat door off (RSC_HEARTBEAT_DOOR=false: every heartbeat through Django's handler, as before
+# the door), "-floor" serves bench/floor_app.py (the server's own cost per request, no Django at all).
+VARIANTS = ("-no-door", "-floor")
+
+
 def server_argv(kind: str, port: int, workers: int, threads: int) -> list[str] | None:
     """The command line of HTTP server ``kind`` serving config.wsgi, or None if it is not installed."""
+    for variant in VARIANTS:
+        if kind.endswith(variant):
+            argv = server_argv(kind.removesuffix(variant), port, workers, threads)
+            if argv is not None and variant == "-floor":
+                argv = [("bench.floor_app:application" if a.startswith("config.") else a) for a in argv]
+            return argv
     if kind == "gunicorn-gthread":
         return [
-            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-            "-k", "gthread", "--threads", str(threads), "--log-level", "warning",
+            sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}",
+            "-w", str(workers), "-k", "gthread", "--threads", str(threads), "--log-level", "warning",
         ]  # fmt: skip
     if kind == "granian":
         if not _installed("granian"):
@@ -284,8 +300,8 @@ def server_argv(kind: str, port: int, workers: int, threads: int) -> list[str] |
         if not _installed("gevent"):
             return None
         return [
-            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-            "-k", "gevent", "--worker-connections", "100", "--log-level", "warning",
+            sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}",
+            "-w", str(workers), "-k", "gevent", "--worker-connections", "100", "--log-level", "warning",
         ]  # fmt: skip
     if kind == "uvicorn-asgi":  # config.asgi: Django runs the (synchronous) views in a worker thread
         if not _installed("uvicorn"):
@@ -329,6 +345,9 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+ROW_KEYS = ("per_second", "p50_ms", "p99_ms", "server_cpu_us_per_request", "client_cpu_us_per_request")
+
+
 def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     """Steady heartbeats of 100 members through each installed candidate server: median of 3 runs."""
     rows: dict[str, Any] = {}
@@ -338,9 +357,13 @@ def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, 
         if argv is None:
             rows[kind] = {"skipped": "not installed"}
             continue
-        proc = start_server(argv, port, env)
+        server_env = {**env, "RSC_HEARTBEAT_DOOR": "false"} if kind.endswith("-no-door") else env
+        proc = start_server(argv, port, server_env)
         try:
-            members = setup_group(port, "servers", kind, 100, shards=64)
+            if kind.endswith("-floor"):  # any request gets {}: the members are only names
+                members = [(f"bench-{i}", 1, []) for i in range(100)]
+            else:
+                members = setup_group(port, "servers", kind, 100, shards=64)
             runs = []
             for _ in range(3):
                 cpu0 = group_cpu_s([proc.pid])
@@ -353,7 +376,7 @@ def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, 
             stop_server(proc)
         rows[kind] = {
             key: statistics.median(run[key] for run in runs)
-            for key in ("per_second", "p50_ms", "p99_ms", "server_cpu_us_per_request")
+            for key in ROW_KEYS
         }
         rows[kind]["runs"] = runs
         print(f"{kind}: {rows[kind]}", flush=True)
@@ -377,7 +400,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="threads per server worker process")
     parser.add_argument(
         "--servers",
-        default="gunicorn-gthread,gunicorn-gevent,uvicorn-asgi,granian",
+        default=(
+            "gunicorn-gthread,gunicorn-gthread-no-door,gunicorn-gthread-floor,"
+            "gunicorn-gevent,uvicorn-asgi,granian,granian-floor"
+        ),
         help="compared HTTP servers ('' none)",
     )
     parser.add_argument("--out", default="")

@@ -113,28 +113,39 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             f"{data['seconds']:.0f} s, medians; server CPU is every process of the server's process group "
             "(from /proc) divided by the requests served.",
             "",
-            "| server | requests/s | p50 ms | p99 ms | server CPU µs / request |",
-            "|---|---:|---:|---:|---:|",
+            "| server | requests/s | p50 ms | p99 ms | server CPU µs / request "
+            "| load generator CPU µs / request |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
-        for kind, row in servers["rows"].items():
+        rows = servers["rows"]
+        for kind, row in rows.items():
             if "skipped" in row:
-                lines.append(f"| {kind} | {row['skipped']} | | | |")
+                lines.append(f"| {kind} | {row['skipped']} | | | | |")
                 continue
             lines.append(
                 f"| {kind} | {_fmt(row['per_second'])} | {_fmt(row['p50_ms'], 2)} | "
-                f"{_fmt(row['p99_ms'], 2)} | {_fmt(row['server_cpu_us_per_request'], 0)} |"
+                f"{_fmt(row['p99_ms'], 2)} | {_fmt(row['server_cpu_us_per_request'], 0)} | "
+                f"{_fmt(row.get('client_cpu_us_per_request', float('nan')), 0)} |"
             )
-        base = servers["rows"].get("gunicorn-gthread", {})
-        for kind, other in servers["rows"].items():
+        lines += [
+            "",
+            "`-no-door`: the same server and application with the heartbeat door off (`RSC_HEARTBEAT_DOOR="
+            "false`, every heartbeat through Django's handler); `-floor`: the server serving "
+            "`bench/floor_app.py`, which answers `{}` and does nothing else: the server's own cost per "
+            "request.",
+        ]
+        base = rows.get("gunicorn-gthread", {})
+        for kind, other in rows.items():
             if kind == "gunicorn-gthread" or "per_second" not in base or "per_second" not in other:
                 continue
             pairs = zip(other["runs"], base["runs"], strict=True)
             rate = ", ".join(f"{o['per_second'] / b['per_second']:.2f}" for o, b in pairs)
             cpu = other["server_cpu_us_per_request"] / base["server_cpu_us_per_request"]
+            what = "requests" if kind.endswith("-floor") else "heartbeats"
             lines += [
                 "",
                 f"In this run {kind} served **{other['per_second'] / base['per_second']:.2f}x** "
-                f"gunicorn-gthread's heartbeats per second (repetitions: {rate}) "
+                f"gunicorn-gthread's {what} per second (repetitions: {rate}) "
                 f"at **{cpu:.2f}x** its server CPU per request.",
             ]
         lines += ["", *SERVER_DECISION]

@@ -323,6 +323,10 @@ RSC_CREDENTIAL_CACHE_S = env.float("RSC_CREDENTIAL_CACHE_S", default=5.0)
 # 100 ms (10/s), so the default leaves a member twice that rate plus bursts.
 RSC_HEARTBEAT_FLOOR_MS = env.int("RSC_HEARTBEAT_FLOOR_MS", default=50)
 RSC_HEARTBEAT_BURST = env.int("RSC_HEARTBEAT_BURST", default=20)
+# Steady heartbeats answered at the WSGI layer, before Django's middleware (coordinator/api/door.py;
+# config/wsgi.py wraps the application). It turns itself off when MIDDLEWARE holds a class it does not
+# know; false: every heartbeat goes through Django (the answers are the same).
+RSC_HEARTBEAT_DOOR = env.bool("RSC_HEARTBEAT_DOOR", default=True)
 # Joins running at once per API process; one more gets 429 JOINS_THROTTLED (shed first under load so
 # steady heartbeats keep every lease). 0: no limit.
 RSC_MAX_CONCURRENT_JOINS = env.int("RSC_MAX_CONCURRENT_JOINS", default=4)

@@ -1,4 +1,8 @@
-"""WSGI entry point (gunicorn config.wsgi:application)."""
+"""WSGI entry point (gunicorn config.wsgi:application).
+
+Steady member heartbeats are answered by the heartbeat door before Django's request handling
+(coordinator/api/door.py); every other request, and any heartbeat the door is unsure of, goes to Django.
+"""
 
 import os
 
@@ -7,3 +11,7 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 application = get_wsgi_application()
+
+from coordinator.api.door import HeartbeatDoor  # noqa: E402  (after Django is set up)
+
+application = HeartbeatDoor(application)

@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "RSC_CREDENTIAL_CACHE_S": 5.0,
     "RSC_HEARTBEAT_FLOOR_MS": 50,
     "RSC_HEARTBEAT_BURST": 20,
+    "RSC_HEARTBEAT_DOOR": True,
     "RSC_MAX_CONCURRENT_JOINS": 4,
     "RSC_ADMIN_API_RATE": "600/min",
     # Coordinator timing (coordinator/checks.py rejects impossible combinations at start-up).

@@ -58,6 +58,7 @@ from rest_framework.request import Request
 
 from coordinator.models import ANY, ApiCredential, matches_any, parse_patterns, token_digest
 from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
+from coordinator.store import codec
 
 from .errors import ApiErrorCode
 
@@ -154,10 +155,23 @@ class _Candidate:
     principal: TokenPrincipal
 
 
+_from_settings: tuple[tuple[Any, ...], list[_Candidate]] | None = None  # (the settings' tokens, candidates)
+
+
 def _candidates_from_settings() -> list[_Candidate]:
+    """The environment tokens' candidates, hashed again only when the settings' tokens change."""
+    global _from_settings
+    tokens = tuple(
+        tuple(getattr(settings, setting, None) or ()) for setting in ("RSC_MEMBER_TOKENS", "RSC_ADMIN_TOKENS")
+    )
+    kept = _from_settings
+    if kept is not None and kept[0] == tokens:
+        return kept[1]
     found = []
-    for setting, role in (("RSC_MEMBER_TOKENS", Role.MEMBER), ("RSC_ADMIN_TOKENS", Role.ADMIN)):
-        for index, token in enumerate(getattr(settings, setting, None) or ()):
+    for (setting, role), listed in zip(
+        (("RSC_MEMBER_TOKENS", Role.MEMBER), ("RSC_ADMIN_TOKENS", Role.ADMIN)), tokens, strict=True
+    ):
+        for index, token in enumerate(listed):
             if token:
                 digest = token_digest(token)
                 # The identity is the token's (not its place in the list): reordering the setting
@@ -165,6 +179,7 @@ def _candidates_from_settings() -> list[_Candidate]:
                 identity = f"environment:{digest.hex()[:16]}"
                 principal = TokenPrincipal(f"{setting}[{index}]", role, "environment", identity)
                 found.append(_Candidate(digest, principal))
+    _from_settings = (tokens, found)
     return found
 
 
@@ -189,7 +204,7 @@ DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
 def _cache_ttl_s() -> float:
     return float(getattr(settings, "RSC_CREDENTIAL_CACHE_S", DB_CREDENTIALS_TTL_S))
 
-SHARED_GENERATION_KEY = "rsc:credentials:generation"
+SHARED_GENERATION_KEY = codec.CREDENTIALS_GENERATION_KEY
 _Candidates = list[_Candidate]
 _db_cache: tuple[float, bytes | None, _Candidates] | None = None  # (filled at, shared generation, rows)
 _db_generation = 0
@@ -303,28 +318,44 @@ def forget_cached_credentials(using: str = DEFAULT_DB_ALIAS, **_: Any) -> None:
     transaction.on_commit(_publish_change, using=using)
 
 
-def match_token(token: str) -> TokenPrincipal | None:
+def _best_match(token: str, *candidate_lists: _Candidates) -> TokenPrincipal | None:
     """The principal whose token this is (highest role wins), or None. Constant time per candidate."""
     presented = token_digest(token)
     best: TokenPrincipal | None = None
-
-    def consider(candidates: list[_Candidate]) -> None:
-        nonlocal best
+    for candidates in candidate_lists:
         for candidate in candidates:  # no early exit: every candidate is compared
             matched = hmac.compare_digest(candidate.digest, presented)
             if matched and (best is None or _RANK[candidate.principal.role] > _RANK[best.role]):
                 best = candidate.principal
+    return best
 
-    consider(_candidates_from_settings())
+
+def match_token(token: str) -> TokenPrincipal | None:
+    """The principal whose token this is (highest role wins), or None."""
+    from_settings = _candidates_from_settings()
     try:
         from_db = _candidates_from_database()
     except DatabaseError as e:
         log.error("API credentials database unreadable; only environment tokens are accepted", exc_info=e)
+        best = _best_match(token, from_settings)
         if best is None:
             raise StoreUnavailable("the credential database is unavailable; retry shortly") from e
         return best
-    consider(from_db)
-    return best
+    return _best_match(token, from_settings, from_db)
+
+
+def match_token_cached(token: str) -> tuple[TokenPrincipal | None, bytes] | None:
+    """:func:`match_token` from this process's cache alone, without reading the shared generation: the
+    principal (or None) and the shared generation the cached credentials were read under. The caller
+    must check that generation against the one in Redis atomically with what it does for the request
+    (the heartbeat door passes it to ``fast_heartbeat.lua``, which answers nothing if it moved), so a
+    change still applies from the first request that starts after its commit. None when only
+    :func:`match_token` can say: nothing cached, the cache past its time limit, or filled while the
+    shared generation was unreadable."""
+    cached = _db_cache
+    if cached is None or cached[1] is None or time.monotonic() - cached[0] >= _cache_ttl_s():
+        return None
+    return _best_match(token, _candidates_from_settings(), cached[2]), cached[1]
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):

@@ -39,11 +39,11 @@ from django.views.decorators.csrf import csrf_exempt
 from coordinator.protocol.errors import CoordinatorError, HeartbeatTooFrequent
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import MAX_CAPACITY, Shard, validate_identifier
-from coordinator.store import get_store
+from coordinator.store import CredentialsChanged, get_store
 from coordinator.store.instruments import HEARTBEAT_SECONDS
 
 from . import errors
-from .auth import TokenPrincipal, match_token
+from .auth import match_token, match_token_cached
 from .parsers import JSON_MEDIA_TYPE, max_body_bytes, strict_loads
 from .serializers import MAX_MEMBER_EPOCH, MAX_OWNED_SHARDS
 from .throttling import heartbeat_floor
@@ -58,23 +58,45 @@ _DRF_HEADERS = {"Allow": "POST", "Cache-Control": "no-store"}
 _drf_view = HeartbeatView.as_view()
 
 
+# Set in the WSGI environ by the heartbeat door (door.py) when it ran the script for this request and
+# found the member not steady: the view then goes straight to DRF, as with FAST_TRIED.
+DOOR_TRIED = "rsc.fast_heartbeat_tried"
+
+
 @csrf_exempt  # as DRF's views: only token requests are answered here, and tokens are not cookies
 def heartbeat(request: HttpRequest, stream_prefix: str, consumer_group: str) -> Any:
-    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group)
-    if steady is None:
+    if request.META.get(DOOR_TRIED):
+        setattr(request, FAST_TRIED, True)
         return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
-    hb, _principal = steady
+    answer = steady_answer(request, stream_prefix, consumer_group)
+    if answer is None:
+        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+    return answer
+
+
+def steady_answer(
+    request: HttpRequest, stream_prefix: str, consumer_group: str, *, cached_only: bool = False
+) -> HttpResponse | None:
+    """The answer to a plainly steady heartbeat (its stored response, or the floor's refusal), or None
+    when the DRF view must decide; then ``FAST_TRIED`` is set on the request if the script ran.
+    ``cached_only``: answer only from this process's cached credentials (never a database read)."""
+    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group, cached_only)
+    if steady is None:
+        return None
+    hb, generation = steady
     started = time.perf_counter()
     try:
-        raw = get_store().fast_heartbeat(stream_prefix, consumer_group, hb, heartbeat_floor())
+        raw = get_store().fast_heartbeat(
+            stream_prefix, consumer_group, hb, heartbeat_floor(), credentials_generation=generation
+        )
     except HeartbeatTooFrequent as refused:
         HEARTBEAT_SECONDS.labels("refused").observe(time.perf_counter() - started)
         return _finalize(errors.exception_handler(refused, {"request": request}))
-    except CoordinatorError:
-        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+    except (CoordinatorError, CredentialsChanged):
+        return None  # nothing was written: DRF authenticates afresh and words any error
     if raw is None:
         setattr(request, FAST_TRIED, True)
-        return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
+        return None
     HEARTBEAT_SECONDS.labels("fast").observe(time.perf_counter() - started)
     return _finalize(HttpResponse(raw, content_type=JSON_MEDIA_TYPE))
 
@@ -92,9 +114,47 @@ def _finalize(response: HttpResponse) -> HttpResponse:
 
 
 def _plain_steady_heartbeat(
-    request: HttpRequest, stream_prefix: str, consumer_group: str
-) -> tuple[Heartbeat, TokenPrincipal] | None:
-    """The heartbeat and its principal if the request is plainly a steady heartbeat, else None."""
+    request: HttpRequest, stream_prefix: str, consumer_group: str, cached_only: bool
+) -> tuple[Heartbeat, bytes | None] | None:
+    """The heartbeat (with its sender's identity) if the request is plainly a steady heartbeat, and the
+    credentials generation to check in the script (None: authenticated afresh), else None."""
+    token = plain_token(request)
+    if token is None:
+        return None
+    try:
+        validate_identifier(stream_prefix, "stream_prefix")
+        validate_identifier(consumer_group, "consumer_group")
+        body = strict_loads(request.body)
+        hb = _heartbeat_of(body)
+        if hb is None:
+            return None
+        # From the cache, checked against the shared generation inside the script (no GET of it here),
+        # where one Redis holds both; else as DRF authenticates.
+        cached = match_token_cached(token) if get_store().checks_credentials_in_script else None
+        if cached is None:
+            if cached_only:
+                return None
+            principal, generation = match_token(token), None
+        else:
+            principal, generation = cached
+        if principal is None:
+            return None
+        if principal.scope is not None:
+            principal.scope.check(principal.name, stream_prefix, consumer_group, hb.member_id)
+        return Heartbeat(
+            member_id=hb.member_id,
+            member_epoch=hb.member_epoch,
+            owned=hb.owned,
+            capacity=hb.capacity,
+            owner=principal.identity,
+        ).validated(), generation
+    except (CoordinatorError, ValueError, RecursionError):
+        return None  # the DRF view says what is wrong
+
+
+def plain_token(request: HttpRequest) -> str | None:
+    """The bearer token if the request's method and headers are plainly a heartbeat's (its body not yet
+    read: a JSON body of an acceptable length, one bearer token), else None."""
     if request.method != "POST" or request.META.get("HTTP_TRANSFER_ENCODING"):
         return None
     media_type, params = parse_header_parameters(request.META.get("CONTENT_TYPE", ""))
@@ -110,27 +170,7 @@ def _plain_steady_heartbeat(
     token = token.strip()
     if scheme.lower() != "bearer" or not token or " " in token:
         return None
-    try:
-        validate_identifier(stream_prefix, "stream_prefix")
-        validate_identifier(consumer_group, "consumer_group")
-        body = strict_loads(request.body)
-        hb = _heartbeat_of(body)
-        if hb is None:
-            return None
-        principal = match_token(token)
-        if principal is None:
-            return None
-        if principal.scope is not None:
-            principal.scope.check(principal.name, stream_prefix, consumer_group, hb.member_id)
-        return Heartbeat(
-            member_id=hb.member_id,
-            member_epoch=hb.member_epoch,
-            owned=hb.owned,
-            capacity=hb.capacity,
-            owner=principal.identity,
-        ).validated(), principal
-    except (CoordinatorError, ValueError, RecursionError):
-        return None  # the DRF view says what is wrong
+    return token
 
 
 def _heartbeat_of(body: Any) -> Heartbeat | None:

@@ -6,9 +6,16 @@ import threading
 
 from coordinator.protocol.errors import StoreUnavailable
 
-from .redis_store import HeartbeatFloor, MetadataStore, StoreTickReport
+from .redis_store import CredentialsChanged, HeartbeatFloor, MetadataStore, StoreTickReport
 
-__all__ = ["HeartbeatFloor", "MetadataStore", "StoreTickReport", "get_store", "reset_store"]
+__all__ = [
+    "CredentialsChanged",
+    "HeartbeatFloor",
+    "MetadataStore",
+    "StoreTickReport",
+    "get_store",
+    "reset_store",
+]
 
 _lock = threading.Lock()
 _stores: dict[str, MetadataStore] = {}

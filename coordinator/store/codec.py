@@ -86,6 +86,9 @@ def stream_key(stream_prefix: str, shard: Shard) -> str:
 
 
 PREFIXES_KEY = "rsc:prefixes"
+# Bumped by every committed API-credential change (coordinator/api/auth.py): cached credentials are
+# used only while it holds the value they were read under.
+CREDENTIALS_GENERATION_KEY = "rsc:credentials:generation"
 
 
 def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) -> str:

@@ -5,6 +5,8 @@
 -- KEYS[2]  rsc:{P}:hbr:<group>:<member>, the member's heartbeat-floor state (expires by itself)
 -- KEYS[3]  rsc:{P}:lr, the members' own lease renewals (read when the l: field has ended)
 -- KEYS[4]  rsc:{P}:lz, the lease index (the renewed deadline goes there too)
+-- KEYS[5]  (optional) rsc:credentials:generation, when the caller authenticated the request from the
+--          credentials it cached under generation ARGV[10] (the API's heartbeat door, one Redis only)
 -- ARGV[1]  consumer group
 -- ARGV[2]  member id
 -- ARGV[3]  member epoch the member sent (decimal; 0 join, -1 leave: floor only, never the fast path)
@@ -14,16 +16,25 @@
 -- ARGV[7]  digest of the sender's credential identity, or "*" when not checked
 -- ARGV[8]  floor: milliseconds per heartbeat sustained (0 = no floor)
 -- ARGV[9]  floor: burst (heartbeats accepted back to back)
+-- ARGV[10] (with KEYS[5]) the credentials generation the caller's cache was read under
 --
 -- The floor is a GCRA (generic cell rate algorithm) over a live member's heartbeats, whatever their
 -- outcome: KEYS[2] holds the theoretical arrival time. A member id that is not live (m:<g>:<m> absent,
 -- e.g. a first join) has no floor here, so unknown ids create no keys.
 --
--- Returns {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
+-- Returns {3} when KEYS[5] is given and the credentials generation is no longer ARGV[10] (a credential
+-- changed since the caller cached them: nothing touched, the caller authenticates afresh);
+-- {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
 -- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
--- Touches: HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>; ZADD KEYS[4].
+-- Touches: GET KEYS[5]; HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>; ZADD KEYS[4].
 local meta = KEYS[1]
+if KEYS[5] and KEYS[5] ~= 'rsc:credentials:generation' then
+  return redis.error_reply('ERR KEYS[5] must be rsc:credentials:generation')
+end
+if KEYS[5] and (redis.call('GET', KEYS[5]) or '0') ~= ARGV[10] then
+  return {3}
+end
 local records = require_lease_records_key(meta, KEYS[3])
 local index = require_lease_index_key(meta, KEYS[4])
 local tag = ARGV[1] .. ':' .. ARGV[2]

@@ -119,6 +119,11 @@ class StoreTickReport:
     error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
+class CredentialsChanged(Exception):
+    """fast_heartbeat's script found the API credentials generation moved on since the caller cached
+    them; nothing was written. Not a client error: the caller authenticates afresh."""
+
+
 @dataclass(frozen=True, slots=True)
 class HeartbeatFloor:
     """At most ``burst`` heartbeats of one live member back to back, then one per ``period_ms``."""
@@ -193,12 +198,28 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             assert isinstance(outcome.result, HeartbeatResponse)
             return codec.response_to_json(outcome.result, stream_prefix)
 
+    @property
+    def checks_credentials_in_script(self) -> bool:
+        """Whether :meth:`fast_heartbeat` can check ``credentials_generation`` in its script: one Redis
+        only (in a cluster the generation key lives in another slot than the prefix's keys)."""
+        return not clients.is_cluster(self.client)
+
     def fast_heartbeat(
-        self, stream_prefix: str, consumer_group: str, hb: Heartbeat, floor: HeartbeatFloor | None
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        hb: Heartbeat,
+        floor: HeartbeatFloor | None,
+        credentials_generation: bytes | None = None,
     ) -> bytes | None:
         """One script call: the heartbeat floor, then the steady-state fast path. Returns the stored
         response (JSON bytes, as the full path would answer it) if the member is steady, None if only
-        the full path can decide. Raises HeartbeatTooFrequent (nothing changed) past the floor."""
+        the full path can decide. Raises HeartbeatTooFrequent (nothing changed) past the floor.
+
+        ``credentials_generation``: the request was authenticated from credentials cached under this
+        value of ``codec.CREDENTIALS_GENERATION_KEY``; the script first checks it is still the value, in
+        the same atomic step, and raises CredentialsChanged (nothing changed) if not. Only where
+        :attr:`checks_credentials_in_script`."""
         validate_identifier(stream_prefix, "stream_prefix")
         validate_identifier(consumer_group, "consumer_group")
         hb = hb.validated()
@@ -216,10 +237,17 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             codec.lease_index_key(stream_prefix),
         ]
         args = [consumer_group, hb.member_id, hb.member_epoch, capacity, owned, client, owner, period, burst]
+        if credentials_generation is not None:
+            if not self.checks_credentials_in_script:
+                raise ValueError("credentials_generation needs one Redis, not a cluster")
+            keys.append(codec.CREDENTIALS_GENERATION_KEY)
+            args.append(credentials_generation)
         with translate_redis_errors():
             fast = self._fast(keys=keys, args=args)
         if int(fast[0]) == 1:
             return bytes(fast[1])
+        if int(fast[0]) == 3:
+            raise CredentialsChanged("API credentials changed since they were cached")
         if int(fast[0]) == 2:
             wait_ms = int(fast[1])
             raise HeartbeatTooFrequent(

@@ -1,0 +1,153 @@
+"""The heartbeat door: steady heartbeats answered at the WSGI layer, before Django's request handling.
+
+Theory of operation
+-------------------
+A steady heartbeat is most of the API's traffic, and its answer is one script call (fastpath.py). Even
+after the pre-DRF fast path, Django's handler cost several times that call: the middleware chain (eight
+classes, most of them for browser sessions), URL resolution, the request signals. ``HeartbeatDoor``
+wraps the project's WSGI application (``config/wsgi.py``; a host project wraps its own the same way,
+docs/plugin.md) and answers a request itself only when the answer is certainly the one Django would
+give; anything else, and anything it is unsure of, goes to the wrapped application untouched:
+
+* ``POST`` to the heartbeat URL (found by ``reverse``, so wherever the project mounts the API), without
+  a ``Cookie`` header (so session, CSRF and message middleware have nothing to do);
+* only when every class in ``settings.MIDDLEWARE`` is one the door knows to change nothing in a
+  cookie-less token request's answer (``_NOTHING_TO_DO``), or one whose own request and response hooks
+  the door runs (``_RUN``: security, common, clickjacking): so a host project's own middleware (CORS,
+  request ids, logging) switches the door off (logged once) rather than being skipped;
+* Django's own checks first, by Django's own code: the host (``request.get_host()`` against
+  ``ALLOWED_HOSTS``), the HTTPS redirect and the disallowed user agents (the request hooks of the
+  middleware in ``_RUN``); any of them not passing, Django answers;
+* then fastpath.steady_answer with ``cached_only``: the credentials must be in this process's cache
+  (the door never reads the database), and the script checks the cache's generation atomically with
+  the renewal (docs/protocol.md section 12, "Credential changes").
+
+The answer goes through the response hooks of the middleware in ``_RUN``, in Django's order, so its
+headers are Django's; a 4xx is logged as Django logs it. Not steady after the script ran: the environ is
+marked (``fastpath.DOOR_TRIED``) so the view does not run the script (and count the floor) again. The
+body is read once and handed on in the environ. tests/api/test_door.py sends a corpus of requests through
+the door and through Django alone and compares status, headers and body.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIRequest
+from django.http import HttpResponse
+from django.urls import reverse
+from django.utils.log import log_response
+from django.utils.module_loading import import_string
+
+from . import fastpath
+
+log = logging.getLogger(__name__)
+
+# Middleware that does nothing to a cookie-less bearer-token POST to a csrf_exempt view that never
+# touches request.session / request.user / messages: lazy session and user, no CSRF cookie to rotate,
+# no messages to store, django-axes acts on login attempts only.
+_NOTHING_TO_DO = frozenset(
+    {
+        "django.contrib.sessions.middleware.SessionMiddleware",
+        "django.middleware.csrf.CsrfViewMiddleware",
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django.contrib.messages.middleware.MessageMiddleware",
+        "axes.middleware.AxesMiddleware",
+    }
+)
+# Middleware whose own hooks the door runs (process_request, then process_response in reverse order).
+_RUN = frozenset(
+    {
+        "django.middleware.security.SecurityMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    }
+)
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class HeartbeatDoor:
+    """WSGI middleware: ``application = HeartbeatDoor(get_wsgi_application())``."""
+
+    def __init__(self, app: WSGIApp) -> None:
+        self.app = app
+        self._setup: _Setup | None = None
+        self._set_up = False
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if (
+            environ.get("REQUEST_METHOD") == "POST"
+            and environ.get("PATH_INFO", "").endswith("/heartbeat")
+            and "HTTP_COOKIE" not in environ
+        ):
+            response = self._answer(environ)
+            if response is not None:
+                start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+                return [response.content]
+        return self.app(environ, start_response)
+
+    def _answer(self, environ: dict[str, Any]) -> HttpResponse | None:
+        if not self._set_up:  # on the first heartbeat, when settings and URLs are surely loaded
+            self._setup, self._set_up = _set_up(), True
+        if self._setup is None:
+            return None
+        match = self._setup.path.fullmatch(environ["PATH_INFO"])
+        if match is None:
+            return None
+        request = WSGIRequest(environ)
+        if fastpath.plain_token(request) is None:
+            return None  # the body is not read: Django reads it from the untouched input
+        try:
+            request.get_host()
+            for hook in self._setup.hooks:
+                if hasattr(hook, "process_request") and hook.process_request(request) is not None:
+                    return None  # a redirect: Django's to give
+            body = request.body
+        except Exception:  # a disallowed host or user agent, an unreadable body: Django answers
+            return None
+        environ["wsgi.input"] = io.BytesIO(body)  # read once here; the wrapped application reads it again
+        response = fastpath.steady_answer(request, match["prefix"], match["group"], cached_only=True)
+        if response is None:
+            if getattr(request, fastpath.FAST_TRIED, False):
+                environ[fastpath.DOOR_TRIED] = True
+            return None
+        for hook in reversed(self._setup.hooks):
+            response = hook.process_response(request, response)
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    path: re.Pattern[str]  # the heartbeat URL, with groups "prefix" and "group"
+    hooks: list[Any]  # instances of the middleware in _RUN, in settings.MIDDLEWARE order
+
+
+def _set_up() -> _Setup | None:
+    if not settings.RSC_HEARTBEAT_DOOR:
+        return None
+    unknown = [m for m in settings.MIDDLEWARE if m not in _NOTHING_TO_DO | _RUN]
+    if unknown:
+        log.warning(
+            "heartbeat door off: it would skip %s (heartbeats take Django's path; docs/plugin.md)",
+            ", ".join(unknown),
+        )
+        return None
+    marker = "rscdoorprefix", "rscdoorgroup"
+    path = reverse("api-v1:heartbeat", kwargs={"stream_prefix": marker[0], "consumer_group": marker[1]})
+    escaped = re.escape(path).replace(marker[0], "(?P<prefix>[^/]+)").replace(marker[1], "(?P<group>[^/]+)")
+    hooks = [import_string(m)(_unreachable) for m in settings.MIDDLEWARE if m in _RUN]
+    return _Setup(re.compile(escaped), hooks)
+
+
+def _unreachable(request: Any) -> Any:  # the door calls the hooks, never get_response
+    raise AssertionError("the heartbeat door never calls get_response")

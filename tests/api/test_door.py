@@ -1,0 +1,224 @@
+"""The heartbeat door (coordinator/api/door.py) answers exactly what Django answers: a corpus of requests,
+each sent from the same Redis state through the door (wrapping Django) and through Django alone, must
+give the same status, headers (in order) and body, byte for byte, and leave the same metadata. Steady
+heartbeats must be answered without Django; a credential change made elsewhere applies to the very
+next request the door sees."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from django.core.handlers.wsgi import WSGIHandler
+
+from coordinator.api import auth, door
+from coordinator.models import ApiCredential
+from coordinator.store import MetadataStore, codec
+
+from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
+from .test_fastpath import _without_leases, corpus, restore, snapshot
+
+PATH = f"/api/v1/groups/{PREFIX}/{GROUP}/heartbeat"
+TIMING = {"Retry-After"}
+
+
+@pytest.fixture
+def steady(api: Api) -> int:
+    api.create_group(heartbeat_interval_ms=1_000, lease_ttl_ms=60_000)
+    joined = api.join("m1")
+    assert joined["member_state"] == "STABLE"
+    return int(joined["member_epoch"])
+
+
+class Recorder:
+    """A WSGI application behind the door that records what reaches it, then lets Django answer."""
+
+    def __init__(self) -> None:
+        self.django = WSGIHandler()
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        self.calls.append(environ)
+        return self.django(environ, start_response)
+
+
+def environ_of(body: Any, token: str | None, **meta: Any) -> dict[str, Any]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    prefix = meta.pop("prefix", PREFIX)
+    environ = {
+        "REQUEST_METHOD": meta.pop("method", "POST"),
+        "PATH_INFO": f"/api/v1/groups/{prefix}/{GROUP}/heartbeat",
+        "SCRIPT_NAME": "",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "testserver",
+        "SERVER_PORT": "80",
+        "HTTP_HOST": meta.pop("host", "testserver"),
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(raw),
+        "wsgi.errors": sys.stderr,
+        "CONTENT_LENGTH": str(len(raw)),
+        "CONTENT_TYPE": meta.pop("content_type", "application/json"),
+    }
+    if token:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    environ.update(meta)
+    return environ
+
+
+def call(app: Any, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+    started: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+        started.update(status=status, headers=headers)
+
+    chunks = app(environ, start_response)
+    try:
+        body = b"".join(chunks)
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return started["status"], started["headers"], body
+
+
+def comparable(answer: tuple[str, list[tuple[str, str]], bytes]) -> tuple[str, list[tuple[str, str]], bytes]:
+    status, headers, body = answer
+    headers = [(k, "<present>" if k in TIMING else v) for k, v in headers]
+    if dict(headers).get("Content-Type", "").startswith("application/problem+json"):
+        problem = json.loads(body)
+        problem.get("details", {}).pop("retry_after_ms", None)
+        if problem["code"] == "HEARTBEAT_TOO_FREQUENT":
+            problem["detail"] = problem["detail"].split(": retry in")[0]
+        problem.pop("incident_id", None)
+        body = json.dumps(problem, sort_keys=True).encode()
+    return status, headers, body
+
+
+def door_corpus(epoch: int, scoped: str) -> list[tuple[str, Any, str | None, dict[str, Any]]]:
+    steady = {"member_id": "m1", "member_epoch": epoch}
+    return [
+        *corpus(epoch, scoped),
+        ("with a cookie", steady, MEMBER_TOKEN, {"HTTP_COOKIE": "sessionid=abc"}),
+        ("disallowed host", steady, MEMBER_TOKEN, {"host": "evil.example"}),
+        ("GET", b"", MEMBER_TOKEN, {"method": "GET"}),
+        ("PUT", steady, MEMBER_TOKEN, {"method": "PUT"}),
+        ("body shorter than its length", steady, MEMBER_TOKEN, {"CONTENT_LENGTH": "5"}),
+        ("no content length", steady, MEMBER_TOKEN, {"CONTENT_LENGTH": ""}),
+        ("chunked", steady, MEMBER_TOKEN, {"HTTP_TRANSFER_ENCODING": "chunked"}),
+        ("over https", steady, MEMBER_TOKEN, {"wsgi.url_scheme": "https", "SERVER_PORT": "443"}),
+    ]
+
+
+def test_both_doors_answer_every_request_alike(steady: int, store: MetadataStore, settings: Any) -> None:
+    settings.RSC_HEARTBEAT_FLOOR_MS = 0  # the floor has its own case below
+    settings.SECURE_HSTS_SECONDS = 3600  # so the answer over https carries HSTS, from Django's own hook
+    _credential, scoped = ApiCredential.issue("elsewhere", "member", stream_prefixes="payments")
+    django = WSGIHandler()
+    start = snapshot(store)
+    answered_by_door = []
+    for name, body, token, meta in door_corpus(steady, scoped):
+        restore(store, start)
+        auth.match_token(MEMBER_TOKEN)  # credentials cached, as after any earlier request
+        behind = Recorder()
+        through_door = call(door.HeartbeatDoor(behind), environ_of(body, token, **dict(meta)))
+        after_door = snapshot(store)
+        if not behind.calls:
+            answered_by_door.append(name)
+        restore(store, start)
+        alone = call(django, environ_of(body, token, **dict(meta)))
+        assert comparable(through_door) == comparable(alone), name
+        assert _without_leases(after_door) == _without_leases(snapshot(store)), name
+    # The steady ones (and only ones a script call can answer) never reached Django.
+    assert {"steady", "steady, owned reported", "over https"} <= set(answered_by_door)
+    assert not {"with a cookie", "disallowed host", "join", "no credential"} & set(answered_by_door)
+
+
+def test_steady_heartbeats_never_reach_django_and_the_floor_counts_once(
+    steady: int, store: MetadataStore, settings: Any
+) -> None:
+    settings.RSC_HEARTBEAT_FLOOR_MS, settings.RSC_HEARTBEAT_BURST = 60_000, 2
+    behind = Recorder()
+    app = door.HeartbeatDoor(behind)
+    body = {"member_id": "m1", "member_epoch": steady}
+    auth.match_token(MEMBER_TOKEN)
+    assert call(app, environ_of(body, MEMBER_TOKEN))[0] == "200 OK"
+    assert behind.calls == []
+    # Not steady (a capacity change): the door ran the script (the floor's second heartbeat), Django
+    # decides without running it again, and the body it reads is the one the door read.
+    assert call(app, environ_of({**body, "capacity": 3}, MEMBER_TOKEN))[0] == "200 OK"
+    assert len(behind.calls) == 1 and behind.calls[0].get("rsc.fast_heartbeat_tried") is True
+    status, _headers, problem = call(app, environ_of(body, MEMBER_TOKEN))
+    assert status == "429 Too Many Requests"  # the third: past the burst of 2, answered by the door
+    assert json.loads(problem)["code"] == "HEARTBEAT_TOO_FREQUENT"
+    assert len(behind.calls) == 1
+
+
+def test_a_cold_credential_cache_goes_to_django(steady: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "_db_cache", None)
+    behind = Recorder()
+    answer = call(
+        door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
+    )
+    assert answer[0] == "200 OK" and len(behind.calls) == 1  # the door never reads the database
+
+
+def test_a_credential_change_elsewhere_applies_to_the_next_request(steady: int, store: MetadataStore) -> None:
+    """Another process deactivates the credential and bumps the shared generation: this process's cache
+    still holds the credential, but the script sees the generation moved and renews nothing."""
+    credential, token = ApiCredential.issue("worker", "member")
+    # The environment member token joined m1; a database credential joins m2 for this test.
+    behind = Recorder()
+    app = door.HeartbeatDoor(behind)
+    status, _h, raw = call(app, environ_of({"member_id": "m2", "member_epoch": 0, "capacity": 1}, token))
+    assert status == "200 OK", raw
+    view = json.loads(raw)
+    assert call(app, environ_of({"member_id": "m1", "member_epoch": -1}, MEMBER_TOKEN))[0] == "200 OK"
+    for _ in range(10):  # until m2 is steady, owning the shards m1 left
+        owned = [s["shard"] for s in view["shards"]]
+        steady_body = {"member_id": "m2", "member_epoch": view["member_epoch"], "owned_shards": owned}
+        view = json.loads(call(app, environ_of(steady_body, token))[2])
+        if view["member_state"] == "STABLE" and [s["shard"] for s in view["shards"]] == owned:
+            break
+    behind.calls.clear()
+    assert call(app, environ_of(steady_body, token))[0] == "200 OK"
+    assert behind.calls == []  # answered by the door, from the cached credentials
+
+    ApiCredential.objects.filter(pk=credential.pk).update(active=False)  # no signal: "another process"
+    store.client.incr(codec.CREDENTIALS_GENERATION_KEY)  # what that process's commit publishes
+    lease = store.raw_metadata(PREFIX)[f"l:{GROUP}:m2".encode()]
+    status, _h, raw = call(app, environ_of(steady_body, token))
+    assert status == "401 Unauthorized", raw
+    assert len(behind.calls) == 1  # the script refused to answer; Django authenticated afresh
+    assert store.raw_metadata(PREFIX)[f"l:{GROUP}:m2".encode()] == lease  # nothing renewed
+
+
+def test_unknown_middleware_turns_the_door_off(steady: int, settings: Any) -> None:
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.gzip.GZipMiddleware"]
+    auth.match_token(MEMBER_TOKEN)
+    behind = Recorder()
+    answer = call(
+        door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
+    )
+    assert answer[0] == "200 OK" and len(behind.calls) == 1
+
+
+def test_the_setting_turns_the_door_off(steady: int, settings: Any) -> None:
+    settings.RSC_HEARTBEAT_DOOR = False
+    auth.match_token(MEMBER_TOKEN)
+    behind = Recorder()
+    answer = call(
+        door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
+    )
+    assert answer[0] == "200 OK" and len(behind.calls) == 1
+
+
+def test_the_project_wsgi_application_has_the_door() -> None:
+    from config.wsgi import application
+
+    assert isinstance(application, door.HeartbeatDoor)
