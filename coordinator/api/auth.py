@@ -30,10 +30,11 @@ pk>``, which a join records as the member's owner; the protocol core then refuse
 or rejoin of that member id from any other identity (MEMBER_ID_NOT_OWNED). Environment tokens are
 unscoped (development, or a deliberately broad credential; ``check --deploy`` warns).
 
-A deactivation applies at once in every process: a change bumps the shared generation
-``rsc:credentials:generation`` in the coordinator's Redis when it commits, and every authentication
-compares the cached credentials' generation with it (one GET). If Redis cannot be read, the cache falls
-back to its time limit.
+A deactivation applies at once in every process: a change sets the shared generation
+``rsc:credentials:generation`` in the coordinator's Redis to a fresh random value when it commits, and
+every authentication compares the cached credentials' generation with it (one GET; a steady heartbeat
+makes the comparison inside its script instead, :func:`match_token_cached`). If Redis cannot be read,
+the cache falls back to its time limit.
 
 If the database cannot be read, environment tokens keep working (heartbeats must not depend on the
 credential database); a token that could only have been a database credential then gets a 503.
@@ -45,6 +46,7 @@ import hmac
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -299,7 +301,9 @@ def _publish_change() -> None:
     if not settings.REDIS_URL:  # no coordinator Redis (a process that only manages credentials)
         return
     try:
-        get_store().client.incr(SHARED_GENERATION_KEY)
+        # A fresh random value, not a counter: a counter that Redis lost (a restart without persistence,
+        # a failover to a lagging replica) could count up again to the very value a process cached.
+        get_store().client.set(SHARED_GENERATION_KEY, uuid.uuid4().hex)
     except Exception as e:
         log.warning(
             "credential change not published to other processes (%s); they apply it within %.0f s",

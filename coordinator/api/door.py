@@ -41,9 +41,12 @@ from typing import Any
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, get_script_prefix, reverse
 from django.utils.log import log_response
 from django.utils.module_loading import import_string
+
+from coordinator.protocol.model import IDENTIFIER_RE
+from coordinator.store import get_store
 
 from . import fastpath
 
@@ -102,7 +105,9 @@ class HeartbeatDoor:
         match = self._setup.path.fullmatch(environ["PATH_INFO"])
         if match is None:
             return None
-        request = WSGIRequest(environ)
+        # Django's request writes the decoded path back into the environ it is given: a copy, so the
+        # wrapped application gets the environ exactly as the server made it.
+        request = WSGIRequest(environ.copy())
         if fastpath.plain_token(request) is None:
             return None  # the body is not read: Django reads it from the untouched input
         try:
@@ -114,7 +119,11 @@ class HeartbeatDoor:
         except Exception:  # a disallowed host or user agent, an unreadable body: Django answers
             return None
         environ["wsgi.input"] = io.BytesIO(body)  # read once here; the wrapped application reads it again
-        response = fastpath.steady_answer(request, match["prefix"], match["group"], cached_only=True)
+        try:
+            response = fastpath.steady_answer(request, match["prefix"], match["group"], cached_only=True)
+        except Exception:  # a bug: Django's handler answers (and reports) the same request
+            log.exception("heartbeat door failed on %s; Django answers it", request.path)
+            return None
         if response is None:
             if getattr(request, fastpath.FAST_TRIED, False):
                 environ[fastpath.DOOR_TRIED] = True
@@ -133,6 +142,15 @@ class _Setup:
 
 
 def _set_up() -> _Setup | None:
+    """What the door needs, or None (logged) when it must stay off."""
+    try:
+        return _setup_or_reason()
+    except Exception:  # NoReverseMatch (a project that mounts the API differently), anything else
+        log.exception("heartbeat door off: it could not be set up (heartbeats take Django's path)")
+        return None
+
+
+def _setup_or_reason() -> _Setup | None:
     if not settings.RSC_HEARTBEAT_DOOR:
         return None
     unknown = [m for m in settings.MIDDLEWARE if m not in _NOTHING_TO_DO | _RUN]
@@ -142,9 +160,17 @@ def _set_up() -> _Setup | None:
             ", ".join(unknown),
         )
         return None
+    if not get_store().checks_credentials_in_script:
+        log.info("heartbeat door off: a Redis Cluster cannot check credentials in the heartbeat script")
+        return None
     marker = "rscdoorprefix", "rscdoorgroup"
     path = reverse("api-v1:heartbeat", kwargs={"stream_prefix": marker[0], "consumer_group": marker[1]})
-    escaped = re.escape(path).replace(marker[0], "(?P<prefix>[^/]+)").replace(marker[1], "(?P<group>[^/]+)")
+    # reverse() starts with this thread's script prefix (SCRIPT_NAME of its last request); PATH_INFO,
+    # which the pattern is matched against, never does.
+    path = "/" + path.removeprefix(get_script_prefix())
+    identifier = IDENTIFIER_RE.pattern.removeprefix("^").removesuffix("$")  # ASCII only
+    escaped = re.escape(path).replace(marker[0], f"(?P<prefix>{identifier})")
+    escaped = escaped.replace(marker[1], f"(?P<group>{identifier})")
     hooks = [import_string(m)(_unreachable) for m in settings.MIDDLEWARE if m in _RUN]
     return _Setup(re.compile(escaped), hooks)
 

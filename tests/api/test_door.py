@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -20,7 +21,7 @@ from coordinator.models import ApiCredential
 from coordinator.store import MetadataStore, codec
 
 from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
-from .test_fastpath import _without_leases, corpus, restore, snapshot
+from .test_fastpath import _normalized, corpus, restore, snapshot
 
 PATH = f"/api/v1/groups/{PREFIX}/{GROUP}/heartbeat"
 TIMING = {"Retry-After"}
@@ -100,6 +101,27 @@ def comparable(answer: tuple[str, list[tuple[str, str]], bytes]) -> tuple[str, l
     return status, headers, body
 
 
+def comparable_state(store: MetadataStore) -> dict[bytes, Any]:
+    """Every key but the heartbeat floors', by content: hashes field by field with the lease deadlines
+    (Redis TIME + TTL, so they differ between two runs) blanked, the metadata hash's documents without
+    their time stamps and random revision tokens (test_fastpath._normalized), sorted sets without their
+    scores (the lease index's scores are those deadlines), anything else byte for byte."""
+    state: dict[bytes, Any] = {}
+    for key in store.client.keys("*"):
+        if b":hbr:" in key:
+            continue
+        kind = store.client.type(key)
+        if kind == b"hash":
+            fields = store.client.hgetall(key)
+            fields = {f: (b"<lease>" if f.startswith(b"l:") else v) for f, v in fields.items()}
+            state[key] = _normalized(fields) if key.endswith(b":meta") else fields
+        elif kind == b"zset":
+            state[key] = sorted(store.client.zrange(key, 0, -1))
+        else:
+            state[key] = store.client.dump(key)
+    return state
+
+
 def door_corpus(epoch: int, scoped: str) -> list[tuple[str, Any, str | None, dict[str, Any]]]:
     steady = {"member_id": "m1", "member_epoch": epoch}
     return [
@@ -112,6 +134,15 @@ def door_corpus(epoch: int, scoped: str) -> list[tuple[str, Any, str | None, dic
         ("no content length", steady, MEMBER_TOKEN, {"CONTENT_LENGTH": ""}),
         ("chunked", steady, MEMBER_TOKEN, {"HTTP_TRANSFER_ENCODING": "chunked"}),
         ("over https", steady, MEMBER_TOKEN, {"wsgi.url_scheme": "https", "SERVER_PORT": "443"}),
+        ("under a script name", steady, MEMBER_TOKEN, {"SCRIPT_NAME": "/coord"}),
+        (
+            "the mount repeated under a script name",
+            steady,
+            MEMBER_TOKEN,
+            {"SCRIPT_NAME": "/coord", "PATH_INFO": f"/coord/api/v1/groups/{PREFIX}/{GROUP}/heartbeat"},
+        ),
+        ("a non-ASCII prefix", steady, MEMBER_TOKEN, {"prefix": "\xe2\x82\xac"}),  # UTF-8 of the euro sign
+        ("a percent sign", steady, MEMBER_TOKEN, {"prefix": "a%2Fb"}),
     ]
 
 
@@ -127,16 +158,64 @@ def test_both_doors_answer_every_request_alike(steady: int, store: MetadataStore
         auth.match_token(MEMBER_TOKEN)  # credentials cached, as after any earlier request
         behind = Recorder()
         through_door = call(door.HeartbeatDoor(behind), environ_of(body, token, **dict(meta)))
-        after_door = snapshot(store)
+        after_door = comparable_state(store)
         if not behind.calls:
             answered_by_door.append(name)
         restore(store, start)
         alone = call(django, environ_of(body, token, **dict(meta)))
         assert comparable(through_door) == comparable(alone), name
-        assert _without_leases(after_door) == _without_leases(snapshot(store)), name
+        assert after_door == comparable_state(store), name
     # The steady ones (and only ones a script call can answer) never reached Django.
-    assert {"steady", "steady, owned reported", "over https"} <= set(answered_by_door)
-    assert not {"with a cookie", "disallowed host", "join", "no credential"} & set(answered_by_door)
+    assert {"steady", "steady, owned reported", "over https", "under a script name"} <= set(answered_by_door)
+    assert not {
+        "with a cookie",
+        "disallowed host",
+        "join",
+        "no credential",
+        "the mount repeated under a script name",
+        "a non-ASCII prefix",
+    } & set(answered_by_door)
+
+
+@pytest.mark.parametrize(
+    "setting, value, meta",
+    [
+        ("SECURE_SSL_REDIRECT", True, {}),
+        ("DISALLOWED_USER_AGENTS", [re.compile("bad-bot")], {"HTTP_USER_AGENT": "bad-bot/1.0"}),
+        ("PREPEND_WWW", True, {}),
+    ],
+)
+def test_django_refusals_and_redirects_stay_djangos(
+    steady: int, store: MetadataStore, settings: Any, setting: str, value: Any, meta: dict[str, str]
+) -> None:
+    setattr(settings, setting, value)
+    body = {"member_id": "m1", "member_epoch": steady}
+    auth.match_token(MEMBER_TOKEN)
+    behind = Recorder()
+    start = snapshot(store)
+    through_door = call(door.HeartbeatDoor(behind), environ_of(body, MEMBER_TOKEN, **meta))
+    restore(store, start)
+    alone = call(WSGIHandler(), environ_of(body, MEMBER_TOKEN, **meta))
+    assert len(behind.calls) == 1  # Django's to answer
+    assert comparable(through_door) == comparable(alone)
+    assert through_door[0].split()[0] in ("301", "403")
+
+
+def test_a_door_that_cannot_be_set_up_stays_off(
+    steady: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> str:
+        raise door.NoReverseMatch("no api-v1 namespace in this project")
+
+    monkeypatch.setattr(door, "reverse", broken)
+    auth.match_token(MEMBER_TOKEN)
+    behind = Recorder()
+    app = door.HeartbeatDoor(behind)
+    for _ in range(2):
+        answer = call(app, environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN))
+        assert answer[0] == "200 OK"
+    assert len(behind.calls) == 2
+    assert sum("could not be set up" in r.getMessage() for r in caplog.records) == 1  # once, not per request
 
 
 def test_steady_heartbeats_never_reach_django_and_the_floor_counts_once(
@@ -190,7 +269,7 @@ def test_a_credential_change_elsewhere_applies_to_the_next_request(steady: int, 
     assert behind.calls == []  # answered by the door, from the cached credentials
 
     ApiCredential.objects.filter(pk=credential.pk).update(active=False)  # no signal: "another process"
-    store.client.incr(codec.CREDENTIALS_GENERATION_KEY)  # what that process's commit publishes
+    store.client.set(codec.CREDENTIALS_GENERATION_KEY, "changed")  # what that process's commit publishes
     lease = store.raw_metadata(PREFIX)[f"l:{GROUP}:m2".encode()]
     status, _h, raw = call(app, environ_of(steady_body, token))
     assert status == "401 Unauthorized", raw
