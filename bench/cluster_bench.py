@@ -1,7 +1,7 @@
 """Redis Cluster benchmark: many groups over 3 primaries against one coordinator (docs/cluster.md).
 
 One run, one machine, one private 3-primary Redis Cluster (tests/cluster/harness.py) and one
-coordinator (gunicorn, ``REDIS_URL=redis+cluster://...``):
+coordinator (``config.serve``, ``REDIS_URL=redis+cluster://...``):
 
 1. setup (not measured as throughput): ``--groups`` groups (default 1,000) of ``--members`` members
    (default 10) and as many shards, on ``--prefixes`` stream prefixes (default 100) spread over the
@@ -211,8 +211,8 @@ def start_coordinator(url: str, workers: int) -> tuple[subprocess.Popen[bytes], 
     }
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     argv = [
-        sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}",
-        "-w", str(workers), "-k", "gthread", "--threads", "4", "--log-level", "warning",
+        sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+        "--threads", "4",
     ]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, env=env)
     deadline = time.time() + 60
@@ -263,7 +263,7 @@ def main() -> None:
                 results["keys_per_primary"][str(server.port)] = int(client.dbsize())
         print(f"setup: {len(members)} members in {results['setup_seconds']} s", flush=True)
 
-        gunicorn, port = start_coordinator(url, args.workers)
+        api, port = start_coordinator(url, args.workers)
         try:
             results["warm_up_seconds"] = round(warm_up(port, members, args.clients), 1)
             before, t1 = redis_usage(cluster), time.perf_counter()
@@ -273,8 +273,8 @@ def main() -> None:
             )
             print(f"heartbeats: {results['heartbeats']}", flush=True)
         finally:
-            gunicorn.terminate()
-            gunicorn.wait(timeout=30)
+            api.terminate()
+            api.wait(timeout=30)
 
         store = MetadataStore.from_url(url)
         durations = []

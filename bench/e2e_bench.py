@@ -2,8 +2,8 @@
 
     python bench/e2e_bench.py [--out FILE] [--messages N] [--reps R] [--batch-size B]
 
-One run, one machine, one private Redis, one coordinator API (gunicorn), one tick (Celery worker + beat)
-(tests/e2e/stack.py). The producer has its own benchmark (bench/producer_bench.py).
+One run, one machine, one private Redis, one coordinator API (config.serve: granian), one tick (Celery
+worker + beat) (tests/e2e/stack.py). The producer has its own benchmark (bench/producer_bench.py).
 
 1. ``throughput``: at 8 and 64 shards, with 1 and 4 consumer processes, side by side on the SAME entries:
 

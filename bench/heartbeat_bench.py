@@ -2,13 +2,15 @@
 
 One run, one machine, one private Redis:
 1. raw Redis round trips (redis-py PING) from the same number of client processes, as the ceiling;
-2. steady-state heartbeats through gunicorn (HTTP + DRF + the fast-path Lua script) with 1, 100 and
-   1,000 members in the group: requests per second and p50 / p99 latency;
+2. steady-state heartbeats through the product's server (``config/serve.py``: granian, the heartbeat
+   door, the fast-path Lua script) with 1, 100 and 1,000 members in the group: requests per second and
+   p50 / p99 latency;
 3. convergence: 100 members join at once (threads, heartbeating at the group's interval) and the time
    until the group is STABLE and balanced, with the compare-and-set conflicts and refusals on the way;
 4. the HTTP server (issue 8, "chosen on measurements"): the same 100-member steady heartbeats through
-   each candidate server that is installed (gunicorn's gthread and gevent workers, uvicorn serving
-   config.asgi, granian's WSGI interface), with
+   each candidate server that is installed (granian as config/serve.py runs it, gunicorn's gthread and
+   gevent workers, uvicorn serving config.asgi; ``-no-door``: the door off; ``-floor``: the server alone
+   answering ``{}``), with
    the same number of worker processes, 3 repetitions each, median rate and server CPU per request
    (every process of the server's process group, from /proc).
 
@@ -39,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from config.embedded_redis import RedisServer, free_port  # noqa: E402
+from config.serve import granian_argv  # noqa: E402
 
 MEMBER_TOKEN = "bench-member-token"
 ADMIN_TOKEN = "bench-admin-token"
@@ -269,6 +272,8 @@ def group_cpu_s(pgids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+PRODUCT_SERVER = "granian"  # what config/serve.py runs: the rows of sections 2 and 3, the base of section 4
+
 # Variants of a server (the part of the kind after the server's name): "-no-door" serves config.wsgi with
 # the heartbeat door off (RSC_HEARTBEAT_DOOR=false: every heartbeat through Django's handler, as before
 # the door), "-floor" serves bench/floor_app.py (the server's own cost per request, no Django at all).
@@ -284,18 +289,14 @@ def server_argv(kind: str, port: int, workers: int, threads: int) -> list[str] |
                 argv = [("bench.floor_app:application" if a.startswith("config.") else a) for a in argv]
             return argv
     if kind == "gunicorn-gthread":
+        if not _installed("gunicorn"):
+            return None
         return [
             sys.executable, "-m", "gunicorn", "config.wsgi:application", "-b", f"127.0.0.1:{port}",
             "-w", str(workers), "-k", "gthread", "--threads", str(threads), "--log-level", "warning",
         ]  # fmt: skip
-    if kind == "granian":
-        if not _installed("granian"):
-            return None
-        return [
-            sys.executable, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1",
-            "--port", str(port), "--workers", str(workers), "--blocking-threads", str(threads),
-            "--log-level", "warning", "config.wsgi:application",
-        ]  # fmt: skip
+    if kind == "granian":  # the product's server, exactly as config/serve.py starts it
+        return granian_argv("127.0.0.1", port, workers=workers, threads=threads)
     if kind == "gunicorn-gevent":  # the same gunicorn, green threads: each worker serves up to 100 at once
         if not _installed("gevent"):
             return None
@@ -401,8 +402,8 @@ def main() -> None:
     parser.add_argument(
         "--servers",
         default=(
-            "gunicorn-gthread,gunicorn-gthread-no-door,gunicorn-gthread-floor,"
-            "gunicorn-gevent,uvicorn-asgi,granian,granian-floor"
+            "granian,granian-no-door,granian-floor,gunicorn-gthread,gunicorn-gthread-floor,"
+            "gunicorn-gevent,uvicorn-asgi"
         ),
         help="compared HTTP servers ('' none)",
     )
@@ -430,9 +431,9 @@ def main() -> None:
             "DATABASE_URL": f"sqlite:///{tempfile.mkdtemp(prefix='rsc-bench-')}/bench.sqlite3",
         }
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        argv = server_argv("gunicorn-gthread", port, args.workers, args.threads)
+        argv = server_argv(PRODUCT_SERVER, port, args.workers, args.threads)
         assert argv is not None
-        gunicorn = start_server(argv, port, env)
+        api = start_server(argv, port, env)
         try:
             for size in sizes:
                 t0 = time.perf_counter()
@@ -445,7 +446,7 @@ def main() -> None:
                 print(f"{size} members: {load}", flush=True)
             results["convergence_100"] = convergence(port, 100, 64, interval_ms=100, redis_url=server.url)
         finally:
-            stop_server(gunicorn)
+            stop_server(api)
         if args.servers:
             results["servers"] = {
                 "workers": args.workers,

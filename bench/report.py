@@ -37,31 +37,35 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 # Why the product runs what it runs; the table above it is measured on every `make bench`.
+BASE_SERVER = "granian"  # the product's server: every other row is compared with it
 SERVER_DECISION = [
-    "**Decision: gunicorn's gthread worker**, in production (compose.yaml, `config/gunicorn.conf.py`, "
-    "docs/production.env) and in `make run` (the same configuration file, 2 workers x 4 threads, with "
-    "`--reload` for development). The criteria, in order: heartbeats per second and server CPU per "
-    "heartbeat at the same number of worker processes, then operability.",
+    "**Decision: granian** (`python -m config.serve`, config/serve.py: granian's WSGI interface, 2 worker "
+    "processes x 4 threads), in production (compose.yaml, docs/production.env), in `make run` (with "
+    "`--reload`) and in the end-to-end tests. The criteria, in order: heartbeats per second and server "
+    "CPU per heartbeat at the same number of worker processes, then operability.",
     "",
+    "* **Why the HTTP server matters now.** With the heartbeat door (coordinator/api/door.py) a steady "
+    "heartbeat no longer goes through Django's handler (compare `granian` with `granian-no-door`), and "
+    "what is left is the door's own work, one script call and the server: each `-floor` row is the "
+    "server alone answering `{}`. gunicorn's floor is a large part of a heartbeat's CPU; granian's HTTP "
+    "layer is Rust and costs a fraction of it.",
+    "* **gunicorn's gthread worker**, the previous choice, loses on the first criterion (its ratio line "
+    "above, every repetition). What kept it last time was that `/metrics` in multiprocess mode needs the "
+    "server to report dead workers; that does not hold for the API: its only per-process metric is a "
+    "histogram, whose dead workers' counts rightly stay in the sums, and it has no live gauges. "
+    "config/serve.py empties the directory at start, as gunicorn's hook did. Its other tools have granian "
+    "equivalents: graceful stop (`--workers-kill-timeout`), respawning failed workers, recycling "
+    "(`--workers-lifetime`, `--workers-max-rss`). Its worker timeout watches only gthread's event loop, not "
+    "the request threads, so it never caught a hung request either; and members renew their own leases "
+    "in Redis while the API does not answer (docs/protocol.md section 5).",
+    "* **gunicorn's gevent worker** serves about what gthread serves at the same CPU: a heartbeat is CPU, "
+    "not waiting, so green threads have nothing to overlap, and it would add monkey-patching under "
+    "redis-py, psycopg and Django's thread-local connections.",
     "* **uvicorn serving `config.asgi`** is out on the first criterion: the API's views are synchronous "
     "(DRF), so under ASGI Django runs each one through `sync_to_async` on one thread per process, and "
-    "heartbeats queue behind each other (the row above). An async rewrite of the API would be needed "
-    "first, and the cost of a heartbeat is Django, authentication and the script call, not the wait.",
-    "* **gunicorn's gevent worker** serves about what gthread serves at the same CPU (the ratio line "
-    "above): a heartbeat is CPU, not waiting, so green threads have nothing to overlap. It would add "
-    "monkey-patching under redis-py, psycopg and Django's thread-local connections for no gain.",
-    "* **granian** differs only in the HTTP layer (Rust): Django, authentication and the fast path's "
-    "script call cost the same under it, and they are most of a heartbeat. On this shared 2-core "
-    "machine its lead is small and not even of a stable sign from one `make bench` to the next (the "
-    "ratio line gives this run's repetitions), so operability decides: `/metrics` in multiprocess mode "
-    "needs the server to report a dead worker (gunicorn's `child_exit` hook calls `mark_process_dead`, "
-    "`config/gunicorn.conf.py`); granian's hooks (2.8) are server-wide (startup, reload, shutdown, and "
-    "only when embedded), none reports a dead worker, so a respawned worker's live gauges would stay in "
-    "the sums. Gunicorn's graceful reloads, worker timeouts and request limits are also what the "
-    "deployment docs configure and what the e2e tests exercise.",
+    "heartbeats queue behind each other (its row). An async rewrite of the API would be needed first.",
     "",
-    "Revisit granian when it is ahead in every repetition by a clear margin (say 1.3x the heartbeats at "
-    "no more CPU) and can report dead workers.",
+    "Revisit when a `make bench` shows another server ahead of granian in every repetition.",
 ]
 
 
@@ -69,8 +73,9 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "## Coordinator heartbeats (`bench/heartbeat_bench.py`)",
         "",
-        f"gunicorn `config.wsgi`, {data['workers']} workers x 4 threads (gthread); {data['clients']} client "
-        f"processes with keep-alive connections, {data['seconds']:.0f} s per row, on the same machine.",
+        f"`python -m config.serve` (granian, the heartbeat door on), {data['workers']} worker processes x 4 "
+        f"threads; {data['clients']} client processes with keep-alive connections, {data['seconds']:.0f} s "
+        "per row, on the same machine.",
         "",
         "| load | requests/s | p50 ms | p99 ms | setup s |",
         "|---|---:|---:|---:|---:|",
@@ -134,9 +139,9 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             "`bench/floor_app.py`, which answers `{}` and does nothing else: the server's own cost per "
             "request.",
         ]
-        base = rows.get("gunicorn-gthread", {})
+        base = rows.get(BASE_SERVER, {})
         for kind, other in rows.items():
-            if kind == "gunicorn-gthread" or "per_second" not in base or "per_second" not in other:
+            if kind == BASE_SERVER or "per_second" not in base or "per_second" not in other:
                 continue
             pairs = zip(other["runs"], base["runs"], strict=True)
             rate = ", ".join(f"{o['per_second'] / b['per_second']:.2f}" for o, b in pairs)
@@ -145,7 +150,7 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             lines += [
                 "",
                 f"In this run {kind} served **{other['per_second'] / base['per_second']:.2f}x** "
-                f"gunicorn-gthread's {what} per second (repetitions: {rate}) "
+                f"{BASE_SERVER}'s {what} per second (repetitions: {rate}) "
                 f"at **{cpu:.2f}x** its server CPU per request.",
             ]
         lines += ["", *SERVER_DECISION]
@@ -288,7 +293,7 @@ def cluster_section(path: Path) -> list[str]:
     return [
         "## Redis Cluster (`bench/cluster_bench.py`)",
         "",
-        f"{scale} over {where}, one coordinator (gunicorn, {data['workers']} workers), {load}; setup "
+        f"{scale} over {where}, one coordinator (`config.serve`, {data['workers']} workers), {load}; setup "
         f"{data['setup_seconds']} s (not measured).",
         "",
         "| measure | value | Redis CPU per primary |",

@@ -111,13 +111,12 @@ def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...]
 
 
 def web_argv(host: str, port: int) -> tuple[str, ...]:
-    """The API on gunicorn, as production runs it (config/gunicorn.conf.py: gthread workers, the
-    multiprocess /metrics hooks), smaller, and with ``--reload``. With DEBUG on (make run's default)
-    config/urls.py serves the admin's static files."""
+    """The API as production runs it (``python -m config.serve``: granian, the heartbeat door, the
+    multiprocess /metrics directory emptied at start), with ``--reload``. With DEBUG on (make run's
+    default) config/urls.py serves the admin's static files."""
     return (
-        sys.executable, "-m", "gunicorn", "-c", str(BASE_DIR / "config" / "gunicorn.conf.py"),
-        "config.wsgi:application", "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
-        "--reload", "--graceful-timeout", "5",
+        sys.executable, "-m", "config.serve", "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
+        "--reload", "--graceful-s", "5",
     )  # fmt: skip
 
 
@@ -146,7 +145,7 @@ def log(message: str) -> None:
 
 
 class Supervisor:
-    """Starts services in their own process groups and stops whole groups (gunicorn forks workers,
+    """Starts services in their own process groups and stops whole groups (the API server forks workers,
     Celery its pool; killing only the parent would orphan them)."""
 
     def __init__(self, host: str, env: dict[str, str]) -> None:
@@ -222,7 +221,7 @@ class Supervisor:
                 log(f"{service.name} ignored SIGTERM for {STOP_TIMEOUT_S}s; killing it")
                 process.kill()
                 process.wait()
-            # The group may still hold children (a gunicorn worker, say).
+            # The group may still hold children (an API server worker, say).
             _signal_group(process, signal.SIGKILL)
 
 

@@ -27,7 +27,7 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[])
 # Development mode: DEBUG on (`make run`, config/devstack.py, turns it on unless set) or the test suite.
 # pytest-django imports these settings before any conftest runs and with DEBUG off (it forces DEBUG off
 # for the tests anyway), so an in-process test run is recognised by pytest being imported. Processes the
-# suite starts (gunicorn and members in tests/e2e/stack.py) are not: they run as production does.
+# suite starts (the API server and members in tests/e2e/stack.py) are not: they run as production does.
 DEVELOPMENT = DEBUG or "pytest" in sys.modules
 
 # Development mode only, used when SECRET_KEY is unset. Outside it, the app refuses to start with this
@@ -183,7 +183,7 @@ DATABASES = {
     "default": {
         **env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
         # Seconds a connection is kept open between requests (0: one per request). With PostgreSQL
-        # behind gunicorn, 60 saves a connection set-up per request; health checks drop dead ones.
+        # behind the API server, 60 saves a connection set-up per request; health checks drop dead ones.
         "CONN_MAX_AGE": env.int("DATABASE_CONN_MAX_AGE", default=0),
         "CONN_HEALTH_CHECKS": True,
     },

@@ -16,7 +16,8 @@ urlpatterns = [
     path("", include("coordinator.urls")),
 ]
 
-# Serves the admin's CSS/JS under gunicorn (make run) when DEBUG is on; production serves collected files.
+# Serves the admin's CSS/JS from the API server (make run) when DEBUG is on; production serves
+# collected files.
 urlpatterns += staticfiles_urlpatterns()
 
 handler400 = api_errors.handler400

@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn config.wsgi:application).
+"""WSGI entry point (``config.wsgi:application``; ``python -m config.serve`` serves it with granian).
 
 Steady member heartbeats are answered by the heartbeat door before Django's request handling
 (coordinator/api/door.py); every other request, and any heartbeat the door is unsure of, goes to Django.

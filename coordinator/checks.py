@@ -13,7 +13,7 @@
 The errors run before every manage.py command (runserver, migrate, run_tick, ...) and, through
 config/celery.py, when a Celery worker or beat starts; the deploy check with `manage.py check --deploy`.
 A missing or weak SECRET_KEY is not a check: with DEBUG off, config/settings.py refuses to start at all
-(gunicorn runs no checks). Projects that install the app without defining a
+(the API server runs no checks). Projects that install the app without defining a
 setting get the default below (the same as config/settings.py).
 """
 

@@ -15,8 +15,8 @@ Three kinds of figures, each collected where it is true:
    whatever process scrapes, at one write per tick or conflict (never per heartbeat).
 3. **Per-request figures in the API process** (:data:`HEARTBEAT_SECONDS`): heartbeat rate and latency
    by path (``fast``: the one-script path; ``full``: load / decide / commit; ``refused``: an error).
-   Under gunicorn each worker has its own registry: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty
-   directory shared by the workers (``config/gunicorn.conf.py`` marks dead workers), and ``/metrics``
+   With several worker processes each has its own registry: set ``PROMETHEUS_MULTIPROC_DIR`` to an
+   empty directory shared by the workers (``config/serve.py`` empties it at start), and ``/metrics``
    aggregates them (prometheus-client's multiprocess mode). Without it, a scrape sees the worker that
    answered.
 

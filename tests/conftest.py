@@ -10,9 +10,10 @@ import redis
 
 from config.embedded_redis import FORBIDDEN_PORT, RedisServer
 
-# The processes the tests start (gunicorn, Celery, run_member, run_tick, the dev stack) run as production
-# does: DEBUG off, which refuses to start without a real SECRET_KEY (config/settings.py). One random key
-# per test session, over plain HTTP (no TLS in the tests). Set at import, before any child starts.
+# The processes the tests start (the API server, Celery, run_member, run_tick, the dev stack) run as
+# production does: DEBUG off, which refuses to start without a real SECRET_KEY (config/settings.py). One
+# random key per test session, over plain HTTP (no TLS in the tests). Set at import, before any child
+# starts.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
 

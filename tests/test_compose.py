@@ -88,3 +88,15 @@ def test_the_documented_commands_and_tokens_agree_with_the_services() -> None:
     for text in texts:  # compose.yaml's healthchecks and header; the README's curl lines
         for token in re.findall(r"Bearer ([\w-]+)", text):
             assert token in tokens, token
+
+
+def test_the_api_runs_on_the_products_server_and_its_published_port() -> None:
+    """compose's web service starts the API as every other setup does (config/serve.py: granian), with
+    options config.serve accepts, bound where the published port points."""
+    from config import serve
+
+    command = SERVICES["web"]["command"]
+    assert command[:3] == ["python", "-m", "config.serve"]
+    options = serve.parse(command[3:])
+    published = SERVICES["web"]["ports"][0].rsplit(":", 1)[1]
+    assert options.bind == f"0.0.0.0:{published}"

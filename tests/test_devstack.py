@@ -94,17 +94,14 @@ def test_members_wait_for_the_web_server_and_extra_apps_get_their_own(tmp_path: 
     assert list(stack)[-1] == "app-members"
 
 
-def test_the_web_server_is_gunicorn_as_in_production_with_reload_and_its_own_metrics_dir(
-    tmp_path: Path,
-) -> None:
+def test_the_web_server_is_production_s_with_reload_and_its_own_metrics_dir(tmp_path: Path) -> None:
     """make run serves the API on the server production uses (docs/benchmarks.md, "The HTTP server"):
-    gunicorn with config/gunicorn.conf.py (gthread, the multiprocess /metrics hooks), reloading on code
-    changes; only the web server gets PROMETHEUS_MULTIPROC_DIR (a member or Celery process writing
-    there would mix its series into the API's /metrics)."""
+    ``python -m config.serve`` (granian), reloading on code changes; only the web server gets
+    PROMETHEUS_MULTIPROC_DIR (a member or Celery process writing there would mix its series into the
+    API's /metrics)."""
     stack = {s.name: s for s in devstack.services("127.0.0.1", 8001, tmp_path)}
     argv = stack["web"].argv
-    assert argv[1:3] == ("-m", "gunicorn")
-    assert argv[argv.index("-c") + 1] == str(devstack.BASE_DIR / "config" / "gunicorn.conf.py")
+    assert argv[1:3] == ("-m", "config.serve")
     assert argv[argv.index("--bind") + 1] == "127.0.0.1:8001" and "--reload" in argv
     assert dict(stack["web"].env) == {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
     assert all(not s.env for name, s in stack.items() if name != "web")

@@ -3,7 +3,7 @@
 The end-to-end test builds the wheel, installs it with ``pip install -c constraints.txt`` into a FRESH
 venv (no dev extras, no repository on sys.path), writes a minimal host project in a temporary directory
 (its own settings, urls, wsgi, Celery app using ``coordinator.celery.beat_schedule()`` and a ``billing``
-app with one ``@listener``), and then, with that venv's programs only: migrate, gunicorn on a free port
+app with one ``@listener``), and then, with that venv's programs only: migrate, granian on a free port
 against a private Redis, a group created through the API, the host's Celery worker with beat ticking,
 ``manage.py run_member`` of the host project, entries sent with the installed package's Producer and
 handled by the host's listener. About a minute, mostly pip (from its cache); marked ``plugin``.
@@ -146,6 +146,10 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
 application = get_wsgi_application()
+
+from coordinator.api.door import HeartbeatDoor  # noqa: E402  (docs/plugin.md, section 3)
+
+application = HeartbeatDoor(application)
 """
 
 HOST_MANAGE = """
@@ -383,8 +387,10 @@ def test_a_host_project_runs_a_member_of_the_installed_package(
             return child
 
         web = start(
-            "gunicorn", [str(bin_dir / "gunicorn"), "hostproj.wsgi", "-b", f"127.0.0.1:{web_port}", "-w", "1"]
-        )
+            "granian",
+            [str(bin_dir / "granian"), "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(web_port),
+             "--workers", "1", "hostproj.wsgi:application"],
+        )  # fmt: skip
         wait_until(lambda: api_call(web_port, "GET", "/api/v1/admin/groups")[0], lambda s: s == 200,
                    timeout_s=30, what=f"the host's API answering ({web.alive_output()[-2000:]})")  # fmt: skip
         status, body = api_call(

@@ -199,7 +199,7 @@ def _candidates_from_settings() -> list[_Candidate]:
 #
 # Across processes: the same commit also bumps SHARED_GENERATION_KEY in the coordinator's Redis, and a
 # cached fill is used only while that shared value is the one it was read under. So a deactivation in
-# one gunicorn worker (or the admin's process) is refused by every other process from the next request.
+# one API worker process (or the admin's process) is refused by every other process from the next request.
 DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
 
 

@@ -41,7 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpResponse
-from django.urls import NoReverseMatch, get_script_prefix, reverse
+from django.urls import get_script_prefix, reverse
 from django.utils.log import log_response
 from django.utils.module_loading import import_string
 

@@ -15,7 +15,7 @@ have no throttle here at all.
 
 The rate is read from settings on every request (not frozen at import as DRF's ``THROTTLE_RATES``
 would be), so a changed setting applies at once. The request history lives in Django's default cache.
-With the default ``LocMemCache`` that cache is per process: behind N gunicorn workers a credential gets up
+With the default ``LocMemCache`` that cache is per process: behind N API worker processes a credential gets up
 to N times the rate. That is accepted: the limit stops a runaway script or a leaked token hammering the
 admin API, it is not an exact quota. A shared cache (Redis, Memcached) in ``CACHES`` makes it exact.
 """

@@ -4,7 +4,7 @@ its own private plain Redis kept as the Celery broker only (Celery's broker is n
 docs/cluster.md).
 
 Several coordinators: :meth:`ClusterStack.start_api` / :meth:`start_tick` may be called again for a
-second gunicorn on another port and a second tick loop (``manage.py run_tick``) next to the Celery one.
+second API server on another port and a second tick loop (``manage.py run_tick``) next to the Celery one.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ class ClusterStack(Stack):
     # -- more coordinators ---------------------------------------------------------------------------
 
     def start_second_api(self) -> int:
-        """Another gunicorn on its own port, same cluster, same SQLite; returns its port."""
+        """Another API (``config.serve``) on its own port, same cluster, same SQLite; returns its port."""
         port = free_port()
         argv = [
-            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{port}",
-            "-w", "1", "-k", "gthread", "--threads", "8", "--log-level", "warning",
+            sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+            "--threads", "8", "--graceful-s", "5",
         ]  # fmt: skip
         proc = self.spawn(f"api-{port}", argv, self.env())
         self.extra_apis.append((port, proc))

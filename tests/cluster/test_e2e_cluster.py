@@ -1,5 +1,6 @@
-"""End to end on a Redis Cluster: the coordinator API (gunicorn), the tick (Celery with beat, its broker
-a separate plain Redis) and real ``run_member`` processes, all given ``REDIS_URL=redis+cluster://...``.
+"""End to end on a Redis Cluster: the coordinator API (granian, config.serve), the tick (Celery with beat,
+its broker a separate plain Redis) and real ``run_member`` processes, all given
+``REDIS_URL=redis+cluster://...``.
 
 Then several coordinators at once: two API processes and two tick runners (Celery beat and
 ``manage.py run_tick``) against one cluster, members split between the APIs, one member SIGKILLed

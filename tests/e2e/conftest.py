@@ -1,8 +1,8 @@
 """Fixtures of the end-to-end tests: a whole stack of real processes per test (tests/e2e/stack.py).
 
-Each test gets its own private Redis, coordinator API (gunicorn), tick (Celery worker + beat) and member
-processes, all killed when the test ends, whatever happened. The stack's directory (process logs,
-handled logs) is under the test's ``tmp_path``, so a failed run can be read afterwards.
+Each test gets its own private Redis, coordinator API (granian, config.serve), tick (Celery worker + beat)
+and member processes, all killed when the test ends, whatever happened. The stack's directory (process
+logs, handled logs) is under the test's ``tmp_path``, so a failed run can be read afterwards.
 """
 
 from __future__ import annotations

@@ -4,14 +4,15 @@ A :class:`Stack` owns, in its own temporary directory:
 
 * a private Redis (:class:`config.embedded_redis.RedisServer`): the metadata store, the stream data plane
   and (database 1) the Celery broker;
-* the coordinator API: gunicorn serving ``config.wsgi`` on a free port, over a SQLite file migrated first,
-  with one member and one admin token from the environment (``RSC_MEMBER_TOKENS`` / ``RSC_ADMIN_TOKENS``);
+* the coordinator API: ``python -m config.serve`` (granian serving ``config.wsgi``) on a free port, over
+  a SQLite file migrated first, with one member and one admin token from the environment
+  (``RSC_MEMBER_TOKENS`` / ``RSC_ADMIN_TOKENS``);
 * the tick: one Celery worker with embedded beat (``celery -A config worker -B --pool=solo``), as the
   product runs it, every ``tick_interval_ms``;
 * members: one ``manage.py run_member e2e`` process each (``DJANGO_SETTINGS_MODULE=tests.e2e.settings``),
   whose handler appends a JSON line per handled entry to its own log (tests/e2e/e2eapp/listeners.py).
 
-Every child runs in its own process group (signals reach the whole group: gunicorn's and Celery's own
+Every child runs in its own process group (signals reach the whole group: granian's and Celery's own
 children too) and is SIGKILLed by the kernel if the thread that started it dies, so not even a SIGKILLed
 pytest leaves processes behind. :meth:`Stack.close` kills whatever is still running.
 
@@ -112,7 +113,7 @@ class Proc:
 
 
 class Api:
-    """A tiny JSON client of the coordinator API (a fresh connection per call: gunicorn may restart)."""
+    """A tiny JSON client of the coordinator API (a fresh connection per call: the server may restart)."""
 
     def __init__(self, port: int, token: str = ADMIN_TOKEN, timeout_s: float = 10.0) -> None:
         self.port, self.token, self.timeout_s = port, token, timeout_s
@@ -238,9 +239,8 @@ class Stack:
 
     def start_api(self, *, wait: bool = True) -> Proc:
         argv = [
-            sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{self.api_port}",
-            "-w", str(self.api_workers), "-k", "gthread", "--threads", str(self.api_threads),
-            "--log-level", "warning", "--graceful-timeout", "5",
+            sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{self.api_port}",
+            "--workers", str(self.api_workers), "--threads", str(self.api_threads), "--graceful-s", "5",
         ]  # fmt: skip
         self.api_proc = self.spawn("api", argv, self.env())
         if wait:
@@ -263,8 +263,8 @@ class Stack:
         self.api_proc.kill()
 
     def pause_api(self) -> None:
-        """SIGSTOP every gunicorn process: the kernel still accepts connections, nothing answers (a hung
-        coordinator); :meth:`resume_api` brings it back at once, with no restart to wait for."""
+        """SIGSTOP every process of the API server: the kernel still accepts connections, nothing answers (a
+        hung coordinator); :meth:`resume_api` brings it back at once, with no restart to wait for."""
         assert self.api_proc is not None
         self.api_proc.signal(signal.SIGSTOP)
 

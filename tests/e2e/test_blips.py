@@ -3,7 +3,7 @@
 A group with a 2 s lease and a 200 ms heartbeat interval, two members consuming under load, and
 outages of about 1.2 s, several times each:
 
-* **the API hung** (SIGSTOP of every gunicorn process, then SIGCONT): heartbeats time out (the e2e
+* **the API hung** (SIGSTOP of every API server process, then SIGCONT): heartbeats time out (the e2e
   members' heartbeat timeout is 1 s) and are retried;
 * **Redis restarted** (SIGTERM, down for about 1.2 s, started again on the same port with its
   append-only file, so the data is kept): the API answers 503 ``STORE_UNAVAILABLE`` with

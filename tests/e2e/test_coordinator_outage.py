@@ -14,7 +14,7 @@ What the product promises (docs/protocol.md sections 3, 5 and 7; decided and pin
 
 The short outage SIGSTOPs the API (a hung coordinator: connections accepted, heartbeats time out) and
 keeps the tick running (an API outage alone must not expire anyone while leases last); SIGCONT ends it
-at once, so its length does not depend on how fast gunicorn restarts on a loaded machine. The long one
+at once, so its length does not depend on how fast the API server restarts on a loaded machine. The long one
 SIGKILLs the API and keeps the tick running for three lease TTLs (the tick must see the renewals), then
 SIGKILLs the tick too for another lease TTL (Redis's clock and the members alone), and restarts both;
 ``make chaos`` also stops the API for 60 s with a 2 s lease (issue 8's figure).

@@ -1,5 +1,5 @@
 """Credential changes across real processes: a deactivation made by another process (manage.py, as the
-Django admin would) is refused by every gunicorn worker from the next request, not within the cache's
+Django admin would) is refused by every API worker process from the next request, not within the cache's
 5 s (docs/protocol.md section 13, "Credentials and scopes")."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""/metrics under gunicorn with several workers: prometheus-client's multiprocess mode sums every
-worker's heartbeat figures (coordinator/metrics.py), whichever worker answers the scrape."""
+"""/metrics under the API server (granian, config/serve.py) with several worker processes:
+prometheus-client's multiprocess mode sums every worker's heartbeat figures (coordinator/metrics.py),
+whichever worker answers the scrape."""
 
 from __future__ import annotations
 

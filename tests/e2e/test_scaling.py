@@ -1,6 +1,6 @@
 """Scaling a group of real member processes out (1 -> 3 -> 6) and back in (6 -> 1) while producing.
 
-What it proves, end to end (gunicorn API, Celery tick, ``run_member`` processes, the fenced data plane):
+What it proves, end to end (the API on granian, Celery tick, ``run_member`` processes, the fenced data plane):
 
 * every rebalance converges: STABLE, every shard owned by exactly one live member, sizes within one;
 * nothing produced is lost, nothing is handled twice, per-key order holds, and no two members ever
