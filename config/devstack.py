@@ -14,8 +14,9 @@
    DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
    it exists, and finds the listeners of the apps in RSC_EXTRA_APPS.
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
-   the API and admin pages on gunicorn (the production server, docs/benchmarks.md "HTTP server"; with
-   `--reload`, so code changes restart its workers as runserver would), a Celery worker and Celery
+   the API and admin pages on granian (`python -m config.serve`, the production server,
+   docs/benchmarks.md "The HTTP server"; with `--reload`, so code changes restart its workers as
+   runserver would), a Celery worker and Celery
    beat; then, once the web server answers HTTP (so
    no member meets a refused connection), the demo members, the demo producer and `run_member` for the
    RSC_EXTRA_APPS listeners. Ctrl-C, SIGTERM or any child exiting stops all of them, then the embedded

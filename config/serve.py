@@ -19,8 +19,11 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # What --reload watches: the project's own code, not the virtual environment or the run directory.
@@ -46,7 +49,10 @@ def granian_argv(
         "--log-level", "warning", "--working-dir", str(BASE_DIR),
     ]  # fmt: skip
     if reload:
-        argv += ["--reload", *(a for path in RELOAD_PATHS for a in ("--reload-paths", str(BASE_DIR / path)))]
+        # A worker that fails to import (a typo being fixed) must not stop the server: the next save
+        # reloads it, as gunicorn's --reload did.
+        argv += ["--reload", "--reload-ignore-worker-failure"]
+        argv += [a for path in RELOAD_PATHS for a in ("--reload-paths", str(BASE_DIR / path))]
     return [*argv, "config.wsgi:application"]
 
 
@@ -57,7 +63,10 @@ def parse(args: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
     parser.add_argument("--reload", action="store_true", help="restart the workers on code changes")
     parser.add_argument("--graceful-s", type=int, default=30, help="seconds to finish requests on stop")
-    return parser.parse_args(args)
+    options = parser.parse_args(args)
+    if not 1 <= options.graceful_s <= 1800:  # granian's range for --workers-kill-timeout
+        parser.error("--graceful-s must be 1..1800")
+    return options
 
 
 def main(args: Sequence[str] | None = None) -> None:
@@ -76,6 +85,49 @@ def main(args: Sequence[str] | None = None) -> None:
         graceful_s=options.graceful_s,
     )
     os.execv(argv[0], argv)
+
+
+# WSGI keys a server sets for the request itself: never taken for the process's environment.
+_REQUEST_KEYS = frozenset(
+    {
+        "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING", "CONTENT_TYPE", "CONTENT_LENGTH",
+        "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "REMOTE_ADDR", "REMOTE_HOST", "REMOTE_PORT",
+    }
+)  # fmt: skip
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def without_process_environment(app: WSGIApp) -> WSGIApp:
+    """granian starts every request's WSGI environ from a copy of its process's environment: the
+    application would find DATABASE_URL, REDIS_URL and the like in ``request.META`` (and so on Django's
+    error pages and in its error reports), and an ``HTTP_*`` variable would pass for a request header.
+    This drops every key whose value is the process's own (request keys excepted)."""
+    process = {k: v for k, v in os.environ.items() if k not in _REQUEST_KEYS}
+
+    def stripped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        for key, value in process.items():
+            if environ.get(key) == value:
+                del environ[key]
+        return app(environ, start_response)
+
+    stripped.wrapped = app  # type: ignore[attr-defined]
+    return stripped
+
+
+def exit_with_parent(interval_s: float = 1.0) -> None:
+    """Exit this process (a granian worker) once its parent is gone: the test stacks set
+    ``RSC_EXIT_WITH_PARENT``, so a killed test run (whose granian main process the kernel kills with it)
+    leaves no worker behind. A daemon thread that wakes once per ``interval_s``."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 application = get_wsgi_application()
 
+from config.serve import exit_with_parent, without_process_environment  # noqa: E402
 from coordinator.api.door import HeartbeatDoor  # noqa: E402  (after Django is set up)
 
-application = HeartbeatDoor(application)
+application = without_process_environment(HeartbeatDoor(application))
+
+if os.environ.get("RSC_EXIT_WITH_PARENT"):  # the test stacks (tests/e2e/stack.py)
+    exit_with_parent()

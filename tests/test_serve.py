@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +54,57 @@ def test_main_empties_the_metrics_directory_then_becomes_granian(
         and argv[argv.index("--port") + 1] == "9000"
         and argv[argv.index("--host") + 1] == "0.0.0.0"
     )
+
+
+def test_the_process_environment_never_reaches_the_application(monkeypatch: pytest.MonkeyPatch) -> None:
+    """granian copies its environment into every request's environ; the wrapper drops it (secrets in
+    request.META would show on error pages; an HTTP_* variable would pose as a header)."""
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:secret@db/x")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("SERVER_NAME", "from-the-environment")
+    seen: list[dict[str, Any]] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(dict(environ))
+        return [b""]
+
+    wrapped = serve.without_process_environment(app)
+    environ = {
+        **os.environ,  # what granian hands the application: its environment, then the request's keys
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/",
+        "SERVER_NAME": "from-the-environment",  # a request key: kept even when equal
+        "HTTP_HOST": "example.com",
+        "HTTP_PROXY": "from-a-real-header",  # a value the request sent: kept
+    }
+    wrapped(environ, lambda *a: None)
+    [got] = seen
+    assert "DATABASE_URL" not in got and "PATH" not in got
+    assert got["HTTP_PROXY"] == "from-a-real-header" and got["HTTP_HOST"] == "example.com"
+    assert got["SERVER_NAME"] == "from-the-environment" and got["REQUEST_METHOD"] == "GET"
+
+
+def test_a_worker_exits_once_its_parent_is_gone() -> None:
+    child = "import time; from config.serve import exit_with_parent; exit_with_parent(0.05); time.sleep(60)"
+    parent = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}]); print(p.pid, flush=True); time.sleep(60)"
+    )
+    outer = subprocess.Popen(
+        [sys.executable, "-c", parent], cwd=serve.BASE_DIR, stdout=subprocess.PIPE, text=True
+    )
+    assert outer.stdout is not None
+    worker = int(outer.stdout.readline())
+    time.sleep(0.5)  # the worker is up and watching
+    os.kill(worker, 0)  # alive
+    outer.kill()
+    outer.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(worker, 9)
+    raise AssertionError("the worker outlived its parent")

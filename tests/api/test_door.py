@@ -300,4 +300,4 @@ def test_the_setting_turns_the_door_off(steady: int, settings: Any) -> None:
 def test_the_project_wsgi_application_has_the_door() -> None:
     from config.wsgi import application
 
-    assert isinstance(application, door.HeartbeatDoor)
+    assert isinstance(application.wrapped, door.HeartbeatDoor)  # type: ignore[attr-defined]

@@ -43,7 +43,7 @@ class ClusterStack(Stack):
             sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{port}", "--workers", "1",
             "--threads", "8", "--graceful-s", "5",
         ]  # fmt: skip
-        proc = self.spawn(f"api-{port}", argv, self.env())
+        proc = self.spawn(f"api-{port}", argv, self.env(RSC_EXIT_WITH_PARENT="1"))
         self.extra_apis.append((port, proc))
         wait_until(
             lambda: _answers(port, proc), timeout_s=60, interval_s=0.05, what=f"the second API on {port}"

@@ -242,7 +242,9 @@ class Stack:
             sys.executable, "-m", "config.serve", "--bind", f"127.0.0.1:{self.api_port}",
             "--workers", str(self.api_workers), "--threads", str(self.api_threads), "--graceful-s", "5",
         ]  # fmt: skip
-        self.api_proc = self.spawn("api", argv, self.env())
+        # RSC_EXIT_WITH_PARENT: granian's workers exit once its main process is gone (config/serve.py),
+        # which the kernel kills if this test run dies.
+        self.api_proc = self.spawn("api", argv, self.env(RSC_EXIT_WITH_PARENT="1"))
         if wait:
             self.wait_api()
         return self.api_proc

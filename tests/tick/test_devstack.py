@@ -208,7 +208,7 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     assert web_up < out.index("starting demo-members") and web_up < out.index("starting app-members")
     assert "running listeners bill" in out
 
-    # The operator pages' static files come from the web server (gunicorn, DEBUG on), and /metrics
+    # The operator pages' static files come from the web server (granian, DEBUG on), and /metrics
     # sums its workers (the dev admin token may scrape).
     assert _get(port, "/static/admin/css/base.css")[0] == 200
     status, metrics = _get(port, "/metrics", token="dev-admin-token")
@@ -244,7 +244,7 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     finally:
         store.client.close()
     assert run_dir.is_dir()
-    # The launcher, gunicorn and its workers, worker, beat, demo members and producer, the
+    # The launcher, granian and its workers, worker, beat, demo members and producer, the
     # app's members. (Redis overwrites its environment with its process title; its port says it runs.)
     assert len(_processes_with(database_url)) >= 8
     assert _accepts(port) and _accepts(redis_port)
