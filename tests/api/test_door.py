@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
+from django.db import close_old_connections
 
 from coordinator.api import auth, door
 from coordinator.models import ApiCredential
@@ -78,13 +80,22 @@ def call(app: Any, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]],
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
         started.update(status=status, headers=headers)
 
-    chunks = app(environ, start_response)
+    # Django's WSGIHandler closes the database connection at the end of every request (its
+    # request_finished signal), and the test's connection holds the test's transaction: unhooked for
+    # the request, as Django's own test client does.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
     try:
-        body = b"".join(chunks)
+        chunks = app(environ, start_response)
+        try:
+            body = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
     return started["status"], started["headers"], body
 
 
