@@ -302,6 +302,7 @@ class _Interrupts:
 
     deferring = False
     pending = False
+    handled = False  # an interrupt was caught and everything stopped: see the end of this module
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -480,6 +481,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
                 break
             time.sleep(0.25)
     except KeyboardInterrupt:
+        _Interrupts.handled = True
         log("interrupted; stopping everything")
     except CommandError as exc:  # includes SystemCheckError from migrate (rsc.E00x, ...)
         log(f"setup failed:\n{exc}")
@@ -503,4 +505,14 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if _Interrupts.handled:
+        # CPython 3.11 marks a KeyboardInterrupt as unhandled when it escapes an exec() (a dataclass's
+        # generated __init__, say, while an import runs), even though it was caught further up; at exit
+        # it then kills the process with SIGINT, after everything stopped cleanly. Exit with our code
+        # instead, skipping interpreter finalization (every service, Redis and the run directory are
+        # already gone).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
