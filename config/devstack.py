@@ -171,6 +171,7 @@ class Supervisor:
     def start_all(self, stack: list[Service]) -> bool:
         """Start the services in order, each one's ``after`` answering first. False if one exited."""
         for service in stack:
+            _raise_if_interrupted()
             if service.after is not None and not self.wait_ready(service.after, WEB_READY_TIMEOUT_S):
                 if self.first_exited() is not None:
                     return False
@@ -183,6 +184,7 @@ class Supervisor:
         """Wait until the running service ``name`` answers HTTP; False on timeout or if any exited."""
         deadline = time.monotonic() + timeout_s
         while name not in self._announced:
+            _raise_if_interrupted()
             if self.first_exited() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
@@ -302,14 +304,24 @@ class _Interrupts:
 
     deferring = False
     pending = False
+    received = False  # a signal came: checked again where the launcher waits, in case a library swallowed it
     handled = False  # an interrupt was caught and everything stopped: see the end of this module
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
+    _Interrupts.received = True
     if _Interrupts.deferring:
         _Interrupts.pending = True
         return
     raise KeyboardInterrupt
+
+
+def _raise_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt of a signal that came earlier. The handler raises it where the signal
+    lands; code that catches BaseException (a library's clean-up, say) can swallow it there, and the
+    launcher would then run on after a Ctrl-C."""
+    if _Interrupts.received:
+        raise KeyboardInterrupt
 
 
 def _app_listeners() -> tuple[str, ...]:
@@ -447,6 +459,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
     os.environ.setdefault("DEBUG", "true")
     # SIGTERM / SIGHUP take the same clean path as Ctrl-C. SIGINT is set explicitly because a shell
     # starts background jobs with it ignored, and Python then never installs its own handler.
+    _Interrupts.received = False
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)
 
@@ -469,6 +482,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
         _prepare_database()
         _create_demo_group()
         stack = services(host, port, run_dir, _app_listeners())
+        _raise_if_interrupted()
         supervisor = Supervisor(host, env=dict(os.environ))
         if not supervisor.start_all(stack):
             log("a service exited during start-up")
@@ -479,6 +493,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
                 log(f"{service.name} exited with code {code}; stopping everything")
                 exit_code = code or 1
                 break
+            _raise_if_interrupted()
             time.sleep(0.25)
     except KeyboardInterrupt:
         _Interrupts.handled = True

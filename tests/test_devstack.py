@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,7 @@ def test_ctrl_c_while_a_child_starts_still_stops_that_child(monkeypatch: pytest.
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C at the worst moment
         return process
 
+    monkeypatch.setattr(devstack._Interrupts, "received", False)  # restored after the test
     previous = signal.signal(signal.SIGINT, devstack._raise_interrupt)
     monkeypatch.setattr(devstack.subprocess, "Popen", popen_then_interrupt)
     supervisor = devstack.Supervisor("127.0.0.1", env=dict(os.environ))
@@ -132,3 +134,23 @@ def test_ctrl_c_while_a_child_starts_still_stops_that_child(monkeypatch: pytest.
     finally:
         signal.signal(signal.SIGINT, previous)
         supervisor.stop_all()
+
+
+def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler raises KeyboardInterrupt wherever the signal lands; code that catches BaseException
+    there would swallow it. The launcher checks again before it starts anything and while it waits."""
+    monkeypatch.setattr(devstack._Interrupts, "received", False)
+    previous = signal.signal(signal.SIGINT, devstack._raise_interrupt)
+    try:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)  # the handler runs here
+        except BaseException:  # a library's over-broad clean-up
+            pass
+        supervisor = devstack.Supervisor("127.0.0.1", env=dict(os.environ))
+        service = devstack.Service(name="sleeper", argv=(sys.executable, "-c", "import time; time.sleep(60)"))
+        with pytest.raises(KeyboardInterrupt):
+            supervisor.start_all([service])
+        assert supervisor._running == []  # nothing was started after the Ctrl-C
+    finally:
+        signal.signal(signal.SIGINT, previous)
