@@ -452,6 +452,7 @@ def main() -> None:
                 "workers": args.workers,
                 "threads": args.threads,
                 "members": 100,
+                "base": PRODUCT_SERVER,  # the row report.py compares every other row with
                 "rows": compare_servers(env, args),
             }
     emit(results, args.out)

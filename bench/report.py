@@ -37,7 +37,6 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 
 # Why the product runs what it runs; the table above it is measured on every `make bench`.
-BASE_SERVER = "granian"  # the product's server: every other row is compared with it
 SERVER_DECISION = [
     "**Decision: granian** (`python -m config.serve`, config/serve.py: granian's WSGI interface, 2 worker "
     "processes x 4 threads), in production (compose.yaml, docs/production.env), in `make run` (with "
@@ -50,7 +49,7 @@ SERVER_DECISION = [
     "server alone answering `{}`. gunicorn's floor is a large part of a heartbeat's CPU; granian's HTTP "
     "layer is Rust and costs a fraction of it.",
     "* **gunicorn's gthread worker**, the previous choice, loses on the first criterion (its ratio line "
-    "above, every repetition). What kept it last time was that `/metrics` in multiprocess mode needs the "
+    "above). What kept it last time was that `/metrics` in multiprocess mode needs the "
     "server to report dead workers; that does not hold for the API: its only per-process metric is a "
     "histogram, whose dead workers' counts rightly stay in the sums, and it has no live gauges. "
     "config/serve.py empties the directory at start, as gunicorn's hook did. Its other tools have granian "
@@ -139,9 +138,10 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             "`bench/floor_app.py`, which answers `{}` and does nothing else: the server's own cost per "
             "request.",
         ]
-        base = rows.get(BASE_SERVER, {})
+        base_kind = servers["base"]  # the product's server (heartbeat_bench.PRODUCT_SERVER)
+        base = rows.get(base_kind, {})
         for kind, other in rows.items():
-            if kind == BASE_SERVER or "per_second" not in base or "per_second" not in other:
+            if kind == base_kind or "per_second" not in base or "per_second" not in other:
                 continue
             pairs = zip(other["runs"], base["runs"], strict=True)
             rate = ", ".join(f"{o['per_second'] / b['per_second']:.2f}" for o, b in pairs)
@@ -150,7 +150,7 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             lines += [
                 "",
                 f"In this run {kind} served **{other['per_second'] / base['per_second']:.2f}x** "
-                f"{BASE_SERVER}'s {what} per second (repetitions: {rate}) "
+                f"{base_kind}'s {what} per second (repetitions: {rate}) "
                 f"at **{cpu:.2f}x** its server CPU per request.",
             ]
         lines += ["", *SERVER_DECISION]

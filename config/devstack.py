@@ -164,9 +164,7 @@ class Supervisor:
             self._running.append((service, process))
         finally:
             _Interrupts.deferring = False
-        if _Interrupts.pending:
-            _Interrupts.pending = False
-            raise KeyboardInterrupt
+        _raise_if_interrupted()
 
     def start_all(self, stack: list[Service]) -> bool:
         """Start the services in order, each one's ``after`` answering first. False if one exited."""
@@ -303,17 +301,15 @@ class _Interrupts:
     raised once the child is recorded."""
 
     deferring = False
-    pending = False
-    received = False  # a signal came: checked again where the launcher waits, in case a library swallowed it
-    handled = False  # an interrupt was caught and everything stopped: see the end of this module
+    # A signal came. Raised again where the launcher starts or waits for something (a signal held while
+    # a child starts, or whose KeyboardInterrupt code that catches BaseException swallowed).
+    received = False
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     _Interrupts.received = True
-    if _Interrupts.deferring:
-        _Interrupts.pending = True
-        return
-    raise KeyboardInterrupt
+    if not _Interrupts.deferring:
+        raise KeyboardInterrupt
 
 
 def _raise_if_interrupted() -> None:
@@ -496,7 +492,6 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
             _raise_if_interrupted()
             time.sleep(0.25)
     except KeyboardInterrupt:
-        _Interrupts.handled = True
         log("interrupted; stopping everything")
     except CommandError as exc:  # includes SystemCheckError from migrate (rsc.E00x, ...)
         log(f"setup failed:\n{exc}")
@@ -521,7 +516,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
 
 if __name__ == "__main__":
     code = main()
-    if _Interrupts.handled:
+    if _Interrupts.received:  # every interrupt ends in _run's clean stop
         # CPython 3.11 marks a KeyboardInterrupt as unhandled when it escapes an exec() (a dataclass's
         # generated __init__, say, while an import runs), even though it was caught further up; at exit
         # it then kills the process with SIGINT, after everything stopped cleanly. Exit with our code

@@ -49,7 +49,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
@@ -157,22 +157,19 @@ class _Candidate:
     principal: TokenPrincipal
 
 
+_TOKEN_SETTINGS = (("RSC_MEMBER_TOKENS", Role.MEMBER), ("RSC_ADMIN_TOKENS", Role.ADMIN))
 _from_settings: tuple[tuple[Any, ...], list[_Candidate]] | None = None  # (the settings' tokens, candidates)
 
 
 def _candidates_from_settings() -> list[_Candidate]:
     """The environment tokens' candidates, hashed again only when the settings' tokens change."""
     global _from_settings
-    tokens = tuple(
-        tuple(getattr(settings, setting, None) or ()) for setting in ("RSC_MEMBER_TOKENS", "RSC_ADMIN_TOKENS")
-    )
+    tokens = tuple(tuple(getattr(settings, setting, None) or ()) for setting, _role in _TOKEN_SETTINGS)
     kept = _from_settings
     if kept is not None and kept[0] == tokens:
         return kept[1]
     found = []
-    for (setting, role), listed in zip(
-        (("RSC_MEMBER_TOKENS", Role.MEMBER), ("RSC_ADMIN_TOKENS", Role.ADMIN)), tokens, strict=True
-    ):
+    for (setting, role), listed in zip(_TOKEN_SETTINGS, tokens, strict=True):
         for index, token in enumerate(listed):
             if token:
                 digest = token_digest(token)
@@ -197,9 +194,10 @@ def _candidates_from_settings() -> list[_Candidate]:
 # twice: at once (this thread's later reads see it, even inside the transaction) and on commit (which
 # discards whatever was stored, or is still being read, from before the commit).
 #
-# Across processes: the same commit also bumps SHARED_GENERATION_KEY in the coordinator's Redis, and a
-# cached fill is used only while that shared value is the one it was read under. So a deactivation in
-# one API worker process (or the admin's process) is refused by every other process from the next request.
+# Across processes: the same commit also sets SHARED_GENERATION_KEY in the coordinator's Redis to a fresh
+# value, and a cached fill is used only while that shared value is the one it was read under. So a
+# deactivation in one API worker process (or the admin's process) is refused by every other process from
+# the next request.
 DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
 
 
@@ -273,17 +271,20 @@ def _candidates_from_database() -> _Candidates:
     # No lock to read (every authenticated request passes here): each is one reference read, and a pair
     # torn by a concurrent invalidation only makes the generation check below refuse to store the fill.
     generation, cached = _db_generation, _db_cache
-    if (
-        cached is not None
-        and now - cached[0] < _cache_ttl_s()
-        and (shared is None or cached[1] == shared)
-    ):
+    if _within_time_limit(cached, now) and (shared is None or cached[1] == shared):
         return cached[2]
     found = _read_active_credentials()
     with _db_cache_lock:
         if _db_generation == generation:  # no change began or committed while we read: keep it
             _db_cache = (now, shared, found)
     return found
+
+
+def _within_time_limit(
+    cached: tuple[float, bytes | None, _Candidates] | None, now: float
+) -> TypeGuard[tuple[float, bytes | None, _Candidates]]:
+    """A fill exists and is younger than the cache's time limit (whatever its generation)."""
+    return cached is not None and now - cached[0] < _cache_ttl_s()
 
 
 def _invalidate_cached_credentials() -> None:
@@ -357,7 +358,7 @@ def match_token_cached(token: str) -> tuple[TokenPrincipal | None, bytes] | None
     :func:`match_token` can say: nothing cached, the cache past its time limit, or filled while the
     shared generation was unreadable."""
     cached = _db_cache
-    if cached is None or cached[1] is None or time.monotonic() - cached[0] >= _cache_ttl_s():
+    if not _within_time_limit(cached, time.monotonic()) or cached[1] is None:
         return None
     return _best_match(token, _candidates_from_settings(), cached[2]), cached[1]
 

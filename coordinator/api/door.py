@@ -36,6 +36,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -82,8 +83,11 @@ class HeartbeatDoor:
 
     def __init__(self, app: WSGIApp) -> None:
         self.app = app
-        self._setup: _Setup | None = None
-        self._set_up = False
+
+    @cached_property
+    def _setup(self) -> _Setup | None:
+        """Made at the first heartbeat, when settings and URLs are surely loaded."""
+        return _set_up()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         if (
@@ -98,11 +102,10 @@ class HeartbeatDoor:
         return self.app(environ, start_response)
 
     def _answer(self, environ: dict[str, Any]) -> HttpResponse | None:
-        if not self._set_up:  # on the first heartbeat, when settings and URLs are surely loaded
-            self._setup, self._set_up = _set_up(), True
-        if self._setup is None:
+        setup = self._setup
+        if setup is None:
             return None
-        match = self._setup.path.fullmatch(environ["PATH_INFO"])
+        match = setup.path.fullmatch(environ["PATH_INFO"])
         if match is None:
             return None
         # Django's request writes the decoded path back into the environ it is given: a copy, so the
@@ -112,7 +115,7 @@ class HeartbeatDoor:
             return None  # the body is not read: Django reads it from the untouched input
         try:
             request.get_host()
-            for hook in self._setup.hooks:
+            for hook in setup.hooks:
                 if hasattr(hook, "process_request") and hook.process_request(request) is not None:
                     return None  # a redirect: Django's to give
             body = request.body
@@ -128,7 +131,7 @@ class HeartbeatDoor:
             if getattr(request, fastpath.FAST_TRIED, False):
                 environ[fastpath.DOOR_TRIED] = True
             return None
-        for hook in reversed(self._setup.hooks):
+        for hook in reversed(setup.hooks):
             response = hook.process_response(request, response)
         if response.status_code >= 400:
             log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)

@@ -23,10 +23,7 @@ from coordinator.models import ApiCredential
 from coordinator.store import MetadataStore, codec
 
 from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
-from .test_fastpath import _normalized, corpus, restore, snapshot
-
-PATH = f"/api/v1/groups/{PREFIX}/{GROUP}/heartbeat"
-TIMING = {"Retry-After"}
+from .test_fastpath import TIMING, _normalized, comparable_body, corpus, restore, snapshot
 
 
 @pytest.fixture
@@ -102,14 +99,7 @@ def call(app: Any, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]],
 def comparable(answer: tuple[str, list[tuple[str, str]], bytes]) -> tuple[str, list[tuple[str, str]], bytes]:
     status, headers, body = answer
     headers = [(k, "<present>" if k in TIMING else v) for k, v in headers]
-    if dict(headers).get("Content-Type", "").startswith("application/problem+json"):
-        problem = json.loads(body)
-        problem.get("details", {}).pop("retry_after_ms", None)
-        if problem["code"] == "HEARTBEAT_TOO_FREQUENT":
-            problem["detail"] = problem["detail"].split(": retry in")[0]
-        problem.pop("incident_id", None)
-        body = json.dumps(problem, sort_keys=True).encode()
-    return status, headers, body
+    return status, headers, comparable_body(dict(headers).get("Content-Type", ""), body)
 
 
 def comparable_state(store: MetadataStore) -> dict[bytes, Any]:

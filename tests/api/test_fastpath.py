@@ -57,15 +57,19 @@ def through(view: Callable[..., Any], body: Any, token: str | None, **meta: Any)
 
 def comparable(response: Any) -> tuple[int, dict[str, str], bytes]:
     headers = {k: ("<present>" if k in TIMING else v) for k, v in response.headers.items()}
-    body = response.content
-    if "application/problem+json" in response.get("Content-Type", ""):
-        problem = json.loads(body)
-        problem.get("details", {}).pop("retry_after_ms", None)
-        if problem["code"] == "HEARTBEAT_TOO_FREQUENT":
-            problem["detail"] = problem["detail"].split(": retry in")[0]
-        problem.pop("incident_id", None)
-        body = json.dumps(problem, sort_keys=True).encode()
-    return response.status_code, headers, body
+    return response.status_code, headers, comparable_body(response.get("Content-Type", ""), response.content)
+
+
+def comparable_body(content_type: str, body: bytes) -> bytes:
+    """A problem body without what differs between two runs by nature (the retry wait, incident ids)."""
+    if "application/problem+json" not in content_type:
+        return body
+    problem = json.loads(body)
+    problem.get("details", {}).pop("retry_after_ms", None)
+    if problem["code"] == "HEARTBEAT_TOO_FREQUENT":
+        problem["detail"] = problem["detail"].split(": retry in")[0]
+    problem.pop("incident_id", None)
+    return json.dumps(problem, sort_keys=True).encode()
 
 
 def corpus(epoch: int, scoped: str) -> list[tuple[str, Any, str | None, dict[str, Any]]]:
