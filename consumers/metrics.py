@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -47,16 +48,33 @@ SHARDS = Gauge("rsc_member_shards", "Shards the member is consuming.", LABELS)
 
 @dataclass(frozen=True, slots=True)
 class MemberMetrics:
-    """The series of one member (bound once; each call is a dict lookup and an atomic add)."""
+    """The series of one member. The per-entry series are bound once (a labelled child is a lock and a
+    dict lookup away otherwise): a handled entry costs one histogram observation, and its count is added
+    once per batch (:meth:`count`)."""
 
     stream_prefix: str
     consumer_group: str
     member_id: str
+    _handled: Any = field(init=False, repr=False, compare=False)
+    _failed: Any = field(init=False, repr=False, compare=False)
+    _seconds: Any = field(init=False, repr=False, compare=False)
 
-    def handled(self, seconds: float, ok: bool) -> None:
+    def __post_init__(self) -> None:
         labels = (self.stream_prefix, self.consumer_group, self.member_id)
-        (HANDLED if ok else FAILED).labels(*labels).inc()
-        HANDLER_SECONDS.labels(*labels).observe(seconds)
+        object.__setattr__(self, "_handled", HANDLED.labels(*labels))
+        object.__setattr__(self, "_failed", FAILED.labels(*labels))
+        object.__setattr__(self, "_seconds", HANDLER_SECONDS.labels(*labels))
+
+    def observe(self, seconds: float) -> None:
+        """One handler call's latency (returned or raised)."""
+        self._seconds.observe(seconds)
+
+    def count(self, handled: int, failed: int) -> None:
+        """A batch's entries whose handler returned / raised."""
+        if handled:
+            self._handled.inc(handled)
+        if failed:
+            self._failed.inc(failed)
 
     def fenced(self) -> None:
         FENCES.labels(self.stream_prefix, self.consumer_group, self.member_id).inc()

@@ -129,8 +129,9 @@ class Fetcher:
             if self._closed:
                 batch = None
             elif self._sending:
+                # No wake-up: the fetcher's thread can do nothing before the call in flight returns, and
+                # its end wakes it (_send_and_release).
                 self._tickets.append(ticket)
-                self._cond.notify_all()
                 return ticket
             else:
                 self._sending = True
@@ -198,7 +199,8 @@ class Fetcher:
         finally:
             with self._cond:
                 self._sending = False
-                self._cond.notify_all()
+                if self._tickets:  # only they give the fetcher's thread something to do (or a new time)
+                    self._cond.notify()
 
     def _send(self, batch: list[Ticket]) -> None:
         sent: list[Ticket] = []
@@ -244,6 +246,8 @@ class Fetcher:
 
     def _rearm(self, tickets: list[Ticket]) -> None:
         """Empty reads: keep the tickets, each due again after its shard's (doubled) idle backoff."""
+        if not tickets:
+            return
         now = time.monotonic()
         for ticket in tickets:
             ticket.idle_s = min(max(ticket.idle_s * 2, self._idle_min_s), self._idle_max_s)

@@ -332,7 +332,7 @@ class ShardUnit:
         # The lease check of every handler call, against the deadline as of now: one lock per batch, not
         # per entry. A renewal during the batch only ends it early; the unit then checks and goes on.
         deadline = self.host.lease_deadline_ms(self.incarnation)
-        clock_ms = self.host.clock_ms
+        clock_ms, metrics = self.host.clock_ms, self.metrics
         try:
             for entry in entries:
                 if self._stopping.is_set() or deadline is None or clock_ms() >= deadline:
@@ -342,18 +342,20 @@ class ShardUnit:
                 try:
                     self.handler(entry)
                 except Exception as e:
-                    if self.metrics is not None:
-                        self.metrics.handled(time.perf_counter() - started, ok=False)
+                    if metrics is not None:
+                        metrics.observe(time.perf_counter() - started)
                     batch.failed.append(entry.entry_id)
                     self._log_failure(entry)
                     if self.failures.stops_batch:
                         batch.failure = (entry, f"{type(e).__name__}: {e}")
                         break
                 else:
-                    if self.metrics is not None:
-                        self.metrics.handled(time.perf_counter() - started, ok=True)
+                    if metrics is not None:
+                        metrics.observe(time.perf_counter() - started)
                     batch.handled.append(entry.entry_id)
         finally:
+            if metrics is not None:
+                metrics.count(len(batch.handled), len(batch.failed))
             self.host.record(handled=len(batch.handled), failed=len(batch.failed))
             self._run_hooks()
         return batch

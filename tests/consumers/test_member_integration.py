@@ -45,6 +45,12 @@ def test_one_member_consumes_everything_in_per_shard_order_and_acks_it(cluster: 
     assert m.stats.failed == 0
     assert m.phase is Phase.MEMBER
     assert cluster.member_view(m.member_id)["capacity"] == 4
+    # Its series: a count per handled entry (added per batch) and one latency observation per call.
+    labels = {"stream_prefix": PREFIX, "consumer_group": GROUP, "member_id": m.member_id}
+    handled = sent + more
+    assert REGISTRY.get_sample_value("rsc_member_handled_total", labels) == handled
+    assert REGISTRY.get_sample_value("rsc_member_failed_total", labels) == 0  # present from the start
+    assert REGISTRY.get_sample_value("rsc_member_handler_seconds_count", labels) == handled
 
 
 def test_two_members_split_the_shards_and_hand_over_without_overlap(cluster: Cluster) -> None:
