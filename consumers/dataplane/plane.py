@@ -48,6 +48,7 @@ from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, InvalidRequest
 from coordinator.protocol.model import Shard
+from coordinator.store import clients
 from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
 from . import checks, connection, scripts
@@ -175,7 +176,7 @@ class DataPlane:
         self._lease_records = lease_records_key(self.stream_prefix)
         self._dead_letters = dead_letter_key(self.stream_prefix, self.consumer_group)
         self._shards: dict[Shard, tuple[str, str]] = {}
-        self._fetch = scripts.register(client, "fetch")
+        self._fetch = clients.HotScript(client, scripts.script_text("fetch"))  # the steady state's call
         self._read_new = scripts.register(client, "read_new")
         self._read_pending = scripts.register(client, "read_pending")
         self._claim = scripts.register(client, "claim")

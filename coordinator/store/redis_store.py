@@ -144,7 +144,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self.client = client
         # The lease readers start with the lease-record rule (lease_record.lua).
         lease_rule = codec.lease_record_lua() + "\n"
-        self._fast = client.register_script(lease_rule + _LUA("fast_heartbeat.lua").read_text())
+        self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
         self._load_script = client.register_script(lease_rule + _LUA("load.lua").read_text())
         self._commit_script = client.register_script(lease_rule + _LUA("commit.lua").read_text())
         self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
