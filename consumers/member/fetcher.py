@@ -11,9 +11,13 @@ the read of batch n+1, and a member with many shards makes one call where it mad
 
 One call is in flight at a time. A unit that hands in a ticket while none is makes the call itself, on
 its own thread, taking along every other due ticket (a thread hand-off there and back would cost more
-than the call); tickets handed in while a call is in flight wait for the next one, which the fetcher's
-own thread makes as soon as the call returns, all of them together. The fetcher's thread also makes
-the calls of idle shards (below).
+than the call). Tickets handed in while a call is in flight wait for the next one. When that call
+returns and one ticket waits, a busy shard's, the thread that made it hands the next call to that
+ticket's unit (``LEAD``), which makes it on its own thread: one wake-up, where waking the fetcher's
+thread to make the call and then the unit for its result took two (a member with few shards: 2 shards
+per member, 4 members on 2 cores). When several wait, the fetcher's own thread makes the next call, all
+of them together, and goes on making calls back to back while tickets keep coming (a member with many
+busy shards). The fetcher's thread also makes the calls of idle shards (below).
 
 A ticket goes back to its unit only when there is something to act on: entries, a refusal, a changed
 redeliver token, a failed call, the lease in doubt, or the unit being told to stop. An empty read keeps
@@ -60,6 +64,7 @@ class Wake(Enum):
     """Why a ticket went back to its unit."""
 
     RESULT = "result"  # ``result`` holds what the fetch did (entries, a refusal, a new token)
+    LEAD = "lead"  # not back yet: the unit makes the next call itself (:meth:`Fetcher.fetch` does)
     STOPPED = "stopped"  # the unit is stopping (or its incarnation is gone): nothing sent for it
     LEASE = "lease"  # the lease is in doubt: acks sent (if any), nothing read
     UNAVAILABLE = "unavailable"  # ``error`` is the DataPlaneUnavailable: outcome unknown
@@ -122,8 +127,10 @@ class Fetcher:
     def submit(self, ticket: Ticket) -> Ticket:
         """Hand in a unit's ticket. When no call is in flight, the calling unit's thread makes it at once,
         with every other due ticket: no wake-up of this thread and back (its own result needs no
-        hand-off). Otherwise the ticket waits for the next call, which the fetcher's thread makes as soon
-        as the one in flight returns (so tickets that come in meanwhile go together)."""
+        hand-off). Otherwise the ticket waits for the next call, made as soon as the one in flight
+        returns, with every ticket due then (so tickets that come in meanwhile go together): by the
+        fetcher's thread, or, when it is the only one waiting, by its own unit, which gets it back as
+        ``LEAD`` (:meth:`fetch` acts on it)."""
         ticket.due_s = time.monotonic()
         with self._cond:
             if self._closed:
@@ -140,6 +147,22 @@ class Fetcher:
             _finish(ticket, Wake.STOPPED)
         else:
             self._send_and_release(batch)
+        return ticket
+
+    def fetch(self, ticket: Ticket) -> Ticket:
+        """:meth:`submit` the ticket and wait until it is back (making the next call if handed it)."""
+        self.submit(ticket).done.wait()
+        while ticket.wake is Wake.LEAD:
+            ticket.wake = None
+            ticket.done.clear()
+            with self._cond:  # the lead is reserved for this ticket (_sending stays True)
+                batch = None if self._closed else [ticket, *self._take_due(time.monotonic())]
+            if batch is None:
+                self._release()
+                _finish(ticket, Wake.STOPPED)
+            else:
+                self._send_and_release(batch)
+            ticket.done.wait()
         return ticket
 
     def wake(self) -> None:
@@ -197,10 +220,28 @@ class Fetcher:
                 if not ticket.done.is_set():
                     _finish(ticket, Wake.ERROR, error=e)
         finally:
-            with self._cond:
+            self._release()
+
+    def _release(self) -> None:
+        """The call in flight is over. When one ticket waits, a busy shard's, its unit makes the next call
+        (one wake-up: the unit's, which has to wake for its result anyway). When more wait, the
+        fetcher's thread makes it with all of them (it then goes on making calls back to back while
+        tickets keep coming, with no wake-up of a caller per call); it is woken, too, when only idle
+        shards' tickets wait (one may be due sooner than the thread's wait)."""
+        lead = None
+        with self._cond:
+            if (
+                len(self._tickets) == 1
+                and self._tickets[0].idle_s == 0
+                and not self._tickets[0].stopping.is_set()
+            ):
+                lead = self._tickets.pop()  # _sending stays True: reserved for it
+            else:
                 self._sending = False
-                if self._tickets:  # only they give the fetcher's thread something to do (or a new time)
+                if self._tickets:
                     self._cond.notify()
+        if lead is not None:
+            _finish(lead, Wake.LEAD)
 
     def _send(self, batch: list[Ticket]) -> None:
         sent: list[Ticket] = []

@@ -244,7 +244,7 @@ class ShardUnit:
             self._call(_lease_confirmed)  # acks first, then probes until renewed (or raises _Stopped)
         ticket = Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
         self._unacked = []
-        self.fetcher.submit(ticket).done.wait()
+        self.fetcher.fetch(ticket)
         self._unacked = ticket.ack_ids  # what was not acked comes back (an unknown outcome: again)
         if ticket.wake is Wake.STOPPED:
             raise _Stopped()
