@@ -46,7 +46,10 @@ def assign(
         claimed.update(mine)
         keepable[member_id] = mine
 
-    by_stickiness = sorted(members, key=lambda m: (-len(keepable[m]), m))
+    # Most keep nothing (a group larger than its shard count): those follow in id order, as sorting
+    # them all by (-kept, id) would put them.
+    keeping = sorted((m for m in members if keepable[m]), key=lambda m: (-len(keepable[m]), m))
+    by_stickiness = keeping + [m for m in members if not keepable[m]]
     quota = {m: base + (1 if rank < extra else 0) for rank, m in enumerate(by_stickiness)}
 
     result: dict[str, list[Shard]] = {m: keepable[m][: quota[m]] for m in members}

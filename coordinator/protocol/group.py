@@ -211,7 +211,9 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group
         # one first, so that nothing it still reads with its old epoch is accepted any more.
         group = end_member(group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms)
         existing = group.members[hb.member_id]
-    live_count = sum(1 for _ in group.live_members())
+    # Counted only when it may matter: the members kept (ended ones too, for a while) are not fewer.
+    full = len(group.members) >= group.config.max_members
+    live_count = sum(1 for _ in group.live_members()) if full else 0
     if live_count >= group.config.max_members:
         raise GroupMaxSizeReached(
             f"group {group.consumer_group!r} already has {live_count} members, its maximum",
@@ -293,7 +295,8 @@ def _revocation_clock_moves(group: Group, member: Member) -> bool:
     has, and has no deadline), or stops it (it owes nothing any more)."""
     if member.state is MemberState.UNREVOKED_SHARDS:
         return False
-    owes = not frozenset(member.assigned) <= group.target.get(member.member_id, frozenset())
+    target = group.target.get(member.member_id)
+    owes = any(shard not in target for shard in member.assigned) if target else bool(member.assigned)
     return owes == (member.revocation_deadline_ms is None)
 
 
@@ -314,7 +317,9 @@ def tick_schedule(group: Group) -> TickSchedule:
     ended, oldest = 0, None
     for member in group.members.values():
         if member.state.is_live:
-            if _revocation_clock_moves(group, member):
+            if not member.assigned and member.revocation_deadline_ms is None:
+                pass  # owes nothing and has no clock: _revocation_clock_moves is False (most members)
+            elif _revocation_clock_moves(group, member):
                 deadline = 0
             elif member.revocation_deadline_ms is not None:
                 deadline = min(member.revocation_deadline_ms, deadline if deadline is not None else _NEVER)

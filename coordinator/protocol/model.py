@@ -130,11 +130,13 @@ class MemberState(StrEnum):
 
     @property
     def is_live(self) -> bool:
-        return self not in _ENDED_STATES
+        # Identity tests, not a set lookup (an enum member hashes in Python): is_live runs for every
+        # member, several times, on every decision that reads the whole group (a join).
+        return self is not _EXPIRED and self is not _LEFT
 
 
-# The terminal member states (a set: is_live runs for every member on every group-wide decision).
-_ENDED_STATES = frozenset({MemberState.EXPIRED, MemberState.LEFT})
+# The terminal member states.
+_EXPIRED, _LEFT = MemberState.EXPIRED, MemberState.LEFT
 
 
 class EndReason(StrEnum):
@@ -323,9 +325,13 @@ class Group:
     def owners(self) -> dict[Shard, str]:
         """shard -> the live member that owns it (assigned or still revoking)."""
         index: dict[Shard, str] = {}
-        for member in self.live_members():
-            for shard in member.owned:
-                index[shard] = member.member_id
+        for member in self.members.values():
+            if member.state.is_live:  # member.owned, without building the union per member
+                owner = member.member_id
+                for shard in member.assigned:
+                    index[shard] = owner
+                for shard in member.revoking:
+                    index[shard] = owner
         return index
 
     def effective_concurrency(self, member: Member) -> int:

@@ -225,7 +225,11 @@ def encode_group(
 ) -> str:
     """The group document. ``encoded``, when given, receives each member's encoded form (for
     :class:`DecodedGroup`)."""
-    members = {m.member_id: _cached_encode(m, cache) for m in group.members.values()}
+    members: dict[str, dict[str, Any]] = {}
+    kept = cache.get if cache is not None else None
+    for m in group.members.values():  # a member the command did not touch is encoded already
+        hit = kept(id(m)) if kept is not None else None
+        members[m.member_id] = hit[1] if hit is not None and hit[0] is m else _encode_member(m)
     if encoded is not None:
         encoded.update(members)
     c = group.config
@@ -249,13 +253,6 @@ def encode_group(
             "members": members,
         }
     )
-
-
-def _cached_encode(member: Member, cache: MemberCache | None) -> dict[str, Any]:
-    hit = cache.get(id(member)) if cache is not None else None
-    if hit is not None and hit[0] is member:
-        return hit[1]
-    return _encode_member(member)
 
 
 def decode_group(text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None = None) -> Group:
@@ -287,7 +284,9 @@ def decode_group_cached(
         for mid, member in group.members.items():
             md = known.members[mid]
             lease = leases.get(mid, 0)
-            last_heartbeat_ms = _last_heartbeat_ms(md, lease, ttl)
+            last_heartbeat_ms = md["last_heartbeat_ms"]  # _last_heartbeat_ms, inline: once per member
+            if lease - ttl > last_heartbeat_ms:
+                last_heartbeat_ms = lease - ttl
             if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last_heartbeat_ms:
                 if members is None:
                     members = dict(group.members)
@@ -314,9 +313,13 @@ def in_document_order(group: Group) -> Group:
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its document yields (sorted keys), so that a group kept from a commit iterates as one read back
     would."""
+    members: dict[str, Member] = {}
+    for m in sorted(group.members):
+        member = group.members[m]  # most hold fewer than 2 shards: no call for them
+        members[m] = member if len(member.assigned) < 2 else _assigned_in_document_order(member)
     return replace(
         group,
-        members={m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)},
+        members=members,
         target={m: group.target[m] for m in sorted(group.target)},
     )
 

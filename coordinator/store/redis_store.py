@@ -569,10 +569,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             name = name.decode() if isinstance(name, bytes) else name
             revs[name] = rev.decode() if isinstance(rev, bytes) else str(rev)
             if doc:
-                lease_map = {
-                    (i.decode() if isinstance(i, bytes) else i): int(lease)
-                    for i, lease in zip(ids, leases, strict=True)
-                }
+                if len(ids) != len(leases):
+                    raise ValueError("load.lua: member ids and leases differ in length")
+                lease_map = dict(
+                    zip(
+                        (i.decode() if isinstance(i, bytes) else i for i in ids),
+                        map(int, leases),
+                        strict=True,
+                    )
+                )
                 known = self._decoded.get((stream_prefix, name))
                 decoded = codec.decode_group_cached(doc, lease_map, cache, known)
                 if decoded is not known:
@@ -706,10 +711,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             or after is None
             or (before.config, before.drained) != (after.config, after.drained)
         )
-        ids = set(before.members if before else ()) | set(after.members if after else ())
         if not group_wide:
             assert before is not None and after is not None
-            ids = {m for m in ids if before.members.get(m) is not after.members.get(m)}
+            was = before.members.get
+            ids = {m for m, member in after.members.items() if was(m) is not member}
+            ids.update(m for m in before.members if m not in after.members)
+        else:
+            ids = set(before.members if before else ()) | set(after.members if after else ())
         old_fields: dict[str, str] = codec.group_fields(before, with_schedule=False) if before else {}
         new_fields: dict[str, str] = codec.group_fields(after) if after else {}
         for mid in ids:
@@ -763,10 +771,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if was is None or member.lease_deadline_ms != was.lease_deadline_ms:
                 lease_sets += [f"l:{name}:{mid}", str(member.lease_deadline_ms)]
             if (
-                was is not None
-                and was.state.is_live
-                and member.state is MemberState.EXPIRED
+                member.state is MemberState.EXPIRED
                 and member.end_reason is EndReason.LEASE_EXPIRED
+                and was is not None
+                and was.state.is_live
             ):
                 # Decided on a lease read at load time: still ended at commit time, or it was renewed.
                 expiry_checks.append(f"l:{name}:{mid}")
