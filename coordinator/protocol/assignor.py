@@ -19,6 +19,7 @@ one member and is never an assignment weight (mission goal 6).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import islice
 
 from .model import Shard
 
@@ -33,31 +34,38 @@ def assign(
     if not members:
         return {}
     base, extra = divmod(len(all_shards), len(members))
+    nothing: frozenset[Shard] = frozenset()
+    # In a group larger than its shard count most members get nothing: the work below is per member
+    # that keeps or gets a shard; the others only appear in the result (in id order, as every member).
+    out = dict.fromkeys(members, nothing)
 
-    # What each member could keep: its previous shards that still exist, not claimed twice.
+    # What each member could keep: its previous shards that still exist, not claimed twice (members in
+    # id order). Members without previous shards keep nothing and are not listed.
     keepable: dict[str, list[Shard]] = {}
     claimed: set[Shard] = set()
-    for member_id in members:
-        had = previous.get(member_id)
-        if not had:  # most members of a group larger than its shard count
-            keepable[member_id] = []
-            continue
-        mine = sorted(s for s in had if s in all_shards and s not in claimed)
-        claimed.update(mine)
-        keepable[member_id] = mine
+    for member_id in sorted(m for m, had in previous.items() if had and m in out):
+        mine = sorted(s for s in previous[member_id] if s in all_shards and s not in claimed)
+        if mine:
+            claimed.update(mine)
+            keepable[member_id] = mine
 
-    # Most keep nothing (a group larger than its shard count): those follow in id order, as sorting
-    # them all by (-kept, id) would put them.
-    keeping = sorted((m for m in members if keepable[m]), key=lambda m: (-len(keepable[m]), m))
-    by_stickiness = keeping + [m for m in members if not keepable[m]]
+    # Ranked by what they keep (most first), ties and the members keeping nothing in id order; the
+    # first ``extra`` get one shard more than ``base``.
+    by_stickiness = sorted(keepable, key=lambda m: (-len(keepable[m]), m))
+    if base > 0 or len(by_stickiness) < extra:
+        wanted = len(members) if base > 0 else extra
+        by_stickiness += islice((m for m in members if m not in keepable), wanted - len(by_stickiness))
     quota = {m: base + (1 if rank < extra else 0) for rank, m in enumerate(by_stickiness)}
+    quota = {m: q for m, q in quota.items() if q > 0}
 
-    result: dict[str, list[Shard]] = {m: keepable[m][: quota[m]] for m in members}
+    result: dict[str, list[Shard]] = {m: keepable.get(m, [])[:q] for m, q in quota.items()}
     taken = {s for kept in result.values() for s in kept}
     free = iter(sorted(all_shards - taken))
-    for member_id in members:
+    for member_id in sorted(quota):
         need = quota[member_id] - len(result[member_id])
         if need > 0:
             result[member_id].extend(next(free) for _ in range(need))
-    nothing: frozenset[Shard] = frozenset()
-    return {m: frozenset(s) if s else nothing for m, s in result.items()}
+    for member_id, mine in result.items():
+        if mine:
+            out[member_id] = frozenset(mine)
+    return out

@@ -569,15 +569,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             name = name.decode() if isinstance(name, bytes) else name
             revs[name] = rev.decode() if isinstance(rev, bytes) else str(rev)
             if doc:
-                if len(ids) != len(leases):
-                    raise ValueError("load.lua: member ids and leases differ in length")
-                lease_map = dict(
-                    zip(
-                        (i.decode() if isinstance(i, bytes) else i for i in ids),
-                        map(int, leases),
-                        strict=True,
-                    )
-                )
+                members = map(bytes.decode, ids) if ids and isinstance(ids[0], bytes) else ids
+                lease_map = dict(zip(members, map(int, leases), strict=True))
                 known = self._decoded.get((stream_prefix, name))
                 decoded = codec.decode_group_cached(doc, lease_map, cache, known)
                 if decoded is not known:
