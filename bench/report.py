@@ -57,14 +57,18 @@ SERVER_DECISION = [
     "(`--workers-lifetime`, `--workers-max-rss`). Its worker timeout watches only gthread's event loop, not "
     "the request threads, so it never caught a hung request either; and members renew their own leases "
     "in Redis while the API does not answer (docs/protocol.md section 5).",
-    "* **gunicorn's gevent worker** serves about what gthread serves at the same CPU: a heartbeat is CPU, "
-    "not waiting, so green threads have nothing to overlap, and it would add monkey-patching under "
-    "redis-py, psycopg and Django's thread-local connections.",
+    "* **gunicorn's gevent worker** comes close to granian on heartbeats per second, behind it in some "
+    "`make bench` runs and ahead in others (its ratio line above is this run's), at about granian's "
+    "server CPU per heartbeat or more: a heartbeat is CPU, not waiting, so green threads have little to "
+    "overlap. With no steady lead on either figure, operability decides: gevent would add "
+    "monkey-patching under redis-py, psycopg and Django's thread-local connections (a database "
+    "connection per greenlet).",
     "* **uvicorn serving `config.asgi`** is out on the first criterion: the API's views are synchronous "
     "(DRF), so under ASGI Django runs each one through `sync_to_async` on one thread per process, and "
     "heartbeats queue behind each other (its row). An async rewrite of the API would be needed first.",
     "",
-    "Revisit when a `make bench` shows another server ahead of granian in every repetition.",
+    "Revisit when repeated `make bench` runs show another server ahead of granian in every repetition on "
+    "both figures: heartbeats per second and server CPU per heartbeat.",
 ]
 
 
