@@ -88,7 +88,9 @@ def bump(group: Group, topology: Topology, joining: str | None = None) -> Group:
     ``joining`` names a member being added in this step (it is not live until it has reconciled).
     """
     epoch = group.group_epoch + 1
-    live = [m.member_id for m in group.live_members()] + ([joining] if joining is not None else [])
+    live = [mid for mid, m in group.members.items() if m.state.is_live]
+    if joining is not None:
+        live.append(joining)
     target = assign(live, assignable_shards(group, topology), group.target)
     return replace(group, group_epoch=epoch, assignment_epoch=epoch, target=target)
 

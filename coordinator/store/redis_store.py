@@ -761,6 +761,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         previous = before.members if before else {}
         for mid, member in after.members.items():
             was = previous.get(mid)
+            if was is member:
+                continue  # untouched by the command (most members): same lease, same state
             if was is None or member.lease_deadline_ms != was.lease_deadline_ms:
                 lease_sets += [f"l:{name}:{mid}", str(member.lease_deadline_ms)]
             if (
