@@ -55,8 +55,7 @@ def assign(
     if base > 0 or len(by_stickiness) < extra:
         wanted = len(members) if base > 0 else extra
         by_stickiness += islice((m for m in members if m not in keepable), wanted - len(by_stickiness))
-    quota = {m: base + (1 if rank < extra else 0) for rank, m in enumerate(by_stickiness)}
-    quota = {m: q for m, q in quota.items() if q > 0}
+    quota = {m: q for rank, m in enumerate(by_stickiness) if (q := base + (1 if rank < extra else 0)) > 0}
 
     result: dict[str, list[Shard]] = {m: keepable.get(m, [])[:q] for m, q in quota.items()}
     taken = {s for kept in result.values() for s in kept}

@@ -214,9 +214,8 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group
         group = end_member(group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms)
         existing = group.members[hb.member_id]
     # Counted only when it may matter: the members kept (ended ones too, for a while) are not fewer.
-    full = len(group.members) >= group.config.max_members
-    live_count = sum(1 for _ in group.live_members()) if full else 0
-    if live_count >= group.config.max_members:
+    maximum = group.config.max_members
+    if len(group.members) >= maximum and (live_count := sum(1 for _ in group.live_members())) >= maximum:
         raise GroupMaxSizeReached(
             f"group {group.consumer_group!r} already has {live_count} members, its maximum",
             max_members=group.config.max_members,
@@ -319,9 +318,7 @@ def tick_schedule(group: Group) -> TickSchedule:
     ended, oldest = 0, None
     for member in group.members.values():
         if member.state.is_live:
-            if not member.assigned and member.revocation_deadline_ms is None:
-                pass  # owes nothing and has no clock: _revocation_clock_moves is False (most members)
-            elif _revocation_clock_moves(group, member):
+            if _revocation_clock_moves(group, member):
                 deadline = 0
             elif member.revocation_deadline_ms is not None:
                 deadline = min(member.revocation_deadline_ms, deadline if deadline is not None else _NEVER)

@@ -166,7 +166,6 @@ class HotScript:
         self._script = client.register_script(text)
         self.sha: str = self._script.sha
         self.script = text
-        self._client = client
         pool = getattr(client, "connection_pool", None)
         self._pool = (
             pool

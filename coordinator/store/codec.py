@@ -284,9 +284,7 @@ def decode_group_cached(
         for mid, member in group.members.items():
             md = known.members[mid]
             lease = leases.get(mid, 0)
-            last_heartbeat_ms = md["last_heartbeat_ms"]  # _last_heartbeat_ms, inline: once per member
-            if lease - ttl > last_heartbeat_ms:
-                last_heartbeat_ms = lease - ttl
+            last_heartbeat_ms = _last_heartbeat_ms(md, lease, ttl)
             if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last_heartbeat_ms:
                 if members is None:
                     members = dict(group.members)
@@ -313,13 +311,9 @@ def in_document_order(group: Group) -> Group:
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its document yields (sorted keys), so that a group kept from a commit iterates as one read back
     would."""
-    members: dict[str, Member] = {}
-    for m in sorted(group.members):
-        member = group.members[m]  # most hold fewer than 2 shards: no call for them
-        members[m] = member if len(member.assigned) < 2 else _assigned_in_document_order(member)
     return replace(
         group,
-        members=members,
+        members={m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)},
         target={m: group.target[m] for m in sorted(group.target)},
     )
 

@@ -18,6 +18,7 @@ from consumers.dataplane import DataPlane
 from consumers.member.fetcher import Fetcher, Ticket, Wake
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
+from tests.consumers.harness import eventually
 from tests.consumers.test_resync import Host
 from tests.dataplane.harness import GROUP, PREFIX, Harness, make_client
 
@@ -60,22 +61,30 @@ def env(redis_url: str) -> Iterator[tuple[GatedPlane, Fetcher]]:
     client.close()
 
 
-def _unit(fetcher: Fetcher, shard: Shard, name: str, out: dict[str, Ticket]) -> threading.Thread:
+def _unit(
+    fetcher: Fetcher, shard: Shard, name: str, out: dict[str, Ticket], ticket: Ticket | None = None
+) -> threading.Thread:
     def run() -> None:
-        out[name] = fetcher.fetch(Ticket(shard, 1, [], None, threading.Event()))
+        out[name] = fetcher.fetch(ticket or Ticket(shard, 1, [], None, threading.Event()))
 
     return threading.Thread(target=run, name=name)
+
+
+def _a_in_flight(plane: GatedPlane, fetcher: Fetcher, done: dict[str, Ticket]) -> threading.Thread:
+    """Unit A's call, held at the gate."""
+    a = _unit(fetcher, SHARDS[0], "unit-a", done)
+    a.start()
+    assert plane.in_flight.wait(10)
+    return a
 
 
 def test_the_only_ticket_waiting_for_a_call_in_flight_is_sent_next_by_its_own_unit(env: Any) -> None:
     plane, fetcher = env
     done: dict[str, Ticket] = {}
-    a = _unit(fetcher, SHARDS[0], "unit-a", done)
-    a.start()
-    assert plane.in_flight.wait(10)  # A's call is in flight, held at the gate
+    a = _a_in_flight(plane, fetcher, done)
     b = _unit(fetcher, SHARDS[1], "unit-b", done)
     b.start()
-    _wait_until(lambda: len(fetcher._tickets) == 1)
+    eventually(lambda: len(fetcher._tickets) == 1, what="B waiting")
     assert len(plane.calls) == 1  # B waits: no second call while one is in flight
     plane.gate.set()
     _joined(a, b)
@@ -87,13 +96,11 @@ def test_the_only_ticket_waiting_for_a_call_in_flight_is_sent_next_by_its_own_un
 def test_several_tickets_waiting_for_a_call_in_flight_go_together_in_the_fetchers_next_call(env: Any) -> None:
     plane, fetcher = env
     done: dict[str, Ticket] = {}
-    a = _unit(fetcher, SHARDS[0], "unit-a", done)
-    a.start()
-    assert plane.in_flight.wait(10)
+    a = _a_in_flight(plane, fetcher, done)
     b, c = _unit(fetcher, SHARDS[1], "unit-b", done), _unit(fetcher, SHARDS[2], "unit-c", done)
     b.start()
     c.start()
-    _wait_until(lambda: len(fetcher._tickets) == 2)
+    eventually(lambda: len(fetcher._tickets) == 2, what="B and C waiting")
     plane.gate.set()
     _joined(a, b, c)
     assert plane.calls[0] == ("unit-a", ["v1:0"])
@@ -134,29 +141,18 @@ class HeldLead(threading.Event):
 def test_a_lead_handed_to_a_unit_of_a_fetcher_closed_meanwhile_comes_back_stopped(env: Any) -> None:
     plane, fetcher = env
     done: dict[str, Ticket] = {}
-    a = _unit(fetcher, SHARDS[0], "unit-a", done)
-    a.start()
-    assert plane.in_flight.wait(10)
+    a = _a_in_flight(plane, fetcher, done)
     held = HeldLead()
     ticket_b = Ticket(SHARDS[1], 1, [], None, threading.Event(), done=held)
     held.ticket = ticket_b
-    b = threading.Thread(target=lambda: done.setdefault("unit-b", fetcher.fetch(ticket_b)), name="unit-b")
+    b = _unit(fetcher, SHARDS[1], "unit-b", done, ticket_b)
     b.start()
-    _wait_until(lambda: len(fetcher._tickets) == 1)
+    eventually(lambda: len(fetcher._tickets) == 1, what="B waiting")
     plane.gate.set()  # A's call returns and hands B the lead ...
-    _wait_until(lambda: ticket_b.wake is Wake.LEAD)
+    eventually(lambda: ticket_b.wake is Wake.LEAD, what="B handed the lead")
     fetcher.close()  # ... and the fetcher closes before B acts on it
     held.hold.set()
     _joined(a, b)
     assert done["unit-b"].wake is Wake.STOPPED and done["unit-b"].result is None
     assert [name for name, _ in plane.calls] == ["unit-a"]  # B sent nothing
     assert not fetcher._sending
-
-
-def _wait_until(condition: Any, timeout_s: float = 10.0) -> None:
-    done = threading.Event()
-    for _ in range(int(timeout_s / 0.005)):
-        if condition():
-            return
-        done.wait(0.005)
-    raise AssertionError("condition not met in time")
