@@ -72,6 +72,7 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+smembers",
         "+hget",
         "+hgetall",
+        "+hmget",
         "+hexists",
         "+hset",
         "+hdel",

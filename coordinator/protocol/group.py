@@ -297,7 +297,7 @@ def _revocation_clock_moves(group: Group, member: Member) -> bool:
     if member.state is MemberState.UNREVOKED_SHARDS:
         return False
     target = group.target.get(member.member_id)
-    owes = any(shard not in target for shard in member.assigned) if target else bool(member.assigned)
+    owes = not target.issuperset(member.assigned) if target else bool(member.assigned)
     return owes == (member.revocation_deadline_ms is None)
 
 
@@ -313,15 +313,24 @@ class TickSchedule:
     oldest_ended_ms: int | None
 
 
+def revocation_schedule_ms(group: Group, member: Member) -> int | None:
+    """When a tick must next look at this member for its revocation: 0 when its revocation clock must
+    start or stop (now), its revocation deadline when it has one, None when neither (or not live). It
+    depends on the member and the group's target only."""
+    if not member.state.is_live:
+        return None
+    if _revocation_clock_moves(group, member):
+        return 0
+    return member.revocation_deadline_ms
+
+
 def tick_schedule(group: Group) -> TickSchedule:
     deadline: int | None = None
     ended, oldest = 0, None
     for member in group.members.values():
-        if member.state.is_live:
-            if _revocation_clock_moves(group, member):
-                deadline = 0
-            elif member.revocation_deadline_ms is not None:
-                deadline = min(member.revocation_deadline_ms, deadline if deadline is not None else _NEVER)
+        at = revocation_schedule_ms(group, member)
+        if at is not None:
+            deadline = min(at, deadline if deadline is not None else _NEVER)
         if member.ended_at_ms is not None:
             ended += 1
             oldest = min(member.ended_at_ms, oldest if oldest is not None else _NEVER)

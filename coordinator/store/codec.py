@@ -3,7 +3,11 @@
 Documents (the source of truth), each with a revision used for compare-and-set:
 
 * ``t`` / ``t#``: the topology (versions, migration, retention policy) plus the list of group names;
-* ``g:<group>`` / ``g#:<group>``: one group (config, epochs, target, members without their leases);
+* ``g:<group>`` / ``g#:<group>``: one group's header (config, epochs, target, drained shards; format 2)
+  or, in format 1 (read, never written), the whole group with its members;
+* ``d:<group>:<member>`` / ``d#:<group>:<member>``: one member's record (without its lease) and its
+  revision; ``gm#:<group>`` counts the commits that wrote member records only (see
+  ``MetadataStore._commit``: a group-wide commit checks it);
 * ``l:<group>:<member>``: a member's lease deadline (ms, Redis clock). Kept apart from the group document
   so that a steady-state heartbeat renews it without rewriting the group.
 
@@ -19,7 +23,8 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
 * ``ts:<group>``: the group's tick schedule (:func:`tick_schedule_field`): with the lease index
-  ``rsc:{P}:lz`` (:func:`lease_index_key`), what lets the tick skip a group with nothing due;
+  ``rsc:{P}:lz`` (:func:`lease_index_key`) and the schedule index ``rsc:{P}:sz``
+  (:func:`schedule_index_key`), what lets the tick skip a group with nothing due;
 * ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
   lease renewal (``renew_lease.lua``) never reaches past it;
 * ``ae:<group>``: the group's assignment epoch; an ``f:`` signature counts only at this epoch, so an
@@ -57,7 +62,7 @@ from coordinator.protocol.describe import (
     topology_from_views,
     version_view,
 )
-from coordinator.protocol.group import TickSchedule, readable, tick_schedule
+from coordinator.protocol.group import TickSchedule, readable
 from coordinator.protocol.model import (
     ClientInfo,
     EndReason,
@@ -70,7 +75,7 @@ from coordinator.protocol.model import (
     Topology,
 )
 
-FORMAT = 1
+TOPOLOGY_FORMAT = 1
 
 # Decoding a group of a thousand members parses the same few shard names and states thousands of times.
 _shard = functools.lru_cache(maxsize=65_536)(Shard.parse)
@@ -111,6 +116,24 @@ def lease_index_key(stream_prefix: str) -> str:
     return f"rsc:{{{stream_prefix}}}:lz"
 
 
+def schedule_index_key(stream_prefix: str) -> str:
+    """Sorted set ``<group>:<member>`` scored by when the tick must next look at that live member for its
+    revocation (:func:`coordinator.protocol.group.revocation_schedule_ms`: 0 when its revocation clock
+    must start or stop, else its revocation deadline; absent when neither). Per member, so that commits
+    of different members keep it without reading each other (docs/store.md, "The tick index")."""
+    return f"rsc:{{{stream_prefix}}}:sz"
+
+
+def commit_keys(stream_prefix: str) -> list[str]:
+    """The keys ``commit.lua`` takes: the metadata hash, the members' own renewals, both indexes."""
+    return [
+        meta_key(stream_prefix),
+        lease_records_key(stream_prefix),
+        lease_index_key(stream_prefix),
+        schedule_index_key(stream_prefix),
+    ]
+
+
 def lease_records_key(stream_prefix: str) -> str:
     """Hash ``<group>:<member> -> "<member epoch> <lease deadline ms>"``: leases members renewed themselves,
     in Redis, while the coordinator's API could not (``consumers/dataplane/renew_lease.lua``;
@@ -144,7 +167,7 @@ def encode_topology(topology: Topology, group_names: list[str]) -> str:
     m = topology.migration
     return _dumps(
         {
-            "format": FORMAT,
+            "format": TOPOLOGY_FORMAT,
             "stream_prefix": topology.stream_prefix,
             "versions": [version_view(v) for v in topology.versions],
             "migration": None if m is None else migration_fields(m),
@@ -162,6 +185,11 @@ def decode_topology(text: str | bytes) -> tuple[Topology, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------- groups
+
+# Format 1 kept every member inside the group document; format 2 (this version writes only it) keeps the
+# group's header there and one record per member in ``d:<group>:<member>`` (docs/store.md). A group
+# read in format 1 is written in format 2 by its next commit.
+GROUP_FORMAT = 2
 
 
 def _encode_member(m: Member) -> dict[str, Any]:
@@ -186,6 +214,12 @@ def _encode_member(m: Member) -> dict[str, Any]:
         "owner": m.owner,
         "join_seq": m.join_seq,
     }
+
+
+def encode_member(member: Member) -> tuple[bytes, dict[str, Any]]:
+    """A member's record (``d:<group>:<member>``), and the form it was encoded from."""
+    encoded = _encode_member(member)
+    return orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS), encoded
 
 
 def _last_heartbeat_ms(d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> int:
@@ -215,27 +249,12 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
     )
 
 
-# Encoded form of members decoded by ``decode_group``, keyed by the identity of the (immutable) Member:
-# a member the command did not touch is re-encoded for free. Entries live as long as their loader.
-MemberCache = dict[int, tuple[Member, dict[str, Any]]]
-
-
-def encode_group(
-    group: Group, cache: MemberCache | None = None, encoded: dict[str, dict[str, Any]] | None = None
-) -> str:
-    """The group document. ``encoded``, when given, receives each member's encoded form (for
-    :class:`DecodedGroup`)."""
-    members: dict[str, dict[str, Any]] = {}
-    kept = cache.get if cache is not None else None
-    for m in group.members.values():  # a member the command did not touch is encoded already
-        hit = kept(id(m)) if kept is not None else None
-        members[m.member_id] = hit[1] if hit is not None and hit[0] is m else _encode_member(m)
-    if encoded is not None:
-        encoded.update(members)
+def encode_group_header(group: Group) -> bytes:
+    """The group document of format 2: everything but the members (config, epochs, target, drained)."""
     c = group.config
-    return _dumps(
+    return orjson.dumps(
         {
-            "format": FORMAT,
+            "format": GROUP_FORMAT,
             "stream_prefix": group.stream_prefix,
             "consumer_group": group.consumer_group,
             "config": {
@@ -250,72 +269,108 @@ def encode_group(
             "assignment_epoch": group.assignment_epoch,
             "target": {m: sorted(map(str, t)) if t else [] for m, t in group.target.items()},
             "drained": sorted(str(s) for s in group.drained),
-            "members": members,
-        }
+        },
+        option=orjson.OPT_SORT_KEYS,
     )
-
-
-def decode_group(text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None = None) -> Group:
-    return decode_group_cached(text, leases, cache, None).group
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class DecodedGroup:
-    """A group document as decoded (``group``), with the document's bytes and each member's encoded
-    form: :func:`decode_group_cached` reuses it while the stored document is byte for byte the same,
-    applying only the leases, which live outside the document. Never mutated once made."""
+    """A group as decoded (``group``), with what it was decoded from: the group document's bytes
+    (``raw``: in format 1 the members are inside it), each member's record as stored (``records``,
+    format 2) and each member's encoded form (``members``). :func:`decode_group_cached` reuses what is
+    byte for byte the same, applying only the leases, which live outside the documents. Never mutated
+    once made."""
 
     raw: bytes
+    format: int
     group: Group
     members: Mapping[str, dict[str, Any]]
+    records: Mapping[str, bytes]
+
+
+def decode_group(
+    text: str | bytes, leases: Mapping[str, int], records: Mapping[str, bytes] | None = None
+) -> Group:
+    return decode_group_cached(text, records or {}, leases, None).group
 
 
 def decode_group_cached(
-    text: str | bytes, leases: Mapping[str, int], cache: MemberCache | None, known: DecodedGroup | None
+    text: str | bytes,
+    records: Mapping[str, bytes],
+    leases: Mapping[str, int],
+    known: DecodedGroup | None,
 ) -> DecodedGroup:
-    """:func:`decode_group`, but when ``known`` holds the same document (``known.raw == text``) its
-    members are reused: only a member whose lease differs from ``leases`` is rebuilt (its lease and the
-    last heartbeat the lease implies), exactly as a fresh decode would make it, without parsing JSON."""
+    """Decode a group from its document and its members' records (format 2; a format-1 document holds
+    its members, and ``records`` is empty). What ``known`` holds byte for byte the same is reused: the
+    document, and each member whose record did not change, even under a new header (an epoch bump
+    rewrites only the header). Such a member is rebuilt only when its lease differs from ``leases`` (its
+    lease and the last heartbeat the lease implies), exactly as a fresh decode would make it."""
     raw = text if isinstance(text, bytes) else text.encode()
-    if known is not None and known.raw == raw:
-        group = known.group
-        ttl = group.config.lease_ttl_ms
-        members: dict[str, Member] | None = None
-        for mid, member in group.members.items():
-            md = known.members[mid]
-            lease = leases.get(mid, 0)
-            last_heartbeat_ms = _last_heartbeat_ms(md, lease, ttl)
-            if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last_heartbeat_ms:
-                if members is None:
-                    members = dict(group.members)
-                member = members[mid] = replace(
-                    member, lease_deadline_ms=lease, last_heartbeat_ms=last_heartbeat_ms
-                )
-            if cache is not None and last_heartbeat_ms == md["last_heartbeat_ms"]:
-                cache[id(member)] = (member, md)
-        if members is None:
-            return known  # no lease moved: the very same state
-        return DecodedGroup(raw=raw, group=replace(group, members=members), members=known.members)
-    d = orjson.loads(raw)
-    ttl = d["config"]["lease_ttl_ms"]
-    decoded = {}
-    for mid, md in d["members"].items():
+    same_document = known is not None and known.raw == raw
+    if same_document:
+        assert known is not None
+        header, form = known.group, known.format
+    else:
+        d = orjson.loads(raw)
+        form = 1 if "members" in d else GROUP_FORMAT
+        if form == 1:
+            if records:
+                raise ValueError(f"a format-1 group document with {len(records)} member records beside it")
+            ttl = d["config"]["lease_ttl_ms"]
+            encoded = d["members"]
+            decoded = {mid: _decode_member(mid, md, leases.get(mid, 0), ttl) for mid, md in encoded.items()}
+            return DecodedGroup(raw, 1, _decode_group_document(d, decoded), encoded, {})
+        header = _decode_group_document(d, {})
+    ttl = header.config.lease_ttl_ms
+    if form == 1:  # the same format-1 document: every member as kept
+        assert known is not None
+        texts: Mapping[str, Any] = known.members
+    else:
+        texts = records
+    kept_members = known.group.members if known is not None else {}
+    kept_records = known.records if known is not None else {}
+    kept_forms = known.members if known is not None else {}
+    same_ttl = known is not None and known.group.config.lease_ttl_ms == ttl
+    members: dict[str, Member] = {}
+    encoded = {}
+    unchanged = same_document and len(texts) == len(kept_members)
+    for mid, record in texts.items():
         lease = leases.get(mid, 0)
-        member = decoded[mid] = _decode_member(mid, md, lease, ttl)
-        if cache is not None and member.last_heartbeat_ms == md["last_heartbeat_ms"]:
-            cache[id(member)] = (member, md)
-    return DecodedGroup(raw=raw, group=_decode_group_document(d, decoded), members=d["members"])
+        member = kept_members.get(mid)
+        if member is not None and (form == 1 or kept_records.get(mid) == record):
+            md = encoded[mid] = kept_forms[mid]
+            if member.lease_deadline_ms != lease or not same_ttl:  # else the same last heartbeat too
+                last = _last_heartbeat_ms(md, lease, ttl)
+                if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last:
+                    member = replace(member, lease_deadline_ms=lease, last_heartbeat_ms=last)
+                    unchanged = False
+        else:
+            unchanged = False
+            md = encoded[mid] = orjson.loads(record)
+            member = _decode_member(mid, md, lease, ttl)
+        members[mid] = member
+    if unchanged:
+        assert known is not None
+        return known  # nothing moved: the very same state
+    stored = {mid: bytes(r) for mid, r in records.items()} if form != 1 else {}
+    return DecodedGroup(raw, form, replace(header, members=members), encoded, stored)
 
 
-def in_document_order(group: Group) -> Group:
+def in_document_order(group: Group, read: Group | None = None) -> Group:
     """``group`` with its members, target and each member's assigned shards in the order a decode of
-    its document yields (sorted keys), so that a group kept from a commit iterates as one read back
-    would."""
-    return replace(
-        group,
-        members={m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)},
-        target={m: group.target[m] for m in sorted(group.target)},
-    )
+    its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
+    would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
+    are in that order already, so only what differs from it is put in order."""
+    if read is None or read.members.keys() != group.members.keys():
+        members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
+    else:
+        was = read.members.get
+        members = {m: x if was(m) is x else _assigned_in_document_order(x) for m, x in group.members.items()}
+    target = group.target
+    if read is None or target is not read.target:
+        target = {m: target[m] for m in sorted(target)}
+    return replace(group, members=members, target=target)
 
 
 def _assigned_in_document_order(member: Member) -> Member:
@@ -408,8 +463,15 @@ def group_fields(group: Group, *, with_schedule: bool = True) -> dict[str, str]:
         # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
         # writes this one field instead of deleting every member's f: and r: (docs/store.md).
         f"ae:{name}": str(group.assignment_epoch),
-        f"ts:{name}": tick_schedule_field(tick_schedule(group)) if with_schedule else "",
+        f"ts:{name}": tick_schedule_field(ended_schedule(group)) if with_schedule else "",
     }
+
+
+def ended_schedule(group: Group) -> TickSchedule:
+    """:func:`tick_schedule` as ``ts:`` holds it in format 2: the revocation deadlines are per member, in
+    the schedule index (:func:`schedule_index_key`), so the first item is always "-"."""
+    ended = [m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None]
+    return TickSchedule(next_deadline_ms=None, ended=len(ended), oldest_ended_ms=min(ended, default=None))
 
 
 def tick_schedule_field(schedule: TickSchedule) -> str:

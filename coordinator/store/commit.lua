@@ -4,15 +4,19 @@
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:lr, the members' own lease renewals (field <group>:<member> = "<epoch> <until ms>")
 -- KEYS[3]  rsc:{P}:lz, the lease index: every live member (m: present), scored by its l: field
+-- KEYS[4]  rsc:{P}:sz, the schedule index: live members scored by when the tick must next look at their
+--          revocation
 -- ARGV[1]  commit token (unique per attempt)
 -- ARGV[2]  now_ms the caller decided at
--- then five sections, each a count followed by its items:
---   rev checks      field, expected value ("" = field must be absent)      (t#, g#:<g>)
+-- then seven sections, each a count followed by its items:
+--   rev checks      field, expected value ("" = field must be absent)  (t#, g#:<g>, gm#:<g>, d#:<g>:<m>)
 --   sets            field, value                                         (docs, revs, derived fields)
 --   deletes         field
 --   lease sets      field, deadline ms   (written as max(current, new): leases never go back)
 --   expiry checks   field                (the lease must still have ended at now_ms: the l: field and
 --                                         the member's own renewal at its live epoch, if any)
+--   increments      field                (HINCRBY 1: gm#:<g> of a commit that writes member records only)
+--   schedule        tag, score or ""     (ZADD to, or with "" ZREM from, the schedule index)
 --
 -- Deleting a member's m: or l: field also deletes its renewal record (a member that ended renews
 -- nothing; the records stay as many as the live members). Changing a member's m: (its epoch) folds a
@@ -24,10 +28,12 @@
 -- for the first time (metadata from before the index) has all its members indexed here, once.
 --
 -- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
--- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2].
+-- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2]; ZADD/ZREM
+-- on KEYS[3] and KEYS[4].
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
 local index = require_lease_index_key(meta, KEYS[3])
+local schedule = require_schedule_index_key(meta, KEYS[4])
 -- Every write below needs ZADD on the index at the end: a Redis user without it (an ACL not yet updated,
 -- docs/redis-acl.md) must fail before the first write, not after the documents (a no-op: '' is no tag).
 redis.call('ZADD', index, 'XX', 0, '')
@@ -58,6 +64,8 @@ local set_start, set_n = section()
 local del_start, del_n = section()
 local lease_start, lease_n = section()
 local exp_start, exp_n = section()
+local inc_start, inc_n = section()
+local sched_start, sched_n = section()
 for j = 0, exp_n - 1 do
   local field = ARGV[exp_start + j]
   local lease = tonumber(redis.call('HGET', meta, field) or '0')
@@ -106,6 +114,17 @@ for j = 0, lease_n - 1, 2 do
     redis.call('HSET', meta, field, new)
   end
   touched[#touched + 1] = string.sub(field, 3)
+end
+for j = 0, inc_n - 1 do
+  redis.call('HINCRBY', meta, ARGV[inc_start + j], 1)
+end
+for j = 0, sched_n - 1, 2 do
+  local tag, score = ARGV[sched_start + j], ARGV[sched_start + j + 1]
+  if score == '' then
+    redis.call('ZREM', schedule, tag)
+  else
+    redis.call('ZADD', schedule, tonumber(score), tag)
+  end
 end
 for _, name in ipairs(new_groups) do
   for id in string.gmatch(redis.call('HGET', meta, 'ml:' .. name) or '', '%S+') do

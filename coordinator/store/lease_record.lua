@@ -27,6 +27,12 @@ local function require_lease_index_key(meta, key)
   return require_key_of(meta, key, 'lz', 'lease index')
 end
 
+-- The schedule index (rsc:{P}:sz): live members, <group>:<member> scored by when a tick must next look at
+-- their revocation (docs/store.md, "The tick index").
+local function require_schedule_index_key(meta, key)
+  return require_key_of(meta, key, 'sz', 'schedule index')
+end
+
 -- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record was written at
 -- `live_epoch` (the m: value; read here, only when a record exists, if nil is given), else 0.
 -- Touches: HGET of the member's field of `records`; HGET m:<tag> on `meta` when needed.

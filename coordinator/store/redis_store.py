@@ -64,7 +64,7 @@ from coordinator.protocol.errors import (
     MetadataCorrupt,
     StreamPrefixNotFound,
 )
-from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     EndReason,
@@ -105,8 +105,9 @@ class _Loaded:
     group_revs: dict[str, str]  # every group requested, "" when absent
     group_names: list[str]  # the topology's list (all groups, loaded or not)
     raw_topology: bytes = b""
-    raw_groups: dict[str, bytes] = field(default_factory=dict)
-    member_cache: codec.MemberCache = field(default_factory=dict)
+    decoded: dict[str, codec.DecodedGroup] = field(default_factory=dict)  # what each group was read from
+    members_revs: dict[str, str] = field(default_factory=dict)  # gm#:<group>, "" when absent
+    record_revs: dict[str, dict[str, bytes]] = field(default_factory=dict)  # d#:<group>:<member>
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -482,7 +483,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
         groups: list[str] | None = None  # every group
         if not full:
-            keys = [codec.meta_key(prefix), codec.lease_records_key(prefix), codec.lease_index_key(prefix)]
+            keys = [
+                codec.meta_key(prefix),
+                codec.lease_records_key(prefix),
+                codec.lease_index_key(prefix),
+                codec.schedule_index_key(prefix),
+            ]
             with translate_redis_errors():
                 _now, every, *due = self._tick_due(
                     keys=keys, args=[tick.retention_ms, tick.max_ended_members, TICK_INDEX_LOOK]
@@ -563,30 +569,34 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         topology, names = codec.decode_topology(topo)
         loaded: dict[str, Group] = {}
         revs: dict[str, str] = {}
-        raw_groups: dict[str, bytes] = {}
-        cache: codec.MemberCache = {}
-        for name, doc, rev, ids, leases in rows:
-            name = name.decode() if isinstance(name, bytes) else name
-            revs[name] = rev.decode() if isinstance(rev, bytes) else str(rev)
+        decoded_groups: dict[str, codec.DecodedGroup] = {}
+        members_revs: dict[str, str] = {}
+        record_revs: dict[str, dict[str, bytes]] = {}
+        for name, doc, rev, members_rev, ids, leases, docs, doc_revs in rows:
+            name = _text(name)
+            revs[name] = _text(rev)
+            members_revs[name] = _text(members_rev)
             if doc:
-                members = map(bytes.decode, ids) if ids and isinstance(ids[0], bytes) else ids
+                members = list(map(bytes.decode, ids) if ids and isinstance(ids[0], bytes) else ids)
                 lease_map = dict(zip(members, map(int, leases), strict=True))
+                records = {m: r for m, r in zip(members, docs, strict=True) if r is not None}
+                record_revs[name] = dict(zip(members, doc_revs, strict=True))  # bytes, as stored
                 known = self._decoded.get((stream_prefix, name))
-                decoded = codec.decode_group_cached(doc, lease_map, cache, known)
+                decoded = codec.decode_group_cached(doc, records, lease_map, known)
                 if decoded is not known:
                     self._remember(stream_prefix, name, decoded)
                 loaded[name] = decoded.group
-                raw_groups[name] = doc
-        trev_s = trev.decode() if isinstance(trev, bytes) else str(trev)
+                decoded_groups[name] = decoded
         return _Loaded(
             int(now_ms),
             PrefixState(topology=topology, groups=loaded),
-            trev_s,
+            _text(trev),
             revs,
             names,
             topo,
-            raw_groups,
-            cache,
+            decoded_groups,
+            members_revs,
+            record_revs,
         )
 
     def _execute(
@@ -623,11 +633,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     def _commit(self, stream_prefix: str, loaded: _Loaded, new: PrefixState) -> bool:
         old = loaded.state
         old_groups: dict[str, Group] = dict(old.groups) if old else {}
-        checks: list[str] = ["t#", loaded.topology_rev]
-        sets: dict[str, str] = {}
+        checks: list[str | bytes] = ["t#", loaded.topology_rev]
+        sets: dict[str, str | bytes] = {}
         deletes: list[str] = []
         lease_sets: list[str] = []
         expiry_checks: list[str] = []
+        increments: list[str] = []
+        schedule: list[str] = []
 
         written: dict[str, codec.DecodedGroup] = {}
         names = set(loaded.group_names) - (set(loaded.group_revs) - set(new.groups)) | set(new.groups)
@@ -646,35 +658,61 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             before, after = old_groups.get(name), new.groups.get(name)
             if before is after and not topology_changed:
                 continue
+            kept = loaded.decoded.get(name)
+            header = codec.encode_group_header(after) if after is not None else b""
+            # Only members' records change (a heartbeat reconciling, a revocation clock): the commit
+            # checks the header and the records it replaces, so commits of different members do not
+            # conflict. Anything else is group-wide: it checks that no record changed since it loaded
+            # (gm#, counted up by every member-only commit) and moves the header's revision on.
+            member_only = (
+                not topology_changed
+                and before is not None
+                and after is not None
+                and kept is not None
+                and kept.format == codec.GROUP_FORMAT
+                and kept.raw == header
+                and before.members.keys() == after.members.keys()
+            )
+            if not member_only:
+                checks += [f"gm#:{name}", loaded.members_revs.get(name, "")]
             if after is not None:
-                encoded: dict[str, dict[str, Any]] = {}
-                doc = codec.encode_group(after, loaded.member_cache, encoded)
-                raw = doc.encode()
-                if raw != loaded.raw_groups.get(name):
-                    sets[f"g:{name}"] = doc
+                if kept is None or kept.raw != header:
+                    sets[f"g:{name}"] = header
+                if not member_only:
                     sets[f"g#:{name}"] = str(int(rev or 0) + 1)
-                    written[name] = codec.DecodedGroup(
-                        raw=raw, group=codec.in_document_order(after), members=encoded
-                    )
+                record_revs = loaded.record_revs.get(name, {})
+                decoded = self._record_changes(kept, before, after, header)
+                for mid, record in decoded.records.items():
+                    if kept is not None and kept.records.get(mid) == record:
+                        continue
+                    sets[f"d:{name}:{mid}"] = record
+                    sets[f"d#:{name}:{mid}"] = str(int(record_revs.get(mid) or 0) + 1)
+                    if member_only:
+                        checks += [f"d#:{name}:{mid}", record_revs.get(mid, b"")]
+                        if f"gm#:{name}" not in increments:
+                            increments.append(f"gm#:{name}")
+                written[name] = decoded
                 lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks)
-            elif before is not None:
-                deletes += [f"g:{name}", f"g#:{name}", *(f"l:{name}:{m}" for m in before.members)]
+            gone = [m for m in (before.members if before else ()) if after is None or m not in after.members]
+            deletes += [f"{k}:{name}:{m}" for m in gone for k in ("d", "d#")]
+            if after is None:
+                deletes += [f"g:{name}", f"g#:{name}", f"gm#:{name}", *(f"l:{name}:{m}" for m in gone)]
+            schedule += self._schedule_changes(name, kept, before, after)
             self._diff_derived(old, before, new, after, topology_changed, sets, deletes)
 
-        args: list[str] = [uuid.uuid4().hex, str(loaded.now_ms)]
-        for section in (checks, [x for kv in sets.items() for x in kv], deletes, lease_sets, expiry_checks):
+        args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms)]
+        for section in (
+            checks,
+            [x for kv in sets.items() for x in kv],
+            deletes,
+            lease_sets,
+            expiry_checks,
+            increments,
+            schedule,
+        ):
             args += [str(len(section)), *section]
         with translate_redis_errors():
-            result = int(
-                self._commit_script(
-                    keys=[
-                        codec.meta_key(stream_prefix),
-                        codec.lease_records_key(stream_prefix),
-                        codec.lease_index_key(stream_prefix),
-                    ],
-                    args=args,
-                )
-            )
+            result = int(self._commit_script(keys=codec.commit_keys(stream_prefix), args=args))
         if result not in (1, 2):
             return False
         # What this process just wrote is what it will most likely read next (the next join, the next
@@ -684,13 +722,65 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         return True
 
     @staticmethod
+    def _record_changes(
+        kept: codec.DecodedGroup | None, before: Group | None, after: Group, header: bytes
+    ) -> codec.DecodedGroup:
+        """``after`` as stored once committed: each member's record is the stored one unless the command
+        touched the member and its record differs (then it is encoded afresh); every member's is encoded
+        when the group was read in format 1 (its members were in the document) or is new."""
+        stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
+        was = before.members.get if before is not None else {}.get
+        records: dict[str, bytes] = {}
+        forms: dict[str, dict[str, Any]] = {}
+        for mid, member in after.members.items():
+            if stored is not None and mid in stored.records and was(mid) is member:
+                records[mid], forms[mid] = stored.records[mid], stored.members[mid]
+                continue  # untouched by the command
+            records[mid], forms[mid] = codec.encode_member(member)
+        return codec.DecodedGroup(
+            raw=header,
+            format=codec.GROUP_FORMAT,
+            group=codec.in_document_order(after, before if stored is not None else None),
+            members=forms,
+            records=records,
+        )
+
+    @staticmethod
+    def _schedule_changes(
+        name: str, kept: codec.DecodedGroup | None, before: Group | None, after: Group | None
+    ) -> list[str]:
+        """The schedule index entries (tag, score or "") of one group that change. An entry depends on the
+        member and its target only, so only members whose record or target entry changed are recomputed
+        (every member of a group read in format 1, which has no entries yet)."""
+        indexed = before if kept is not None and kept.format == codec.GROUP_FORMAT else None
+        if indexed is None or after is None:
+            ids = set(after.members if after is not None else ()) | set(indexed.members if indexed else ())
+        else:
+            was, had, has = indexed.members.get, indexed.target.get, after.target.get
+            if indexed.target is after.target:  # (the members' own changes only)
+                ids = {m for m, member in after.members.items() if was(m) is not member}
+            else:
+                ids = {m for m, member in after.members.items() if was(m) is not member or had(m) != has(m)}
+            ids.update(m for m in indexed.members if m not in after.members)
+        changes: list[str] = []
+        for mid in sorted(ids):
+            old_at = new_at = None
+            if indexed is not None and (member := indexed.members.get(mid)) is not None:
+                old_at = revocation_schedule_ms(indexed, member)
+            if after is not None and (member := after.members.get(mid)) is not None:
+                new_at = revocation_schedule_ms(after, member)
+            if old_at != new_at:
+                changes += [f"{name}:{mid}", "" if new_at is None else str(new_at)]
+        return changes
+
+    @staticmethod
     def _diff_derived(
         old: PrefixState | None,
         before: Group | None,
         new: PrefixState,
         after: Group | None,
         topology_changed: bool,
-        sets: dict[str, str],
+        sets: dict[str, str | bytes],
         deletes: list[str],
     ) -> None:
         """Write the derived fields of one group that changed; only members that changed are recomputed
@@ -851,6 +941,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             len(groups),
             deleted,
         )
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)

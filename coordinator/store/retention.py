@@ -268,7 +268,7 @@ class RetentionMixin:
         streams = [codec.stream_key(prefix, s) for s in _all_shards(result.topology)]
         streams += [codec.dead_letter_key(prefix, g) for g in result.consumer_groups]
         others = [codec.redeliver_key(prefix, g) for g in result.consumer_groups]
-        others += [codec.lease_records_key(prefix), codec.lease_index_key(prefix)]
+        others += codec.commit_keys(prefix)[1:]  # the members' own renewals and both indexes
         with _redis_errors():
             reply = self._retention_scripts["delete_prefix"](
                 keys=[codec.meta_key(prefix), *streams, *others],

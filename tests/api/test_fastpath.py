@@ -162,16 +162,15 @@ def _normalized(meta: dict[bytes, bytes]) -> dict[bytes, Any]:
     for key, value in meta.items():
         if key == b"txn":
             continue
-        if key.startswith(b"g:"):
-            doc = json.loads(value)
-            for member in doc["members"].values():
-                member.pop("last_heartbeat_ms", None)
-                member.pop("ended_at_ms", None)
-                member.pop("joined_at_ms", None)
-                member.pop("revocation_deadline_ms", None)
-            out[key] = doc
-        elif key.startswith(b"g#:") or key.startswith(b"r:"):
-            continue  # revision tokens are random per commit; r: holds the response compared above
+        if key.startswith(b"d:"):  # a member's record
+            member = json.loads(value)
+            member.pop("last_heartbeat_ms", None)
+            member.pop("ended_at_ms", None)
+            member.pop("joined_at_ms", None)
+            member.pop("revocation_deadline_ms", None)
+            out[key] = member
+        elif key.startswith((b"g#:", b"gm#:", b"d#:", b"r:")):
+            continue  # revisions count commits, which differ between paths; r: is the response compared above
         elif key.startswith(b"ts:"):
             deadline, ended, oldest = value.split()  # the oldest end is a time stamp too
             out[key] = (deadline, ended, oldest == b"-")

@@ -128,8 +128,8 @@ def test_the_ticks_expiry_commit_refuses_a_member_that_renewed_itself_since_the_
     m1 = h.join("m1")
     end_coordinator_lease(h)
     now = now_ms(h.client)
-    args = ["token-expire", str(now), "0", "0", "0", "0", "1", f"l:{TAG}"]  # only an expiry check
-    keys = [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix), codec.lease_index_key(h.prefix)]
+    args = ["token-expire", str(now), "0", "0", "0", "0", "1", f"l:{TAG}", "0", "0"]  # only an expiry check
+    keys = codec.commit_keys(h.prefix)
     h.client.hset(keys[1], TAG, f"{m1.epoch} {now + 60_000}")
     assert h.store._commit_script(keys=keys, args=args) == 0  # renewed since: not expired
     h.client.hset(keys[1], TAG, f"{m1.epoch - 1} {now + 60_000}")
@@ -200,9 +200,9 @@ def test_a_renewal_never_outlasts_the_members_revocation_deadline(harness: Harne
 def commit_epoch_move(h: Harness, token: str, new_epoch: int) -> int:
     """Run commit.lua as a command that moves m1's epoch to ``new_epoch`` (at the current topology
     revision, nothing else written); returns its reply."""
-    keys = [codec.meta_key(h.prefix), codec.lease_records_key(h.prefix), codec.lease_index_key(h.prefix)]
+    keys = codec.commit_keys(h.prefix)
     rev = h.client.hget(keys[0], "t#").decode()
-    sections = [["t#", rev], [f"m:{TAG}", str(new_epoch)], [], [], []]
+    sections = [["t#", rev], [f"m:{TAG}", str(new_epoch)], [], [], [], [], []]
     args = [token, str(now_ms(h.client))] + [x for part in sections for x in (str(len(part)), *part)]
     return int(h.store._commit_script(keys=keys, args=args))
 

@@ -1,7 +1,8 @@
-"""A store keeps the group documents it last read or wrote decoded (codec.DecodedGroup): while the stored
-document is byte for byte the same it applies only the leases, which live outside the document. That
-must read exactly as a fresh decode would, whoever wrote last (this process, another one, or the
-members themselves renewing their leases in Redis)."""
+"""A store keeps the groups it last read or wrote decoded (codec.DecodedGroup): while the stored group
+document (the header) and a member's record are byte for byte the same it applies only the leases,
+which live outside them. That must read exactly as a fresh decode would, whoever wrote last (this
+process, another one, or the members themselves renewing their leases in Redis), and what is stored
+beside the documents (derived fields, the schedule index) must be what they imply."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
+from .test_store import assert_derived_fields_consistent
 
 META = codec.meta_key(PREFIX)
 
@@ -78,5 +80,6 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
         fresh = _fresh(store.client)
         for reader in (store, other):
             assert reader._load(PREFIX, None).state == fresh
+        assert_derived_fields_consistent(store)
     # The comparison above ran on kept decodes most of the time, not only on fresh ones.
     assert hits > 200, hits

@@ -21,13 +21,13 @@ from coordinator.protocol.errors import (
     MigrationInProgress,
     StoreUnavailable,
 )
-from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
 from coordinator.protocol.model import GroupConfig, OrderingMode, Shard
 from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
 
-COMMIT_KEYS = [codec.meta_key(PREFIX), codec.lease_records_key(PREFIX), codec.lease_index_key(PREFIX)]
+COMMIT_KEYS = codec.commit_keys(PREFIX)
 
 
 def hb(
@@ -67,6 +67,15 @@ def assert_derived_fields_consistent(store: MetadataStore) -> None:
     assert not {f"f:{tag}" for tag in stale} & set(expected)
     inert = {f"{kind}:{tag}" for tag in stale for kind in "fr"}
     assert {k: v for k, v in stored.items() if k not in inert} == expected
+    # The schedule index: one entry per live member the tick must look at, scored by when.
+    schedule = {
+        f"{name}:{mid}": at
+        for name, group in state.groups.items()
+        for mid, member in group.members.items()
+        if (at := revocation_schedule_ms(group, member)) is not None
+    }
+    indexed = store.client.zrange(codec.schedule_index_key(PREFIX), 0, -1, withscores=True)
+    assert {tag.decode(): int(score) for tag, score in indexed} == schedule
 
 
 def test_hand_over_between_two_members(store: MetadataStore) -> None:
@@ -247,7 +256,7 @@ def test_an_unreadable_prefix_does_not_hide_the_others_from_listings(store: Meta
 def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(store: MetadataStore) -> None:
     create(store, shard_count=1)
     rev = fields(store)["t#"]
-    args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0"]
+    args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0", "0", "0"]
     assert (
         store._commit_script(keys=COMMIT_KEYS, args=args) == 1
     )

@@ -11,7 +11,7 @@ from config.celery import app
 from coordinator import service
 from coordinator.protocol.model import GroupConfig
 from coordinator.store import MetadataStore, get_store, reset_store
-from coordinator.store.codec import lease_index_key, meta_key
+from coordinator.store.codec import lease_index_key, meta_key, schedule_index_key
 from coordinator.tasks import tick
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end
@@ -97,8 +97,8 @@ def test_concurrent_ticks_have_exactly_the_effect_of_one(store: MetadataStore, r
     m3.heartbeat()
     wait_for_lease_end(store, "m1", group="silent")
     epochs_before = {g: store.describe_group(PREFIX, g)["group_epoch"] for g in ("silent", "busy")}
-    # The metadata and the lease index (the tick reads only the groups the index says are due).
-    keys = [meta_key(PREFIX), lease_index_key(PREFIX)]
+    # The metadata and the indexes (the tick reads only the groups the indexes say are due).
+    keys = [meta_key(PREFIX), lease_index_key(PREFIX), schedule_index_key(PREFIX)]
     snapshot = {key: store.client.dump(key) for key in keys}
 
     [single] = store.tick()
@@ -110,7 +110,10 @@ def test_concurrent_ticks_have_exactly_the_effect_of_one(store: MetadataStore, r
     try:
         for _round in range(5):
             for key, value in snapshot.items():
-                store.client.restore(key, 0, value, replace=True)
+                if value is None:  # an index that did not exist
+                    store.client.delete(key)
+                else:
+                    store.client.restore(key, 0, value, replace=True)
             reports = _tick_concurrently(stores)
 
             expired = [e for r in reports for e in r.expired]
