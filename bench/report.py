@@ -272,8 +272,9 @@ def store_section(path: Path) -> list[str]:
         "",
         f"The {tick['members']:,}-member group is written in one commit ({tick['setup_seconds']:.1f} s, not "
         "measured): forming it by joins would take minutes here, since a join still costs time in "
-        "proportion to the group (the whole group document is encoded, and the tick index and the "
-        "decoded-document cache spare only the reads).",
+        "proportion to the group. It writes only the group's header and the member records that "
+        "changed (layout v2), but it reads every member's record and lease from Redis, and the "
+        "decision and the commit's bookkeeping walk every member.",
     ]
     return lines
 
