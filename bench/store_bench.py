@@ -13,6 +13,12 @@ per operation, medians of 3 repetitions:
    index), and, for comparison, the full tick that reads every group once a minute (from a store that
    has read nothing before, as a newly started tick process would).
 
+Not part of ``make bench`` (``--form-members``, default 0): **forming a group in process**, the figure
+of a closing note, to rerun here or against another checkout (``PYTHONPATH=<checkout>``): N members
+join a 64-shard group through two stores taking turns (as two API processes would), then every member
+heartbeats, in rounds, until a round changes nothing; wall and this process's CPU per phase.
+``python bench/store_bench.py --join-sizes "" --tick-members 0 --form-members 1000``
+
 Everything is measured here, nothing is typed in: rerun it and compare.
 """
 
@@ -34,7 +40,7 @@ from config.embedded_redis import RedisServer  # noqa: E402
 from coordinator.protocol.assignor import assign  # noqa: E402
 from coordinator.protocol.commands import CreateGroup  # noqa: E402
 from coordinator.protocol.group import Heartbeat, assignable_shards  # noqa: E402
-from coordinator.protocol.model import GroupConfig, Member, MemberState  # noqa: E402
+from coordinator.protocol.model import GroupConfig, Member, MemberState, Shard  # noqa: E402
 from coordinator.store.redis_store import MetadataStore  # noqa: E402
 
 LONG = GroupConfig(
@@ -144,12 +150,52 @@ def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
     }
 
 
+def form_cost(url: str, members: int) -> dict[str, Any]:
+    stores = [MetadataStore.from_url(url), MetadataStore.from_url(url)]  # two API processes
+    prefix, group = f"form{members}", "g"
+    stores[0].create_group(
+        CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG)
+    )
+
+    def timed(phase: Any) -> dict[str, Any]:
+        c0, w0 = time.process_time(), time.perf_counter()
+        changed = phase()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        return {"wall_s": wall, "coordinator_cpu_s": cpu, "changed": changed}
+
+    views: dict[str, dict[str, Any]] = {}
+
+    def joins() -> int:
+        for i in range(members):
+            hb = Heartbeat(member_id=f"m{i:05d}", member_epoch=0, capacity=1)
+            views[hb.member_id] = stores[i % 2].heartbeat(prefix, group, hb)
+        return members
+
+    def heartbeat_round() -> int:
+        changed = 0
+        for i, (member, view) in enumerate(sorted(views.items())):
+            owned = frozenset(Shard.parse(s["shard"]) for s in view["shards"])
+            hb = Heartbeat(member_id=member, member_epoch=view["member_epoch"], owned=owned)
+            new = views[member] = stores[i % 2].heartbeat(prefix, group, hb)
+            changed += any(new[k] != view[k] for k in ("member_epoch", "member_state", "shards"))
+        return changed
+
+    result: dict[str, Any] = {"members": members, "joins": timed(joins), "rounds": []}
+    while len(result["rounds"]) < 10:
+        result["rounds"].append(timed(heartbeat_round))
+        if result["rounds"][-1]["changed"] == 0:
+            break
+    result["stable"] = sum(1 for v in views.values() if v["member_state"] == "STABLE")
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--join-sizes", default="100,1000")
     parser.add_argument("--joins", type=int, default=50)
     parser.add_argument("--tick-members", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=20)
+    parser.add_argument("--form-members", type=int, default=0)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -162,6 +208,8 @@ def main() -> None:
         if args.tick_members:  # 0: joins only (e.g. to compare an older checkout, which has no index)
             results["tick"] = tick_cost(server.url, args.tick_members, args.ticks)
             print(f"tick: {json.dumps(results['tick'], default=str)[:300]}", flush=True)
+        if args.form_members:
+            results["form"] = form_cost(server.url, args.form_members)
     text = json.dumps(results, indent=2)
     if args.out:
         Path(args.out).write_text(text)

@@ -325,19 +325,15 @@ def revocation_schedule_ms(group: Group, member: Member) -> int | None:
 
 
 def tick_schedule(group: Group) -> TickSchedule:
-    deadline: int | None = None
-    ended, oldest = 0, None
-    for member in group.members.values():
-        at = revocation_schedule_ms(group, member)
-        if at is not None:
-            deadline = min(at, deadline if deadline is not None else _NEVER)
-        if member.ended_at_ms is not None:
-            ended += 1
-            oldest = min(member.ended_at_ms, oldest if oldest is not None else _NEVER)
-    return TickSchedule(next_deadline_ms=deadline, ended=ended, oldest_ended_ms=oldest)
+    at = [t for m in group.members.values() if (t := revocation_schedule_ms(group, m)) is not None]
+    return replace(ended_schedule(group), next_deadline_ms=min(at, default=None))
 
 
-_NEVER = 2**63
+def ended_schedule(group: Group) -> TickSchedule:
+    """:func:`tick_schedule` without the revocation deadlines (``next_deadline_ms`` None): what it says
+    of the ended members only. The store keeps the deadlines per member, apart (docs/store.md)."""
+    ended = [m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None]
+    return TickSchedule(next_deadline_ms=None, ended=len(ended), oldest_ended_ms=min(ended, default=None))
 
 
 def tick_due(

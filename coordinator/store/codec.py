@@ -62,7 +62,7 @@ from coordinator.protocol.describe import (
     topology_from_views,
     version_view,
 )
-from coordinator.protocol.group import TickSchedule, readable
+from coordinator.protocol.group import TickSchedule, ended_schedule, readable
 from coordinator.protocol.model import (
     ClientInfo,
     EndReason,
@@ -289,12 +289,6 @@ class DecodedGroup:
     records: Mapping[str, bytes]
 
 
-def decode_group(
-    text: str | bytes, leases: Mapping[str, int], records: Mapping[str, bytes] | None = None
-) -> Group:
-    return decode_group_cached(text, records or {}, leases, None).group
-
-
 def decode_group_cached(
     text: str | bytes,
     records: Mapping[str, bytes],
@@ -353,8 +347,7 @@ def decode_group_cached(
     if unchanged:
         assert known is not None
         return known  # nothing moved: the very same state
-    stored = {mid: bytes(r) for mid, r in records.items()} if form != 1 else {}
-    return DecodedGroup(raw, form, replace(header, members=members), encoded, stored)
+    return DecodedGroup(raw, form, replace(header, members=members), encoded, dict(records))
 
 
 def in_document_order(group: Group, read: Group | None = None) -> Group:
@@ -463,15 +456,10 @@ def group_fields(group: Group, *, with_schedule: bool = True) -> dict[str, str]:
         # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
         # writes this one field instead of deleting every member's f: and r: (docs/store.md).
         f"ae:{name}": str(group.assignment_epoch),
+        # Format 2: the revocation deadlines are per member, in the schedule index (schedule_index_key),
+        # so the first item is always "-".
         f"ts:{name}": tick_schedule_field(ended_schedule(group)) if with_schedule else "",
     }
-
-
-def ended_schedule(group: Group) -> TickSchedule:
-    """:func:`tick_schedule` as ``ts:`` holds it in format 2: the revocation deadlines are per member, in
-    the schedule index (:func:`schedule_index_key`), so the first item is always "-"."""
-    ended = [m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None]
-    return TickSchedule(next_deadline_ms=None, ended=len(ended), oldest_ended_ms=min(ended, default=None))
 
 
 def tick_schedule_field(schedule: TickSchedule) -> str:

@@ -27,7 +27,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ from coordinator.protocol.model import (
     EndReason,
     Group,
     GroupConfig,
+    Member,
     MemberState,
     OrderingMode,
     PrefixState,
@@ -81,7 +82,7 @@ from coordinator.protocol.model import (
 from . import clients, codec, instruments
 from .backlog import BacklogMixin
 from .dead_letters import DeadLetterMixin
-from .replies import translate_redis_errors
+from .replies import text, translate_redis_errors
 from .retention import RetentionMixin
 
 log = logging.getLogger(__name__)
@@ -498,7 +499,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if int(every) == 0:
                 if not due:
                     return StoreTickReport(stream_prefix=prefix, expired=(), collected=())
-                groups = sorted(g.decode() if isinstance(g, bytes) else str(g) for g in due)
+                groups = sorted(map(text, due))
         outcome = self._execute(tick, groups)
         if outcome.state is None:
             return None
@@ -573,9 +574,9 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         members_revs: dict[str, str] = {}
         record_revs: dict[str, dict[str, bytes]] = {}
         for name, doc, rev, members_rev, ids, leases, docs, doc_revs in rows:
-            name = _text(name)
-            revs[name] = _text(rev)
-            members_revs[name] = _text(members_rev)
+            name = text(name)
+            revs[name] = text(rev)
+            members_revs[name] = text(members_rev)
             if doc:
                 members = list(map(bytes.decode, ids) if ids and isinstance(ids[0], bytes) else ids)
                 lease_map = dict(zip(members, map(int, leases), strict=True))
@@ -590,7 +591,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         return _Loaded(
             int(now_ms),
             PrefixState(topology=topology, groups=loaded),
-            _text(trev),
+            text(trev),
             revs,
             names,
             topo,
@@ -729,7 +730,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         touched the member and its record differs (then it is encoded afresh); every member's is encoded
         when the group was read in format 1 (its members were in the document) or is new."""
         stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
-        was = before.members.get if before is not None else {}.get
+        previous: Mapping[str, Member] = before.members if before is not None else {}
+        was = previous.get
         records: dict[str, bytes] = {}
         forms: dict[str, dict[str, Any]] = {}
         for mid, member in after.members.items():
@@ -941,10 +943,6 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             len(groups),
             deleted,
         )
-
-
-def _text(value: bytes | str | int) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)

@@ -78,13 +78,21 @@ def _a_in_flight(plane: GatedPlane, fetcher: Fetcher, done: dict[str, Ticket]) -
     return a
 
 
+def _b_waiting_behind_a(
+    plane: GatedPlane, fetcher: Fetcher, done: dict[str, Ticket], ticket_b: Ticket | None = None
+) -> tuple[threading.Thread, threading.Thread]:
+    """Unit A's call held at the gate, and unit B's ticket waiting for the next call."""
+    a = _a_in_flight(plane, fetcher, done)
+    b = _unit(fetcher, SHARDS[1], "unit-b", done, ticket_b)
+    b.start()
+    eventually(lambda: len(fetcher._tickets) == 1, what="B waiting")
+    return a, b
+
+
 def test_the_only_ticket_waiting_for_a_call_in_flight_is_sent_next_by_its_own_unit(env: Any) -> None:
     plane, fetcher = env
     done: dict[str, Ticket] = {}
-    a = _a_in_flight(plane, fetcher, done)
-    b = _unit(fetcher, SHARDS[1], "unit-b", done)
-    b.start()
-    eventually(lambda: len(fetcher._tickets) == 1, what="B waiting")
+    a, b = _b_waiting_behind_a(plane, fetcher, done)
     assert len(plane.calls) == 1  # B waits: no second call while one is in flight
     plane.gate.set()
     _joined(a, b)
@@ -141,13 +149,10 @@ class HeldLead(threading.Event):
 def test_a_lead_handed_to_a_unit_of_a_fetcher_closed_meanwhile_comes_back_stopped(env: Any) -> None:
     plane, fetcher = env
     done: dict[str, Ticket] = {}
-    a = _a_in_flight(plane, fetcher, done)
     held = HeldLead()
     ticket_b = Ticket(SHARDS[1], 1, [], None, threading.Event(), done=held)
     held.ticket = ticket_b
-    b = _unit(fetcher, SHARDS[1], "unit-b", done, ticket_b)
-    b.start()
-    eventually(lambda: len(fetcher._tickets) == 1, what="B waiting")
+    a, b = _b_waiting_behind_a(plane, fetcher, done, ticket_b)
     plane.gate.set()  # A's call returns and hands B the lead ...
     eventually(lambda: ticket_b.wake is Wake.LEAD, what="B handed the lead")
     fetcher.close()  # ... and the fetcher closes before B acts on it
