@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,13 @@ def lease_record_lua() -> str:
     """``lease_record.lua``: the lease-record rule every lease-reading script starts with (the store's
     and the data plane's; Lua scripts cannot include one another)."""
     return (Path(__file__).with_name("lease_record.lua")).read_text()
+
+
+@functools.cache
+def change_log_lua() -> str:
+    """``change_log.lua``: the change log's layout, for the script that writes it (``commit.lua``) and the
+    one that reads it (``load.lua``); docs/store.md, "Delta loads"."""
+    return (Path(__file__).with_name("change_log.lua")).read_text()
 
 
 def lease_index_key(stream_prefix: str) -> str:
@@ -277,16 +284,20 @@ def encode_group_header(group: Group) -> bytes:
 @dataclass(frozen=True, slots=True, eq=False)
 class DecodedGroup:
     """A group as decoded (``group``), with what it was decoded from: the group document's bytes
-    (``raw``: in format 1 the members are inside it), each member's record as stored (``records``,
-    format 2) and each member's encoded form (``members``). :func:`decode_group_cached` reuses what is
-    byte for byte the same, applying only the leases, which live outside the documents. Never mutated
-    once made."""
+    (``raw``: in format 1 the members are inside it), each member's record and revision as stored
+    (``records``, ``revs``: format 2) and each member's encoded form (``members``).
+    :func:`decode_group_cached` reuses what is byte for byte the same, applying only the leases, which
+    live outside the documents. ``position``: the change log's ``(seq, token)`` at which ``records`` and
+    ``revs`` were exactly what Redis held (None: unknown), from where a later load reads only the records
+    written since (docs/store.md, "Delta loads"). Never mutated once made."""
 
     raw: bytes
     format: int
     group: Group
     members: Mapping[str, dict[str, Any]]
     records: Mapping[str, bytes]
+    revs: Mapping[str, bytes] = field(default_factory=dict)
+    position: tuple[int, bytes] | None = None
 
 
 def decode_group_cached(
@@ -294,12 +305,19 @@ def decode_group_cached(
     records: Mapping[str, bytes],
     leases: Mapping[str, int],
     known: DecodedGroup | None,
+    *,
+    leases_complete: bool = True,
 ) -> DecodedGroup:
     """Decode a group from its document and its members' records (format 2; a format-1 document holds
     its members, and ``records`` is empty). What ``known`` holds byte for byte the same is reused: the
     document, and each member whose record did not change, even under a new header (an epoch bump
     rewrites only the header). Such a member is rebuilt only when its lease differs from ``leases`` (its
-    lease and the last heartbeat the lease implies), exactly as a fresh decode would make it."""
+    lease and the last heartbeat the lease implies), exactly as a fresh decode would make it.
+
+    ``leases_complete`` False: ``leases`` has only some members' leases (a heartbeat reads its own and
+    those of the members whose records changed); every other member keeps the lease ``known`` has for it
+    (0 when it has none). Such a group is right in everything but those members' leases, which no
+    heartbeat decision reads (only the tick's expiry and the descriptions do, and they read them all)."""
     raw = text if isinstance(text, bytes) else text.encode()
     same_document = known is not None and known.raw == raw
     if same_document:
@@ -330,8 +348,11 @@ def decode_group_cached(
     encoded = {}
     unchanged = same_document and len(texts) == len(kept_members)
     for mid, record in texts.items():
-        lease = leases.get(mid, 0)
         member = kept_members.get(mid)
+        if leases_complete:
+            lease = leases.get(mid, 0)
+        else:
+            lease = leases.get(mid, member.lease_deadline_ms if member is not None else 0)
         if member is not None and (form == 1 or kept_records.get(mid) == record):
             md = encoded[mid] = kept_forms[mid]
             if member.lease_deadline_ms != lease or not same_ttl:  # else the same last heartbeat too

@@ -27,9 +27,14 @@
 -- its l: deadline, while m: exists; out of it otherwise). A group whose tick schedule (ts:) is written
 -- for the first time (metadata from before the index) has all its members indexed here, once.
 --
--- Returns 1 when committed, 2 when this token was already committed (a retry after a lost reply),
--- 0 on conflict (nothing written). Touches: the fields listed plus `txn`; HGET/HDEL on KEYS[2]; ZADD/ZREM
--- on KEYS[3] and KEYS[4].
+-- Every commit counts `ds` up and writes its change-log entry (change_log.lua): its token and the member
+-- records (d: fields) it wrote or deleted.
+--
+-- Returns {1, seq, previous token} when committed (seq: this commit's sequence; previous token: that of
+-- the entry at seq - 1, false if there is none, so the caller can tell whether any other commit came
+-- between its load and this one), {2} when this token was already committed (a retry after a lost
+-- reply), {0} on conflict (nothing written). Touches: the fields listed plus `txn`, `ds` and one `dl:`
+-- slot; HGET/HDEL on KEYS[2]; ZADD/ZREM on KEYS[3] and KEYS[4].
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
 local index = require_lease_index_key(meta, KEYS[3])
@@ -38,6 +43,7 @@ local schedule = require_schedule_index_key(meta, KEYS[4])
 -- docs/redis-acl.md) must fail before the first write, not after the documents (a no-op: '' is no tag).
 redis.call('ZADD', index, 'XX', 0, '')
 local touched = {}  -- <group>:<member> tags whose m: or l: field this commit writes or deletes
+local records_written = {}  -- <group>:<member> tags whose d: record this commit writes or deletes
 local new_groups = {}  -- groups indexed for the first time
 local token = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -55,9 +61,9 @@ for j = 0, rc_n - 1, 2 do
   local current = redis.call('HGET', meta, ARGV[rc_start + j]) or ''
   if current ~= ARGV[rc_start + j + 1] then
     if redis.call('HGET', meta, 'txn') == token then
-      return 2
+      return {2}
     end
-    return 0
+    return {0}
   end
 end
 local set_start, set_n = section()
@@ -70,15 +76,18 @@ for j = 0, exp_n - 1 do
   local field = ARGV[exp_start + j]
   local lease = tonumber(redis.call('HGET', meta, field) or '0')
   if lease > now then
-    return 0
+    return {0}
   end
   if renewed_until(meta, records, string.sub(field, 3), nil) > now then
-    return 0  -- the member renewed its lease itself since the caller loaded: not expired
+    return {0}  -- the member renewed its lease itself since the caller loaded: not expired
   end
 end
 for j = 0, set_n - 1, 2 do
   local field, value = ARGV[set_start + j], ARGV[set_start + j + 1]
   local kind = string.sub(field, 1, 2)
+  if kind == 'd:' then
+    records_written[#records_written + 1] = string.sub(field, 3)
+  end
   if kind == 'ts' and redis.call('HEXISTS', meta, field) == 0 then
     new_groups[#new_groups + 1] = string.sub(field, 4)
   elseif kind == 'm:' then
@@ -101,6 +110,9 @@ for j = 0, del_n - 1 do
   local field = ARGV[del_start + j]
   redis.call('HDEL', meta, field)
   local kind = string.sub(field, 1, 2)
+  if kind == 'd:' then
+    records_written[#records_written + 1] = string.sub(field, 3)
+  end
   if kind == 'm:' or kind == 'l:' then
     redis.call('HDEL', records, string.sub(field, 3))
     touched[#touched + 1] = string.sub(field, 3)
@@ -138,5 +150,23 @@ for _, tag in ipairs(touched) do
     redis.call('ZREM', index, tag)
   end
 end
+-- The change log: which records this commit wrote, a group named whole beyond LOG_TAGS of its records.
+local seq = redis.call('HINCRBY', meta, 'ds', 1)
+local previous = log_entry(meta, seq - 1)
+local per_group, whole, tags = {}, {}, {}
+for _, tag in ipairs(records_written) do
+  local name = string.match(tag, '^[^:]+')
+  per_group[name] = (per_group[name] or 0) + 1
+end
+for _, tag in ipairs(records_written) do
+  local name = string.match(tag, '^[^:]+')
+  if per_group[name] <= LOG_TAGS then
+    tags[#tags + 1] = ' ' .. tag
+  elseif not whole[name] then
+    whole[name] = true
+    tags[#tags + 1] = ' ' .. name .. ':*'
+  end
+end
+redis.call('HSET', meta, log_slot_field(seq), seq .. ' ' .. token .. table.concat(tags))
 redis.call('HSET', meta, 'txn', token)
-return 1
+return {1, seq, previous or false}

@@ -28,7 +28,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,8 @@ class _Loaded:
     raw_topology: bytes = b""
     decoded: dict[str, codec.DecodedGroup] = field(default_factory=dict)  # what each group was read from
     members_revs: dict[str, str] = field(default_factory=dict)  # gm#:<group>, "" when absent
-    record_revs: dict[str, dict[str, bytes]] = field(default_factory=dict)  # d#:<group>:<member>
+    record_revs: dict[str, Mapping[str, bytes]] = field(default_factory=dict)  # d#:<group>:<member>
+    position: tuple[int, bytes] | None = None  # the change log's (seq, token) this read is at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,8 +148,9 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         # The lease readers start with the lease-record rule (lease_record.lua).
         lease_rule = codec.lease_record_lua() + "\n"
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
-        self._load_script = client.register_script(lease_rule + _LUA("load.lua").read_text())
-        self._commit_script = client.register_script(lease_rule + _LUA("commit.lua").read_text())
+        log_rule = lease_rule + codec.change_log_lua() + "\n"
+        self._load_script = client.register_script(log_rule + _LUA("load.lua").read_text())
+        self._commit_script = client.register_script(log_rule + _LUA("commit.lua").read_text())
         self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
         # When this store last read every group of a prefix in a tick that succeeded (monotonic s).
         self._full_tick_at: dict[str, float] = {}
@@ -196,7 +198,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             command = MemberHeartbeat(
                 stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb.validated()
             )
-            outcome = self._execute(command, [consumer_group])
+            outcome = self._execute(command, [consumer_group], lease_of=hb.member_id)
             assert isinstance(outcome.result, HeartbeatResponse)
             return codec.response_to_json(outcome.result, stream_prefix)
 
@@ -542,15 +544,32 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         loaded = self._load(stream_prefix, groups)
         return loaded.now_ms, loaded.state
 
-    def _load(self, stream_prefix: str, groups: list[str] | None) -> _Loaded:
-        args = ["*"] if groups is None else groups
+    def _load(self, stream_prefix: str, groups: list[str] | None, lease_of: str | None = None) -> _Loaded:
+        """Read the topology and ``groups`` (None: every group), each group a delta of what this store
+        knows of it when it can (docs/store.md, "Delta loads"). ``lease_of``: read only that member's
+        lease (and those of the members whose records changed): the others keep the leases this store
+        last saw, which only a heartbeat of that member may decide on; None: every member's lease."""
+        known = {
+            name: decoded
+            for (prefix, name), decoded in list(self._decoded.items())
+            if prefix == stream_prefix
+            and (groups is None or name in groups)
+            and decoded.format == codec.GROUP_FORMAT
+            and decoded.position is not None
+        }
+        args: list[str | bytes | int] = ["*" if lease_of is None else lease_of, len(known)]
+        for name, decoded in known.items():
+            assert decoded.position is not None
+            args += [name, decoded.position[0], decoded.position[1]]
+        args += ["*"] if groups is None else groups
         with translate_redis_errors():
             keys = [codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)]
-            now_ms, topo, trev, rows = self._load_script(keys=keys, args=args)
+            now_ms, topo, trev, position, rows = self._load_script(keys=keys, args=args)
         if not topo:
             return _Loaded(int(now_ms), None, "", {}, [])
+        at = None if not position else (int(position[0]), bytes(position[1]))
         try:
-            return self._decode_loaded(stream_prefix, int(now_ms), topo, trev, rows)
+            return self._decode_loaded(stream_prefix, int(now_ms), topo, trev, at, rows, known)
         except (ValueError, KeyError, TypeError) as e:
             raise MetadataCorrupt(
                 f"the metadata of stream prefix {stream_prefix!r} is unreadable: {e!r}"
@@ -565,29 +584,48 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 self._decoded.pop(next(iter(self._decoded)))
 
     def _decode_loaded(
-        self, stream_prefix: str, now_ms: int, topo: bytes, trev: Any, rows: list[Any]
+        self,
+        stream_prefix: str,
+        now_ms: int,
+        topo: bytes,
+        trev: Any,
+        position: tuple[int, bytes] | None,
+        rows: list[Any],
+        known: Mapping[str, codec.DecodedGroup],
     ) -> _Loaded:
         topology, names = codec.decode_topology(topo)
         loaded: dict[str, Group] = {}
         revs: dict[str, str] = {}
         decoded_groups: dict[str, codec.DecodedGroup] = {}
         members_revs: dict[str, str] = {}
-        record_revs: dict[str, dict[str, bytes]] = {}
-        for name, doc, rev, members_rev, ids, leases, docs, doc_revs in rows:
+        record_revs: dict[str, Mapping[str, bytes]] = {}
+        for name, doc, rev, members_rev, whole, ids, docs, doc_revs, lease_ids, leases in rows:
             name = text(name)
             revs[name] = text(rev)
             members_revs[name] = text(members_rev)
-            if doc:
-                members = list(map(bytes.decode, ids) if ids and isinstance(ids[0], bytes) else ids)
-                lease_map = dict(zip(members, map(int, leases), strict=True))
+            if not doc:
+                continue
+            members = [text(m) for m in ids]
+            lease_map = dict(zip(map(text, lease_ids), map(int, leases), strict=True))
+            kept = self._decoded.get((stream_prefix, name))
+            if int(whole):
                 records = {m: r for m, r in zip(members, docs, strict=True) if r is not None}
-                record_revs[name] = dict(zip(members, doc_revs, strict=True))  # bytes, as stored
-                known = self._decoded.get((stream_prefix, name))
-                decoded = codec.decode_group_cached(doc, records, lease_map, known)
-                if decoded is not known:
-                    self._remember(stream_prefix, name, decoded)
-                loaded[name] = decoded.group
-                decoded_groups[name] = decoded
+                member_revs = dict(zip(members, doc_revs, strict=True))  # bytes, as stored
+            else:
+                # Only what changed since the position this store knew the group at: the rest is as
+                # it knows it (the very one whose position it sent, whatever another thread kept since).
+                kept = known[name]
+                records, member_revs = _apply_changes(kept, members, docs, doc_revs)
+            decoded = codec.decode_group_cached(
+                doc, records, lease_map, kept, leases_complete=bool(int(whole))
+            )
+            if decoded.revs != member_revs or decoded.position != position:
+                decoded = replace(decoded, revs=member_revs, position=position)
+            if decoded is not kept:
+                self._remember(stream_prefix, name, decoded)
+            loaded[name] = decoded.group
+            decoded_groups[name] = decoded
+            record_revs[name] = member_revs
         return _Loaded(
             int(now_ms),
             PrefixState(topology=topology, groups=loaded),
@@ -598,6 +636,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             decoded_groups,
             members_revs,
             record_revs,
+            position,
         )
 
     def _execute(
@@ -605,11 +644,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         command: Command,
         groups: list[str] | None,
         before_commit: Callable[[PrefixState], None] | None = None,
+        lease_of: str | None = None,
     ) -> Outcome:
-        """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group."""
+        """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group. ``lease_of``:
+        the command is that member's heartbeat, which decides on no other member's lease (_load)."""
         delay_s = 0.001
         for _attempt in range(self.max_attempts):
-            loaded = self._load(command.stream_prefix, groups)
+            loaded = self._load(command.stream_prefix, groups, lease_of)
             outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
             if outcome.state is None and loaded.state is not None:
                 # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
@@ -682,12 +723,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 if not member_only:
                     sets[f"g#:{name}"] = str(int(rev or 0) + 1)
                 record_revs = loaded.record_revs.get(name, {})
-                decoded = self._record_changes(kept, before, after, header)
+                decoded = self._record_changes(kept, before, after, header, record_revs)
                 for mid, record in decoded.records.items():
                     if kept is not None and kept.records.get(mid) == record:
                         continue
                     sets[f"d:{name}:{mid}"] = record
-                    sets[f"d#:{name}:{mid}"] = str(int(record_revs.get(mid) or 0) + 1)
+                    sets[f"d#:{name}:{mid}"] = decoded.revs[mid]
                     if member_only:
                         checks += [f"d#:{name}:{mid}", record_revs.get(mid, b"")]
                         if f"gm#:{name}" not in increments:
@@ -713,38 +754,60 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         ):
             args += [str(len(section)), *section]
         with translate_redis_errors():
-            result = int(self._commit_script(keys=codec.commit_keys(stream_prefix), args=args))
-        if result not in (1, 2):
+            reply = self._commit_script(keys=codec.commit_keys(stream_prefix), args=args)
+        if int(reply[0]) not in (1, 2):
             return False
         # What this process just wrote is what it will most likely read next (the next join, the next
-        # heartbeat of the same group): its leases are applied from Redis when it is read.
+        # heartbeat of the same group): its leases are applied from Redis when it is read. Its records
+        # are exactly Redis's at this commit's position if no other commit came between the load and
+        # this one; else at the load's position, plus this commit's records (which the log lists again
+        # after it, so a delta from there reads them again: harmless).
+        position = loaded.position
+        if int(reply[0]) == 1:
+            seq, previous = int(reply[1]), reply[2]
+            if seq == 1 if position is None else (seq == position[0] + 1 and previous == position[1]):
+                position = (seq, args[0].encode() if isinstance(args[0], str) else args[0])
+        else:
+            position = None  # a retry of a commit whose reply was lost: where it landed is unknown
         for name, decoded in written.items():
-            self._remember(stream_prefix, name, decoded)
+            self._remember(stream_prefix, name, replace(decoded, position=position))
         return True
 
     @staticmethod
     def _record_changes(
-        kept: codec.DecodedGroup | None, before: Group | None, after: Group, header: bytes
+        kept: codec.DecodedGroup | None,
+        before: Group | None,
+        after: Group,
+        header: bytes,
+        record_revs: Mapping[str, bytes],
     ) -> codec.DecodedGroup:
         """``after`` as stored once committed: each member's record is the stored one unless the command
-        touched the member and its record differs (then it is encoded afresh); every member's is encoded
-        when the group was read in format 1 (its members were in the document) or is new."""
+        touched the member and its record differs (then it is encoded afresh, at the next revision);
+        every member's is encoded when the group was read in format 1 (its members were in the
+        document) or is new."""
         stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
         previous: Mapping[str, Member] = before.members if before is not None else {}
         was = previous.get
         records: dict[str, bytes] = {}
+        revs: dict[str, bytes] = {}
         forms: dict[str, dict[str, Any]] = {}
         for mid, member in after.members.items():
             if stored is not None and mid in stored.records and was(mid) is member:
                 records[mid], forms[mid] = stored.records[mid], stored.members[mid]
+                revs[mid] = record_revs.get(mid, b"")
                 continue  # untouched by the command
             records[mid], forms[mid] = codec.encode_member(member)
+            if stored is not None and stored.records.get(mid) == records[mid]:
+                revs[mid] = record_revs.get(mid, b"")  # the same bytes: not written again
+            else:
+                revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
         return codec.DecodedGroup(
             raw=header,
             format=codec.GROUP_FORMAT,
             group=codec.in_document_order(after, before if stored is not None else None),
             members=forms,
             records=records,
+            revs=revs,
         )
 
     @staticmethod
@@ -943,6 +1006,28 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             len(groups),
             deleted,
         )
+
+
+def _apply_changes(
+    kept: codec.DecodedGroup, ids: list[str], docs: list[Any], revs: list[Any]
+) -> tuple[Mapping[str, bytes], Mapping[str, bytes]]:
+    """The records and revisions of a group a delta load read: what ``kept`` has, with the records written
+    (or deleted: None) since its position. Members in the order a whole read gives them (sorted ids)."""
+    if not ids:
+        return kept.records, kept.revs
+    records, member_revs = dict(kept.records), dict(kept.revs)
+    added = False
+    for mid, record, rev in zip(ids, docs, revs, strict=True):
+        if record is None:
+            records.pop(mid, None)
+            member_revs.pop(mid, None)
+        else:
+            added = added or mid not in records
+            records[mid] = record
+            member_revs[mid] = rev
+    if added:
+        records = {m: records[m] for m in sorted(records)}
+    return records, member_revs
 
 
 @dataclass(slots=True)

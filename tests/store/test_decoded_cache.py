@@ -15,6 +15,7 @@ from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
+from .test_delta_load import Spy, without_leases
 from .test_store import assert_derived_fields_consistent
 
 META = codec.meta_key(PREFIX)
@@ -36,6 +37,7 @@ def _heartbeat(store: MetadataStore, member: str, view: dict[str, Any] | None) -
 
 def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: MetadataStore) -> None:
     other = MetadataStore(store.client)  # another API process: its own kept decodes
+    spies = [Spy(store), Spy(other)]
     create(store, shard_count=6, lease_ttl_ms=10_000)
     rng = random.Random(20261201)
     views: dict[str, dict[str, Any]] = {}
@@ -80,6 +82,15 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
         fresh = _fresh(store.client)
         for reader in (store, other):
             assert reader._load(PREFIX, None).state == fresh
+            if views:  # a heartbeat's read: the same but for the other members' leases (test_delta_load)
+                member = rng.choice(sorted(views))
+                partial = reader._load(PREFIX, [GROUP], lease_of=member).state
+                assert partial is not None and fresh is not None
+                assert partial.groups[GROUP].members[member] == fresh.groups[GROUP].members[member]
+                assert without_leases(partial.groups[GROUP]) == without_leases(fresh.groups[GROUP])
         assert_derived_fields_consistent(store)
-    # The comparison above ran on kept decodes most of the time, not only on fresh ones.
+    # The comparison above ran on kept decodes most of the time, not only on fresh ones, and most reads
+    # were deltas of what the store knew.
     assert hits > 200, hits
+    deltas = [whole for spy in spies for _, whole, _, _ in spy.rows]
+    assert deltas.count(0) > len(deltas) / 2, (deltas.count(0), len(deltas))

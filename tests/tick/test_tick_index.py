@@ -36,9 +36,9 @@ def loads(store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> list[list[st
     seen: list[list[str] | None] = []
     original = store._load
 
-    def counting(prefix: str, groups: list[str] | None) -> Any:
+    def counting(prefix: str, groups: list[str] | None, lease_of: str | None = None) -> Any:
         seen.append(None if groups is None else list(groups))
-        return original(prefix, groups)
+        return original(prefix, groups, lease_of)
 
     monkeypatch.setattr(store, "_load", counting)
     return seen
