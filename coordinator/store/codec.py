@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -307,6 +307,7 @@ def decode_group_cached(
     known: DecodedGroup | None,
     *,
     leases_complete: bool = True,
+    changed: Collection[str] | None = None,
 ) -> DecodedGroup:
     """Decode a group from its document and its members' records (format 2; a format-1 document holds
     its members, and ``records`` is empty). What ``known`` holds byte for byte the same is reused: the
@@ -317,7 +318,10 @@ def decode_group_cached(
     ``leases_complete`` False: ``leases`` has only some members' leases (a heartbeat reads its own and
     those of the members whose records changed); every other member keeps the lease ``known`` has for it
     (0 when it has none). Such a group is right in everything but those members' leases, which no
-    heartbeat decision reads (only the tick's expiry and the descriptions do, and they read them all)."""
+    heartbeat decision reads (only the tick's expiry and the descriptions do, and they read them all).
+
+    ``changed``: the only members whose record or lease may differ from ``known``'s (a delta load's);
+    the others are taken from ``known`` without looking at them. None: every member is compared."""
     raw = text if isinstance(text, bytes) else text.encode()
     same_document = known is not None and known.raw == raw
     if same_document:
@@ -344,10 +348,23 @@ def decode_group_cached(
     kept_records = known.records if known is not None else {}
     kept_forms = known.members if known is not None else {}
     same_ttl = known is not None and known.group.config.lease_ttl_ms == ttl
-    members: dict[str, Member] = {}
-    encoded = {}
-    unchanged = same_document and len(texts) == len(kept_members)
-    for mid, record in texts.items():
+    scan: Iterable[str] = texts
+    added = False
+    if changed is not None and form == GROUP_FORMAT and known is not None and same_ttl:
+        # Only these members may differ from ``known`` (a delta load): every other one is known's.
+        members, encoded = dict(kept_members), dict(kept_forms)
+        unchanged = same_document
+        scan = [m for m in changed if m in texts]
+        for mid in changed:
+            if mid not in texts and members.pop(mid, None) is not None:
+                del encoded[mid]
+                unchanged = False
+        added = any(m not in members for m in scan)
+    else:
+        members, encoded = {}, {}
+        unchanged = same_document and len(texts) == len(kept_members)
+    for mid in scan:
+        record = texts[mid]
         member = kept_members.get(mid)
         if leases_complete:
             lease = leases.get(mid, 0)
@@ -365,22 +382,38 @@ def decode_group_cached(
             md = encoded[mid] = orjson.loads(record)
             member = _decode_member(mid, md, lease, ttl)
         members[mid] = member
+    if added:  # in the order of the records (a whole read's)
+        members = {m: members[m] for m in texts}
     if unchanged:
         assert known is not None
         return known  # nothing moved: the very same state
     return DecodedGroup(raw, form, replace(header, members=members), encoded, dict(records))
 
 
-def in_document_order(group: Group, read: Group | None = None) -> Group:
+def in_document_order(
+    group: Group, read: Group | None = None, touched: Collection[str] | None = None
+) -> Group:
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
     would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
-    are in that order already, so only what differs from it is put in order."""
-    if read is None or read.members.keys() != group.members.keys():
-        members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
-    else:
+    are in that order already, so only what differs from it is put in order. ``touched``: the members
+    that differ from ``read``'s (None: found by comparing every member)."""
+    if touched is None and read is not None:
         was = read.members.get
-        members = {m: x if was(m) is x else _assigned_in_document_order(x) for m, x in group.members.items()}
+        touched = {m for m, x in group.members.items() if was(m) is not x}
+    if read is None or read.members.keys() != group.members.keys():
+        members = {
+            m: _assigned_in_document_order(group.members[m])
+            if read is None or touched is None or m in touched
+            else group.members[m]
+            for m in sorted(group.members)
+        }
+    else:
+        assert touched is not None
+        members = dict(group.members)
+        for m in touched:
+            if m in members:
+                members[m] = _assigned_in_document_order(members[m])
     target = group.target
     if read is None or target is not read.target:
         target = {m: target[m] for m in sorted(target)}

@@ -70,7 +70,6 @@ from coordinator.protocol.model import (
     EndReason,
     Group,
     GroupConfig,
-    Member,
     MemberState,
     OrderingMode,
     PrefixState,
@@ -616,9 +615,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 # it knows it (the very one whose position it sent, whatever another thread kept since).
                 kept = known[name]
                 records, member_revs = _apply_changes(kept, members, docs, doc_revs)
-            decoded = codec.decode_group_cached(
-                doc, records, lease_map, kept, leases_complete=bool(int(whole))
-            )
+            if int(whole):
+                decoded = codec.decode_group_cached(doc, records, lease_map, kept)
+            else:
+                changed = None if len(lease_map) >= len(records) else {*members, *lease_map}
+                decoded = codec.decode_group_cached(
+                    doc, records, lease_map, kept, leases_complete=False, changed=changed
+                )
             if decoded.revs != member_revs or decoded.position != position:
                 decoded = replace(decoded, revs=member_revs, position=position)
             if decoded is not kept:
@@ -701,7 +704,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if before is after and not topology_changed:
                 continue
             kept = loaded.decoded.get(name)
-            header = codec.encode_group_header(after) if after is not None else b""
+            touched = _touched(before, after)
+            header = _header_of(kept, before, after)
             # Only members' records change (a heartbeat reconciling, a revocation clock): the commit
             # checks the header and the records it replaces, so commits of different members do not
             # conflict. Anything else is group-wide: it checks that no record changed since it loaded
@@ -723,24 +727,22 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 if not member_only:
                     sets[f"g#:{name}"] = str(int(rev or 0) + 1)
                 record_revs = loaded.record_revs.get(name, {})
-                decoded = self._record_changes(kept, before, after, header, record_revs)
-                for mid, record in decoded.records.items():
-                    if kept is not None and kept.records.get(mid) == record:
-                        continue
-                    sets[f"d:{name}:{mid}"] = record
+                decoded, rewritten = self._record_changes(kept, before, after, header, record_revs, touched)
+                for mid in rewritten:
+                    sets[f"d:{name}:{mid}"] = decoded.records[mid]
                     sets[f"d#:{name}:{mid}"] = decoded.revs[mid]
                     if member_only:
                         checks += [f"d#:{name}:{mid}", record_revs.get(mid, b"")]
                         if f"gm#:{name}" not in increments:
                             increments.append(f"gm#:{name}")
                 written[name] = decoded
-                lease_sets += self._lease_changes(name, before, after, deletes, expiry_checks)
-            gone = [m for m in (before.members if before else ()) if after is None or m not in after.members]
+                lease_sets += self._lease_changes(name, before, after, touched, deletes, expiry_checks)
+            gone = sorted(m for m in touched if after is None or m not in after.members)
             deletes += [f"{k}:{name}:{m}" for m in gone for k in ("d", "d#")]
             if after is None:
                 deletes += [f"g:{name}", f"g#:{name}", f"gm#:{name}", *(f"l:{name}:{m}" for m in gone)]
-            schedule += self._schedule_changes(name, kept, before, after)
-            self._diff_derived(old, before, new, after, topology_changed, sets, deletes)
+            schedule += self._schedule_changes(name, kept, before, after, touched)
+            self._diff_derived(old, before, new, after, topology_changed, touched, sets, deletes)
 
         args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms)]
         for section in (
@@ -780,53 +782,62 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         after: Group,
         header: bytes,
         record_revs: Mapping[str, bytes],
-    ) -> codec.DecodedGroup:
-        """``after`` as stored once committed: each member's record is the stored one unless the command
-        touched the member and its record differs (then it is encoded afresh, at the next revision);
-        every member's is encoded when the group was read in format 1 (its members were in the
-        document) or is new."""
+        touched: set[str],
+    ) -> tuple[codec.DecodedGroup, list[str]]:
+        """``after`` as stored once committed, and the members whose records the commit must write: each
+        member's record is the stored one unless the command touched the member and its record differs
+        (then it is encoded afresh, at the next revision); every member's is encoded when the group was
+        read in format 1 (its members were in the document) or is new."""
         stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
-        previous: Mapping[str, Member] = before.members if before is not None else {}
-        was = previous.get
-        records: dict[str, bytes] = {}
-        revs: dict[str, bytes] = {}
-        forms: dict[str, dict[str, Any]] = {}
-        for mid, member in after.members.items():
-            if stored is not None and mid in stored.records and was(mid) is member:
-                records[mid], forms[mid] = stored.records[mid], stored.members[mid]
-                revs[mid] = record_revs.get(mid, b"")
-                continue  # untouched by the command
-            records[mid], forms[mid] = codec.encode_member(member)
-            if stored is not None and stored.records.get(mid) == records[mid]:
-                revs[mid] = record_revs.get(mid, b"")  # the same bytes: not written again
-            else:
+        group = codec.in_document_order(after, before if stored is not None else None, touched)
+        rewritten: list[str] = []
+        if stored is None:
+            records: dict[str, bytes] = {}
+            forms: dict[str, dict[str, Any]] = {}
+            revs: dict[str, bytes] = {}
+            for mid, member in group.members.items():
+                records[mid], forms[mid] = codec.encode_member(member)
                 revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
-        return codec.DecodedGroup(
-            raw=header,
-            format=codec.GROUP_FORMAT,
-            group=codec.in_document_order(after, before if stored is not None else None),
-            members=forms,
-            records=records,
-            revs=revs,
+                rewritten.append(mid)
+        else:
+            records, forms, revs = dict(stored.records), dict(stored.members), dict(record_revs)
+            for mid in sorted(touched):
+                member = group.members.get(mid)
+                if member is None:  # gone
+                    records.pop(mid, None), forms.pop(mid, None), revs.pop(mid, None)
+                    continue
+                record, form = codec.encode_member(member)
+                if stored.records.get(mid) == record:
+                    continue  # the same bytes: not written again
+                records[mid], forms[mid] = record, form
+                revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
+                rewritten.append(mid)
+            if records.keys() != group.members.keys() or len(records) != len(stored.records):
+                records = {m: records[m] for m in group.members}  # in the members' order
+        decoded = codec.DecodedGroup(
+            raw=header, format=codec.GROUP_FORMAT, group=group, members=forms, records=records, revs=revs
         )
+        return decoded, rewritten
 
     @staticmethod
     def _schedule_changes(
-        name: str, kept: codec.DecodedGroup | None, before: Group | None, after: Group | None
+        name: str,
+        kept: codec.DecodedGroup | None,
+        before: Group | None,
+        after: Group | None,
+        touched: set[str],
     ) -> list[str]:
         """The schedule index entries (tag, score or "") of one group that change. An entry depends on the
-        member and its target only, so only members whose record or target entry changed are recomputed
-        (every member of a group read in format 1, which has no entries yet)."""
+        member and its target only, so only members the command touched or whose target entry changed
+        are recomputed (every member of a group read in format 1, which has no entries yet)."""
         indexed = before if kept is not None and kept.format == codec.GROUP_FORMAT else None
         if indexed is None or after is None:
             ids = set(after.members if after is not None else ()) | set(indexed.members if indexed else ())
         else:
-            was, had, has = indexed.members.get, indexed.target.get, after.target.get
-            if indexed.target is after.target:  # (the members' own changes only)
-                ids = {m for m, member in after.members.items() if was(m) is not member}
-            else:
-                ids = {m for m, member in after.members.items() if was(m) is not member or had(m) != has(m)}
-            ids.update(m for m in indexed.members if m not in after.members)
+            ids = set(touched)
+            if indexed.target is not after.target:
+                had, has = indexed.target.get, after.target.get
+                ids.update(m for m in after.members if had(m) != has(m))
         changes: list[str] = []
         for mid in sorted(ids):
             old_at = new_at = None
@@ -845,6 +856,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         new: PrefixState,
         after: Group | None,
         topology_changed: bool,
+        touched: set[str],
         sets: dict[str, str | bytes],
         deletes: list[str],
     ) -> None:
@@ -860,10 +872,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             or (before.config, before.drained) != (after.config, after.drained)
         )
         if not group_wide:
-            assert before is not None and after is not None
-            was = before.members.get
-            ids = {m for m, member in after.members.items() if was(m) is not member}
-            ids.update(m for m in before.members if m not in after.members)
+            ids = touched
         else:
             ids = set(before.members if before else ()) | set(after.members if after else ())
         old_fields: dict[str, str] = codec.group_fields(before, with_schedule=False) if before else {}
@@ -909,15 +918,18 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         name: str,
         before: Group | None,
         after: Group,
+        touched: set[str],
         deletes: list[str],
         expiry_checks: list[str],
     ) -> list[str]:
+        """The leases of the members the command touched (the others keep theirs: the same lease)."""
         lease_sets: list[str] = []
         previous = before.members if before else {}
-        for mid, member in after.members.items():
+        for mid in sorted(touched):
+            member = after.members.get(mid)
+            if member is None:
+                continue
             was = previous.get(mid)
-            if was is member:
-                continue  # untouched by the command (most members): same lease, same state
             if was is None or member.lease_deadline_ms != was.lease_deadline_ms:
                 lease_sets += [f"l:{name}:{mid}", str(member.lease_deadline_ms)]
             if (
@@ -928,7 +940,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             ):
                 # Decided on a lease read at load time: still ended at commit time, or it was renewed.
                 expiry_checks.append(f"l:{name}:{mid}")
-        deletes += [f"l:{name}:{mid}" for mid in previous if mid not in after.members]
+        gone = sorted(mid for mid in touched if mid in previous and mid not in after.members)
+        deletes += [f"l:{name}:{mid}" for mid in gone]
         return lease_sets
 
     def _create_consumer_groups(
@@ -1006,6 +1019,35 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             len(groups),
             deleted,
         )
+
+
+def _touched(before: Group | None, after: Group | None) -> set[str]:
+    """The members a command added, changed (another Member object) or removed; the core derives a new
+    group with ``dataclasses.replace``, so every member it did not touch is the very same object."""
+    if before is None or after is None:
+        return {*(before.members if before else ()), *(after.members if after else ())}
+    was = before.members.get
+    ids = {m for m, member in after.members.items() if was(m) is not member}
+    if len(ids) or before.members.keys() != after.members.keys():
+        ids.update(before.members.keys() - after.members.keys())
+    return ids
+
+
+def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Group | None) -> bytes:
+    """The group document (header) of ``after``: the stored one when nothing it holds changed (most
+    heartbeats change members' records only), else encoded afresh."""
+    if after is None:
+        return b""
+    if (
+        kept is not None
+        and before is not None
+        and kept.format == codec.GROUP_FORMAT
+        and after.target is before.target
+        and (after.config, after.group_epoch, after.assignment_epoch, after.drained, after.created_at_ms)
+        == (before.config, before.group_epoch, before.assignment_epoch, before.drained, before.created_at_ms)
+    ):
+        return kept.raw
+    return codec.encode_group_header(after)
 
 
 def _apply_changes(
