@@ -13,10 +13,10 @@ per operation, medians of 3 repetitions:
    index), and, for comparison, the full tick that reads every group once a minute (from a store that
    has read nothing before, as a newly started tick process would).
 
-Not part of ``make bench`` (``--form-members``, default 0): **forming a group in process**, the figure
-of a closing note, to rerun here or against another checkout (``PYTHONPATH=<checkout>``): N members
-join a 64-shard group through two stores taking turns (as two API processes would), then every member
-heartbeats, in rounds, until a round changes nothing; wall and this process's CPU per phase.
+3. ``--form-members N`` (``make bench``: 1,000; default 0): **forming a group in process**, one run, to
+rerun here or against another checkout (``PYTHONPATH=<checkout>``): N members join a 64-shard group
+through two stores taking turns (as two API processes would), then every member heartbeats, in
+rounds, until a round changes nothing; wall and this process's CPU per phase.
 ``python bench/store_bench.py --join-sizes "" --tick-members 0 --form-members 1000``
 
 Everything is measured here, nothing is typed in: rerun it and compare.
