@@ -11,10 +11,15 @@
 -- A reader that knows a group as it was at (seq S, token T) reads only the records named by the entries
 -- S+1..ds, if the entry in slot S % LOG_SLOTS is still "S T": the log has not wrapped since, and no
 -- rollback (a restarted Redis, a restored snapshot, a prefix deleted and created again) replaced what it
--- knew, since commit tokens are never reused. Anything else: it reads the group whole.
+-- knew, since commit tokens are never reused; and if every commit since is in the log (the last entry's
+-- token is `txn`, the last commit's, and no entry after S says LOG_BROKEN). Anything else: it reads the
+-- group whole.
 
 local LOG_SLOTS = 512
 local LOG_TAGS = 64
+-- A tag of an entry whose commit found the commit before it missing from the log (written by a
+-- coordinator from before the log): no delta spans it.
+local LOG_BROKEN = '!'
 
 local function log_slot_field(seq)
   return 'dl:' .. tostring(seq % LOG_SLOTS)

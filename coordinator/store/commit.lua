@@ -31,8 +31,8 @@
 -- records (d: fields) it wrote or deleted.
 --
 -- Returns {1, seq, previous token} when committed (seq: this commit's sequence; previous token: that of
--- the entry at seq - 1, false if there is none, so the caller can tell whether any other commit came
--- between its load and this one), {2} when this token was already committed (a retry after a lost
+-- the entry at seq - 1, false if there is none or the last commit is not in the log, so the caller can
+-- tell whether any other commit came between its load and this one), {2} when this token was already committed (a retry after a lost
 -- reply), {0} on conflict (nothing written). Touches: the fields listed plus `txn`, `ds` and one `dl:`
 -- slot; HGET/HDEL on KEYS[2]; ZADD/ZREM on KEYS[3] and KEYS[4].
 local meta = KEYS[1]
@@ -151,9 +151,18 @@ for _, tag in ipairs(touched) do
   end
 end
 -- The change log: which records this commit wrote, a group named whole beyond LOG_TAGS of its records.
+-- A commit before this one that is not in the log (`txn` is not the last entry's token: a coordinator of
+-- the version before the log committed) breaks it: this entry says so (LOG_BROKEN), and no reader may
+-- read a delta across it.
 local seq = redis.call('HINCRBY', meta, 'ds', 1)
 local previous = log_entry(meta, seq - 1)
+if previous ~= redis.call('HGET', meta, 'txn') then
+  previous = nil
+end
 local per_group, whole, tags = {}, {}, {}
+if not previous then
+  tags[1] = ' ' .. LOG_BROKEN
+end
 for _, tag in ipairs(records_written) do
   local name = string.match(tag, '^[^:]+')
   per_group[name] = (per_group[name] or 0) + 1

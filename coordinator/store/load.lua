@@ -48,7 +48,7 @@ local seq = tonumber(redis.call('HGET', meta, 'ds') or '0')
 local position = false
 if seq > 0 then
   local token = log_entry(meta, seq)
-  if token then
+  if token and token == redis.call('HGET', meta, 'txn') then  -- else the last commit is not in the log
     position = {seq, token}
   end
 end
@@ -72,8 +72,8 @@ local function changes(from, token)
     result = {}
     for s = from + 1, seq do
       local _, tags = log_entry(meta, s)
-      if tags == nil then
-        result = false  -- a gap: cannot be, but then nothing it says counts
+      if tags == nil or string.find(tags, ' ' .. LOG_BROKEN, 1, true) then
+        result = false  -- a gap (cannot be), or a commit before this one is not in the log
         break
       end
       for name, id in string.gmatch(tags, '([^ :]+):(%S+)') do

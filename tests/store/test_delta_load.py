@@ -6,6 +6,7 @@ after Redis went back to an older state (a restored snapshot)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -186,3 +187,46 @@ def test_metadata_without_a_change_log_is_read_whole_until_its_next_commit(
     store.describe_group(PREFIX, GROUP)
     assert [r[1:3] for r in spy.rows[2:]] == [(1, spy.rows[2][2]), (0, ["m06"])]
     assert store._load(PREFIX, None).state == fresh(store)
+
+
+def _old_coordinator_commit(store: MetadataStore, member: str, version: str, token: str) -> None:
+    """What a coordinator from before the change log commits for a member's new client version: the
+    record, its revision, gm# and its token, but no ds and no dl: entry."""
+    record = json.loads(store.client.hget(META, f"d:{GROUP}:{member}"))
+    record["client"]["version"] = version
+    rev = int(store.client.hget(META, f"d#:{GROUP}:{member}"))
+    store.client.hset(
+        META,
+        mapping={
+            f"d:{GROUP}:{member}": json.dumps(record, sort_keys=True, separators=(",", ":")),
+            f"d#:{GROUP}:{member}": rev + 1,
+            "txn": token,
+        },
+    )
+    store.client.hincrby(META, f"gm#:{GROUP}", 1)
+
+
+def test_a_commit_that_is_not_in_the_log_makes_every_store_read_the_group_whole(
+    store: MetadataStore, formed: dict[str, dict[str, Any]]
+) -> None:
+    """During an upgrade a coordinator of the version before the change log may still commit: its
+    commit is not in the log, and neither a delta up to it nor one across it may be read."""
+    other = MetadataStore(store.client)
+    spy = Spy(store)
+    store.describe_group(PREFIX, GROUP)
+    _old_coordinator_commit(store, "m03", "old-1", "token-of-an-old-coordinator")
+    view = store.describe_group(PREFIX, GROUP)  # the last commit is not in the log
+    assert spy.last()[1] == 1
+    assert {m["member_id"]: m["client"]["version"] for m in view["members"]}["m03"] == "old-1"
+    new_client(other, "m02", formed["m02"], "new")  # in the log again: the store knows a position
+    store.describe_group(PREFIX, GROUP)
+    _old_coordinator_commit(store, "m04", "old-2", "another-old-token")
+    new_client(other, "m05", formed["m05"], "new")  # a commit after it, in the log: it says the log broke
+    view = store.describe_group(PREFIX, GROUP)
+    assert spy.last()[1] == 1
+    versions = {m["member_id"]: m["client"]["version"] for m in view["members"]}
+    assert (versions["m03"], versions["m04"], versions["m05"]) == ("old-1", "old-2", "new")
+    assert store._load(PREFIX, None).state == fresh(store)
+    new_client(other, "m06", formed["m06"], "new")  # and from there on a delta again
+    store.describe_group(PREFIX, GROUP)
+    assert spy.last()[1:3] == (0, ["m06"])
