@@ -5,7 +5,9 @@ figures are the coordinator's own CPU (this process, ``time.process_time``) and 
 per operation, medians of 3 repetitions:
 
 1. **a join at N members** (100 and 1,000): the group is formed by N joins first (not measured), then
-   50 more joins are timed, each a full-path decision (load, decide, commit) with an epoch bump;
+   50 more joins are timed, each a full-path decision (load, decide, commit) with an epoch bump; and at
+   10,000 members (``--big-join-sizes``), on a group written in one commit as for the tick below, 20
+   joins;
 2. **a tick at 10,000 members with nothing to expire**: a 10,000-member group, every member STABLE
    with a 10-minute lease. Forming it by 10,000 joins would take minutes here, so the setup writes
    that state in one commit through the store (the same commit path, one decision); not measured.
@@ -90,9 +92,11 @@ def join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
     return {"members": members, "joins": joins, **median_of(runs)}
 
 
-def big_group(store: MetadataStore, prefix: str, group: str, members: int) -> None:
+def big_group(
+    store: MetadataStore, prefix: str, group: str, members: int, config: GroupConfig = LONG
+) -> None:
     """One commit of a ``members``-member group, every member STABLE at epoch 1 with its target."""
-    store.create_group(CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG))
+    store.create_group(CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=config))
     loaded = store._load(prefix, [group])
     assert loaded.state is not None
     state, now = loaded.state, loaded.now_ms
@@ -115,6 +119,26 @@ def big_group(store: MetadataStore, prefix: str, group: str, members: int) -> No
     }
     formed = replace(g, group_epoch=1, assignment_epoch=1, target=target, members=people)
     assert store._commit(prefix, loaded, replace(state, groups={group: formed}))
+
+
+def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
+    """The joins that bring a group written in one commit (big_group; forming it by joins would take
+    minutes) to ``members`` members: the store that wrote it keeps it, as an API process keeps the
+    groups it serves."""
+    runs = []
+    roomy = replace(LONG, max_members=members)  # (the largest group allowed: MAX_MEMBERS_LIMIT)
+    for rep in range(3):
+        store = MetadataStore.from_url(url)
+        prefix, group = f"bigjoin{members}r{rep}", "g"
+        big_group(store, prefix, group, members - joins, roomy)  # the joins bring it to ``members``
+
+        def join(i: int, store: MetadataStore = store, prefix: str = prefix, group: str = group) -> None:
+            store.heartbeat(prefix, group, Heartbeat(member_id=f"x{i}", member_epoch=0, capacity=1))
+
+        runs.append(measure(store, join, joins))
+        store.delete_prefix(prefix, force=True)
+        store.client.close()
+    return {"members": members, "joins": joins, "setup": "one commit", **median_of(runs)}
 
 
 def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
@@ -193,6 +217,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--join-sizes", default="100,1000")
     parser.add_argument("--joins", type=int, default=50)
+    # Groups too large to form by joins here: written in one commit, then 20 joins timed.
+    parser.add_argument("--big-join-sizes", default="10000")
     parser.add_argument("--tick-members", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--form-members", type=int, default=0)
@@ -202,6 +228,9 @@ def main() -> None:
     with RedisServer() as server:
         results["joins"] = [
             join_cost(server.url, int(n), args.joins) for n in args.join_sizes.split(",") if n
+        ]
+        results["joins"] += [
+            big_join_cost(server.url, int(n), 20) for n in args.big_join_sizes.split(",") if n
         ]
         for row in results["joins"]:
             print(f"join at {row['members']} members: {row['coordinator_cpu_ms']:.2f} ms CPU", flush=True)

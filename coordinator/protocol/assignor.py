@@ -29,7 +29,9 @@ def assign(
     shards: Iterable[Shard],
     previous: Mapping[str, frozenset[Shard]],
 ) -> dict[str, frozenset[Shard]]:
-    members = sorted(set(member_ids))
+    # Distinct ids, sorted: dict.fromkeys keeps the order they come in (the group's members are in id
+    # order already), which the sort then merely confirms; a set would scramble it.
+    members = sorted(dict.fromkeys(member_ids))
     all_shards = frozenset(shards)
     if not members:
         return {}

@@ -326,7 +326,9 @@ class Group:
         """shard -> the live member that owns it (assigned or still revoking)."""
         index: dict[Shard, str] = {}
         for member in self.members.values():
-            if member.state.is_live:  # member.owned, without building the union per member
+            # member.owned, without building the union per member; most members of a large group own
+            # nothing, so that is looked at before the state.
+            if (member.assigned or member.revoking) and member.state.is_live:
                 owner = member.member_id
                 for shard in member.assigned:
                     index[shard] = owner

@@ -223,19 +223,18 @@ def _encode_member(m: Member) -> dict[str, Any]:
     }
 
 
-def encode_member(member: Member) -> tuple[bytes, dict[str, Any]]:
-    """A member's record (``d:<group>:<member>``), and the form it was encoded from."""
-    encoded = _encode_member(member)
-    return orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS), encoded
+def encode_member(member: Member) -> bytes:
+    """A member's record (``d:<group>:<member>``)."""
+    return orjson.dumps(_encode_member(member), option=orjson.OPT_SORT_KEYS)
 
 
-def _last_heartbeat_ms(d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> int:
+def _last_heartbeat_ms(recorded_ms: int, lease_deadline_ms: int, lease_ttl_ms: int) -> int:
     # The fast path renews only the lease field; the last heartbeat is when that lease was granted.
-    return int(max(d["last_heartbeat_ms"], lease_deadline_ms - lease_ttl_ms))
+    return int(max(recorded_ms, lease_deadline_ms - lease_ttl_ms))
 
 
 def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int, lease_ttl_ms: int) -> Member:
-    last_heartbeat_ms = _last_heartbeat_ms(d, lease_deadline_ms, lease_ttl_ms)
+    last_heartbeat_ms = _last_heartbeat_ms(d["last_heartbeat_ms"], lease_deadline_ms, lease_ttl_ms)
     return Member(
         member_id=member_id,
         state=_MEMBER_STATES[d["state"]],
@@ -256,9 +255,40 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
     )
 
 
+# A header lists only the members whose target holds shards when the target's members are exactly the
+# live members (as every bump makes them) and "target_rest" says so: each other live member's target is
+# empty. A 10,000-member group on 64 shards then stores 64 entries, not 10,000. A target of any other
+# shape (some entry for a member that is not live, a live member without one) is written whole, and so
+# is one where every entry holds shards (nothing to leave out: the same bytes as before this rule).
+TARGET_REST_LIVE = "live"
+_NO_SHARDS: frozenset[Shard] = frozenset()
+
+
+def _target_view(group: Group) -> tuple[dict[str, list[str]], bool]:
+    """The header's target entries, and whether they are the compact form (only the non-empty ones)."""
+    target = group.target
+    explicit = {m: sorted(map(str, t)) for m, t in target.items() if t}
+    if len(explicit) == len(target):
+        return explicit, False
+    live = [m for m, x in group.members.items() if x.state.is_live]
+    if len(live) == len(target) and target.keys() == set(live):
+        return explicit, True
+    return {m: sorted(map(str, t)) if t else [] for m, t in target.items()}, False
+
+
+def _target_with_rest(
+    explicit: Mapping[str, frozenset[Shard]], members: Mapping[str, Member]
+) -> dict[str, frozenset[Shard]]:
+    """The whole target of a compact header: every live member, with no shards unless listed."""
+    live = [m for m, x in members.items() if x.state.is_live]
+    return {m: explicit.get(m, _NO_SHARDS) for m in sorted(dict.fromkeys([*explicit, *live]))}
+
+
 def encode_group_header(group: Group) -> bytes:
     """The group document of format 2: everything but the members (config, epochs, target, drained)."""
     c = group.config
+    target, compact = _target_view(group)
+    rest = {"target_rest": TARGET_REST_LIVE} if compact else {}
     return orjson.dumps(
         {
             "format": GROUP_FORMAT,
@@ -274,7 +304,8 @@ def encode_group_header(group: Group) -> bytes:
             "created_at_ms": group.created_at_ms,
             "group_epoch": group.group_epoch,
             "assignment_epoch": group.assignment_epoch,
-            "target": {m: sorted(map(str, t)) if t else [] for m, t in group.target.items()},
+            "target": target,
+            **rest,
             "drained": sorted(str(s) for s in group.drained),
         },
         option=orjson.OPT_SORT_KEYS,
@@ -285,7 +316,9 @@ def encode_group_header(group: Group) -> bytes:
 class DecodedGroup:
     """A group as decoded (``group``), with what it was decoded from: the group document's bytes
     (``raw``: in format 1 the members are inside it), each member's record and revision as stored
-    (``records``, ``revs``: format 2) and each member's encoded form (``members``).
+    (``records``, ``revs``: format 2) and the last heartbeat each member's record states
+    (``heartbeats``: the member's own is the later of it and what its lease implies). Nothing else of a
+    record is kept beside the members: a large group is many objects for the garbage collector.
     :func:`decode_group_cached` reuses what is byte for byte the same, applying only the leases, which
     live outside the documents. ``position``: the change log's ``(seq, token)`` at which ``records`` and
     ``revs`` were exactly what Redis held (None: unknown), from where a later load reads only the records
@@ -294,7 +327,7 @@ class DecodedGroup:
     raw: bytes
     format: int
     group: Group
-    members: Mapping[str, dict[str, Any]]
+    heartbeats: Mapping[str, int]
     records: Mapping[str, bytes]
     revs: Mapping[str, bytes] = field(default_factory=dict)
     position: tuple[int, bytes] | None = None
@@ -324,11 +357,13 @@ def decode_group_cached(
     the others are taken from ``known`` without looking at them. None: every member is compared."""
     raw = text if isinstance(text, bytes) else text.encode()
     same_document = known is not None and known.raw == raw
+    compact = False  # a compact target to complete with the live members (decoded afresh only)
     if same_document:
         assert known is not None
         header, form = known.group, known.format
     else:
         d = orjson.loads(raw)
+        compact = d.get("target_rest") == TARGET_REST_LIVE
         form = 1 if "members" in d else GROUP_FORMAT
         if form == 1:
             if records:
@@ -336,32 +371,33 @@ def decode_group_cached(
             ttl = d["config"]["lease_ttl_ms"]
             encoded = d["members"]
             decoded = {mid: _decode_member(mid, md, leases.get(mid, 0), ttl) for mid, md in encoded.items()}
-            return DecodedGroup(raw, 1, _decode_group_document(d, decoded), encoded, {})
+            recorded = {mid: md["last_heartbeat_ms"] for mid, md in encoded.items()}
+            return DecodedGroup(raw, 1, _decode_group_document(d, decoded), recorded, {})
         header = _decode_group_document(d, {})
     ttl = header.config.lease_ttl_ms
     if form == 1:  # the same format-1 document: every member as kept
         assert known is not None
-        texts: Mapping[str, Any] = known.members
+        texts: Mapping[str, Any] = known.group.members
     else:
         texts = records
     kept_members = known.group.members if known is not None else {}
     kept_records = known.records if known is not None else {}
-    kept_forms = known.members if known is not None else {}
+    kept_heartbeats = known.heartbeats if known is not None else {}
     same_ttl = known is not None and known.group.config.lease_ttl_ms == ttl
     scan: Iterable[str] = texts
     added = False
     if changed is not None and form == GROUP_FORMAT and known is not None and same_ttl:
         # Only these members may differ from ``known`` (a delta load): every other one is known's.
-        members, encoded = dict(kept_members), dict(kept_forms)
+        members, recorded = dict(kept_members), dict(kept_heartbeats)
         unchanged = same_document
         scan = [m for m in changed if m in texts]
         for mid in changed:
             if mid not in texts and members.pop(mid, None) is not None:
-                del encoded[mid]
+                del recorded[mid]
                 unchanged = False
         added = any(m not in members for m in scan)
     else:
-        members, encoded = {}, {}
+        members, recorded = {}, {}
         unchanged = same_document and len(texts) == len(kept_members)
     for mid in scan:
         record = texts[mid]
@@ -371,15 +407,16 @@ def decode_group_cached(
         else:
             lease = leases.get(mid, member.lease_deadline_ms if member is not None else 0)
         if member is not None and (form == 1 or kept_records.get(mid) == record):
-            md = encoded[mid] = kept_forms[mid]
+            at = recorded[mid] = kept_heartbeats[mid]
             if member.lease_deadline_ms != lease or not same_ttl:  # else the same last heartbeat too
-                last = _last_heartbeat_ms(md, lease, ttl)
+                last = _last_heartbeat_ms(at, lease, ttl)
                 if member.lease_deadline_ms != lease or member.last_heartbeat_ms != last:
                     member = replace(member, lease_deadline_ms=lease, last_heartbeat_ms=last)
                     unchanged = False
         else:
             unchanged = False
-            md = encoded[mid] = orjson.loads(record)
+            md = orjson.loads(record)
+            recorded[mid] = md["last_heartbeat_ms"]
             member = _decode_member(mid, md, lease, ttl)
         members[mid] = member
     if added:  # in the order of the records (a whole read's)
@@ -387,7 +424,9 @@ def decode_group_cached(
     if unchanged:
         assert known is not None
         return known  # nothing moved: the very same state
-    return DecodedGroup(raw, form, replace(header, members=members), encoded, dict(records))
+    if compact:
+        header = replace(header, target=_target_with_rest(header.target, members))
+    return DecodedGroup(raw, form, replace(header, members=members), recorded, dict(records))
 
 
 def in_document_order(

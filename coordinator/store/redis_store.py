@@ -742,7 +742,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if after is None:
                 deletes += [f"g:{name}", f"g#:{name}", f"gm#:{name}", *(f"l:{name}:{m}" for m in gone)]
             schedule += self._schedule_changes(name, kept, before, after, touched)
-            self._diff_derived(old, before, new, after, topology_changed, touched, sets, deletes)
+            # The group's own derived fields (ml:, lt:, ae:, ts:) follow the member set, the header and
+            # the ended members: a member-only change that ends nobody leaves them as they are.
+            same_group_fields = member_only and all(
+                before.members[m].ended_at_ms == after.members[m].ended_at_ms  # type: ignore[union-attr]
+                for m in touched
+            )
+            self._diff_derived(
+                old, before, new, after, topology_changed, touched, sets, deletes, same_group_fields
+            )
 
         args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms)]
         for section in (
@@ -793,29 +801,34 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         rewritten: list[str] = []
         if stored is None:
             records: dict[str, bytes] = {}
-            forms: dict[str, dict[str, Any]] = {}
+            heartbeats: dict[str, int] = {}
             revs: dict[str, bytes] = {}
             for mid, member in group.members.items():
-                records[mid], forms[mid] = codec.encode_member(member)
+                records[mid], heartbeats[mid] = codec.encode_member(member), member.last_heartbeat_ms
                 revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
                 rewritten.append(mid)
         else:
-            records, forms, revs = dict(stored.records), dict(stored.members), dict(record_revs)
+            records, heartbeats, revs = dict(stored.records), dict(stored.heartbeats), dict(record_revs)
             for mid in sorted(touched):
                 member = group.members.get(mid)
                 if member is None:  # gone
-                    records.pop(mid, None), forms.pop(mid, None), revs.pop(mid, None)
+                    records.pop(mid, None), heartbeats.pop(mid, None), revs.pop(mid, None)
                     continue
-                record, form = codec.encode_member(member)
+                record = codec.encode_member(member)
                 if stored.records.get(mid) == record:
                     continue  # the same bytes: not written again
-                records[mid], forms[mid] = record, form
+                records[mid], heartbeats[mid] = record, member.last_heartbeat_ms
                 revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
                 rewritten.append(mid)
             if records.keys() != group.members.keys() or len(records) != len(stored.records):
                 records = {m: records[m] for m in group.members}  # in the members' order
         decoded = codec.DecodedGroup(
-            raw=header, format=codec.GROUP_FORMAT, group=group, members=forms, records=records, revs=revs
+            raw=header,
+            format=codec.GROUP_FORMAT,
+            group=group,
+            heartbeats=heartbeats,
+            records=records,
+            revs=revs,
         )
         return decoded, rewritten
 
@@ -859,12 +872,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         touched: set[str],
         sets: dict[str, str | bytes],
         deletes: list[str],
+        same_group_fields: bool = False,
     ) -> None:
         """Write the derived fields of one group that changed; only members that changed are recomputed
         unless something group-wide that every member's fields show (config, drained shards, topology)
         changed. An epoch bump alone is not such a change: it rewrites ``ae:``, which the fast path
         compares with each f: signature, so a member's f: and r: left from an earlier epoch are inert
-        until that member's own next change rewrites or deletes them (docs/store.md)."""
+        until that member's own next change rewrites or deletes them (docs/store.md).
+        ``same_group_fields``: the group's own fields cannot have changed (a member-only commit of a
+        group read in format 2, which has every one of them, ending nobody): they are not recomputed."""
         group_wide = (
             topology_changed
             or before is None
@@ -875,8 +891,11 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             ids = touched
         else:
             ids = set(before.members if before else ()) | set(after.members if after else ())
-        old_fields: dict[str, str] = codec.group_fields(before, with_schedule=False) if before else {}
-        new_fields: dict[str, str] = codec.group_fields(after) if after else {}
+        old_fields: dict[str, str] = {}
+        new_fields: dict[str, str] = {}
+        if not same_group_fields:
+            old_fields = codec.group_fields(before, with_schedule=False) if before else {}
+            new_fields = codec.group_fields(after) if after else {}
         for mid in ids:
             if before is not None and old is not None and mid in before.members:
                 old_fields.update(

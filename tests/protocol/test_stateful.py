@@ -274,6 +274,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert member.member_epoch <= group.assignment_epoch
 
     @invariant()
+    def the_target_names_exactly_the_live_members(self) -> None:
+        """Every change of who is live bumps (a new target over the live members): so the store may
+        write only the targets that hold shards and complete the rest from the live members
+        (codec.encode_group_header), and a header it did not re-encode still says the right thing."""
+        group = self.state.groups[GROUP]
+        assert set(group.target) == {m.member_id for m in group.live_members()}
+
+    @invariant()
     def target_is_balanced_and_complete(self) -> None:
         group = self.state.groups[GROUP]
         live = {m.member_id for m in group.live_members()}
