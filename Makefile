@@ -67,7 +67,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/heartbeat_bench.py --out bench/results/heartbeat.json
 	$(BIN)/python bench/producer_bench.py --out bench/results/producer.json
 	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
-	$(BIN)/python bench/store_bench.py --form-members 1000 --out bench/results/store.json
+	$(BIN)/python bench/store_bench.py --form-members 1000,10000 --out bench/results/store.json
 	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
 	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
 

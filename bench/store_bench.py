@@ -15,7 +15,8 @@ per operation, medians of 3 repetitions:
    index), and, for comparison, the full tick that reads every group once a minute (from a store that
    has read nothing before, as a newly started tick process would).
 
-3. ``--form-members N`` (``make bench``: 1,000; default 0): **forming a group in process**, one run, to
+3. ``--form-members N,...`` (``make bench``: 1,000 and 10,000; default none): **forming a group in
+process**, one run per size, to
 rerun here or against another checkout (``PYTHONPATH=<checkout>``): N members join a 64-shard group
 through two stores taking turns (as two API processes would), then every member heartbeats, in
 rounds, until a round changes nothing; wall and this process's CPU per phase.
@@ -221,7 +222,7 @@ def main() -> None:
     parser.add_argument("--big-join-sizes", default="10000")
     parser.add_argument("--tick-members", type=int, default=10_000)
     parser.add_argument("--ticks", type=int, default=20)
-    parser.add_argument("--form-members", type=int, default=0)
+    parser.add_argument("--form-members", default="", help="group sizes to form in process, e.g. 1000,10000")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -237,8 +238,7 @@ def main() -> None:
         if args.tick_members:  # 0: joins only (e.g. to compare an older checkout, which has no index)
             results["tick"] = tick_cost(server.url, args.tick_members, args.ticks)
             print(f"tick: {json.dumps(results['tick'], default=str)[:300]}", flush=True)
-        if args.form_members:
-            results["form"] = form_cost(server.url, args.form_members)
+        results["forms"] = [form_cost(server.url, int(n)) for n in args.form_members.split(",") if n]
     text = json.dumps(results, indent=2)
     if args.out:
         Path(args.out).write_text(text)
