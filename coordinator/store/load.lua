@@ -62,10 +62,12 @@ end
 
 -- The tags of the records written since `from` (a known position), per group: tag -> true, or the
 -- group -> '*' when one entry named it whole. False when the position is no longer in the log.
-local changes_since = {}  -- from seq -> result (the log is read once per distinct position)
+local changes_since = {}  -- "<seq> <token>" -> result (the log is read once per distinct position; two
+                          -- groups known at one seq may know it with different tokens, after a rollback)
 local function changes(from, token)
-  if changes_since[from] ~= nil then
-    return changes_since[from]
+  local key = from .. ' ' .. token
+  if changes_since[key] ~= nil then
+    return changes_since[key]
   end
   local result = false
   if position and from <= seq and seq - from < LOG_SLOTS and log_entry(meta, from) == token then
@@ -92,7 +94,7 @@ local function changes(from, token)
       end
     end
   end
-  changes_since[from] = result
+  changes_since[key] = result
   return result
 end
 

@@ -772,10 +772,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         # are exactly Redis's at this commit's position if no other commit came between the load and
         # this one; else at the load's position, plus this commit's records (which the log lists again
         # after it, so a delta from there reads them again: harmless).
+        # A load without a position knows nothing of what came before this commit (an unlogged commit of
+        # a coordinator from before the log may have), so neither does its commit.
         position = loaded.position
         if int(reply[0]) == 1:
             seq, previous = int(reply[1]), reply[2]
-            if seq == 1 if position is None else (seq == position[0] + 1 and previous == position[1]):
+            if position is not None and seq == position[0] + 1 and previous == position[1]:
                 position = (seq, args[0].encode() if isinstance(args[0], str) else args[0])
         else:
             position = None  # a retry of a commit whose reply was lost: where it landed is unknown

@@ -94,3 +94,67 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
     assert hits > 200, hits
     deltas = [whole for spy in spies for _, whole, _, _ in spy.rows]
     assert deltas.count(0) > len(deltas) / 2, (deltas.count(0), len(deltas))
+
+
+def test_delta_loads_read_as_fresh_ones_across_groups_and_rollbacks(store: MetadataStore) -> None:
+    """Two groups in one prefix, two stores, and now and then Redis going back to an earlier snapshot of
+    the prefix's keys (a restored backup, a replica promoted before it caught up): after every step,
+    every store's read (whole, and a heartbeat's) is a fresh one's (docs/store.md, "Delta loads")."""
+    other = MetadataStore(store.client)
+    groups = (GROUP, "second")
+    for name in groups:
+        create(store, shard_count=3, group=name, lease_ttl_ms=10_000)
+    pattern = f"rsc:{{{PREFIX}}}:*"
+
+    def snapshot() -> dict[bytes, bytes]:
+        return {key: store.client.dump(key) for key in store.client.scan_iter(pattern)}
+
+    snapshots = [snapshot()]
+    rng = random.Random(20261202)
+    views: dict[tuple[str, str], dict[str, Any]] = {}
+    rollbacks = 0
+    for step in range(300):
+        actor = rng.choice([store, other])
+        name = rng.choice(groups)
+        mine = sorted(m for g, m in views if g == name)
+        op = rng.random()
+        try:
+            if op < 0.25 or not mine:
+                member = f"m{step}"
+                views[(name, member)] = actor.heartbeat(
+                    PREFIX, name, Heartbeat(member_id=member, member_epoch=0, capacity=1)
+                )
+            elif op < 0.8:
+                member = rng.choice(mine)
+                view = views[(name, member)]
+                owned = frozenset(Shard.parse(s["shard"]) for s in view["shards"])
+                hb = Heartbeat(member_id=member, member_epoch=view["member_epoch"], owned=owned)
+                views[(name, member)] = actor.heartbeat(PREFIX, name, hb)
+            elif op < 0.88:
+                member = rng.choice(mine)
+                actor.heartbeat(PREFIX, name, Heartbeat(member_id=member, member_epoch=-1))
+                del views[(name, member)]
+            elif op < 0.94:
+                snapshots.append(snapshot())
+            else:  # back to an earlier snapshot of every key of the prefix
+                back = rng.choice(snapshots)
+                store.client.delete(*store.client.scan_iter(pattern))
+                for key, dumped in back.items():
+                    store.client.restore(key, 0, dumped, replace=True)
+                views.clear()  # the members start over (their epochs may be fenced now)
+                rollbacks += 1
+        except CoordinatorError:
+            views.pop((name, member), None)  # fenced, unknown: it joins again later
+        fresh = _fresh(store.client)
+        assert fresh is not None
+        for reader in (store, other):
+            assert reader._load(PREFIX, None).state == fresh
+            for g in groups:
+                live = sorted(fresh.groups[g].members)
+                if live:
+                    member = rng.choice(live)
+                    partial = reader._load(PREFIX, [g], lease_of=member).state
+                    assert partial is not None
+                    assert partial.groups[g].members[member] == fresh.groups[g].members[member]
+                    assert without_leases(partial.groups[g]) == without_leases(fresh.groups[g])
+    assert rollbacks > 5, rollbacks

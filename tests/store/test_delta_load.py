@@ -230,3 +230,52 @@ def test_a_commit_that_is_not_in_the_log_makes_every_store_read_the_group_whole(
     new_client(other, "m06", formed["m06"], "new")  # and from there on a delta again
     store.describe_group(PREFIX, GROUP)
     assert spy.last()[1:3] == (0, ["m06"])
+
+
+def test_groups_known_at_the_same_sequence_are_checked_each_by_its_own_token(store: MetadataStore) -> None:
+    """Two groups known at one sequence number, one of them since re-read at that number after a
+    rollback (the prefix deleted and made again): the other must not take the first one's verdict."""
+    other = MetadataStore(store.client)
+    create(store, group="alpha")
+    create(store, group="beta")
+    for m in ("old1", "old2"):
+        store.heartbeat(PREFIX, "beta", Heartbeat(member_id=m, member_epoch=0, capacity=1))
+    store._load(PREFIX, None)  # both groups known at (S, T)
+    seq = int(store.client.hget(META, "ds"))
+    other.delete_prefix(PREFIX, force=True)
+    create(other, group="alpha")
+    create(other, group="beta")
+    other.heartbeat(PREFIX, "beta", Heartbeat(member_id="new1", member_epoch=0, capacity=1))
+    n = 0
+    while int(store.client.hget(META, "ds")) < seq:  # the same sequence number again, another token
+        other.set_max_concurrency(PREFIX, "alpha", 1 + n % 4)
+        n += 1
+    assert int(store.client.hget(META, "ds")) == seq
+    store._load(PREFIX, ["alpha"])  # read whole: alpha is now known at (S, T'), beta still at (S, T)
+    state = store._load(PREFIX, None).state
+    assert state is not None and sorted(state.groups["beta"].members) == ["new1"]
+    assert state == fresh(store)
+
+
+def test_a_first_logged_commit_after_an_unlogged_one_leaves_its_committer_without_a_position(
+    store: MetadataStore, formed: dict[str, dict[str, Any]]
+) -> None:
+    """Metadata without a log, an old coordinator's commit between a store's load and its commit: the
+    store's commit is the log's first, and says nothing of what came before it."""
+    store.client.hdel(META, "ds", *[k for k in store.client.hkeys(META) if k.startswith(b"dl:")])
+    racing = MetadataStore(store.client)
+    script = racing._commit_script
+    raced: list[bool] = []
+
+    def commit_after_an_old_one(*, keys: list[str], args: list[Any]) -> Any:
+        if not raced:
+            raced.append(True)
+            _old_coordinator_commit(store, "m03", "old-1", "token-of-an-old-coordinator")
+        return script(keys=keys, args=args)
+
+    racing._commit_script = commit_after_an_old_one  # type: ignore[method-assign]
+    new_client(racing, "m05", formed["m05"], "new")
+    assert racing._decoded[(PREFIX, GROUP)].position is None
+    view = racing.describe_group(PREFIX, GROUP)
+    assert {m["member_id"]: m["client"]["version"] for m in view["members"]}["m03"] == "old-1"
+    assert racing._load(PREFIX, None).state == fresh(store)
