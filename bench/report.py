@@ -258,26 +258,27 @@ def store_section(path: Path) -> list[str]:
             f"{row['wall_ms']:.2f} | {row['coordinator_cpu_ms']:.2f} | {row['redis_cpu_ms']:.2f} |"
         )
     tick = data.get("tick")
-    for key, what in () if not tick else (
-        ("indexed", "every interval (the tick index)"),
-        ("full_cold", "once a minute (full, cold)"),
-    ):
-        row = tick[key]
-        lines.append(
-            f"| a tick at {tick['members']:,} members, nothing due, {what} | {row['wall_ms']:.2f} | "
-            f"{row['coordinator_cpu_ms']:.2f} | {row['redis_cpu_ms']:.2f} |"
-        )
-    lines += [] if not tick else [
-        "",
-        f"The {tick['members']:,}-member group is written in one commit ({tick['setup_seconds']:.1f} s, not "
-        "measured), and so is the one the 10,000-member joins run on, so that 3 repetitions stay short "
-        "(forming a group by joins is measured below, once per size): a join still costs time in "
-        "proportion to the group. A join reads from "
-        "Redis only the member records written since the store last read the group (delta loads), its "
-        "own lease and the group's header (which lists only the targets that hold shards), and writes "
-        "the header and the records that changed; the decision (the assignor, the shard owners) and the "
-        "commit's bookkeeping still walk every member once or twice.",
-    ]
+    if tick:
+        for key, what in (
+            ("indexed", "every interval (the tick index)"),
+            ("full_cold", "once a minute (full, cold)"),
+        ):
+            row = tick[key]
+            lines.append(
+                f"| a tick at {tick['members']:,} members, nothing due, {what} | {row['wall_ms']:.2f} | "
+                f"{row['coordinator_cpu_ms']:.2f} | {row['redis_cpu_ms']:.2f} |"
+            )
+        lines += [
+            "",
+            f"The {tick['members']:,}-member group is written in one commit ({tick['setup_seconds']:.1f} s, "
+            "not measured), and so is the one the 10,000-member joins run on, so that 3 repetitions stay "
+            "short (forming a group by joins is measured below, once per size): a join still costs time "
+            "in proportion to the group. A join reads from Redis only the member records written since "
+            "the store last read the group (delta loads), its own lease and the group's header (which "
+            "lists only the targets that hold shards), and writes the header and the records that "
+            "changed; the decision (the assignor, the shard owners) and the commit's bookkeeping still "
+            "walk every member once or twice.",
+        ]
     for form in data.get("forms", []):
         joins, rounds = form["joins"], form["rounds"]
         total = joins["wall_s"] + sum(r["wall_s"] for r in rounds)

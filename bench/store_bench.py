@@ -73,23 +73,34 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, Any]:
     return {**{k: statistics.median(r[k] for r in runs) for k in runs[0]}, "runs": runs}
 
 
-def join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
+def join_runs(url: str, name: str, joins: int, setup: Any) -> list[dict[str, float]]:
+    """3 repetitions of ``joins`` timed joins, each on a group ``setup(store, prefix, group)`` made (not
+    measured) by the store that then joins: it keeps the group, as an API process keeps the groups it
+    serves. Each repetition's prefix is deleted after it, so that the tick below measures its own alone."""
     runs = []
     for rep in range(3):
         store = MetadataStore.from_url(url)
-        prefix, group = f"join{members}r{rep}", "g"
+        prefix, group = f"{name}r{rep}", "g"
+        setup(store, prefix, group)
+
+        def join(i: int, store: MetadataStore = store, prefix: str = prefix, group: str = group) -> None:
+            store.heartbeat(prefix, group, Heartbeat(member_id=f"x{i}", member_epoch=0, capacity=1))
+
+        runs.append(measure(store, join, joins))
+        store.delete_prefix(prefix, force=True)
+        store.client.close()
+    return runs
+
+
+def join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
+    def by_joins(store: MetadataStore, prefix: str, group: str) -> None:
         store.create_group(
             CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG)
         )
         for i in range(members):
             store.heartbeat(prefix, group, Heartbeat(member_id=f"m{i}", member_epoch=0, capacity=1))
 
-        def join(i: int, store: MetadataStore = store, prefix: str = prefix, group: str = group) -> None:
-            store.heartbeat(prefix, group, Heartbeat(member_id=f"x{i}", member_epoch=0, capacity=1))
-
-        runs.append(measure(store, join, joins))
-        store.delete_prefix(prefix, force=True)  # the tick below measures its own prefix alone
-        store.client.close()
+    runs = join_runs(url, f"join{members}", joins, by_joins)
     return {"members": members, "joins": joins, **median_of(runs)}
 
 
@@ -124,21 +135,13 @@ def big_group(
 
 def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
     """The joins that bring a group written in one commit (big_group; forming it by joins would take
-    minutes) to ``members`` members: the store that wrote it keeps it, as an API process keeps the
-    groups it serves."""
-    runs = []
+    minutes) to ``members`` members."""
     roomy = replace(LONG, max_members=members)  # (the largest group allowed: MAX_MEMBERS_LIMIT)
-    for rep in range(3):
-        store = MetadataStore.from_url(url)
-        prefix, group = f"bigjoin{members}r{rep}", "g"
+
+    def in_one_commit(store: MetadataStore, prefix: str, group: str) -> None:
         big_group(store, prefix, group, members - joins, roomy)  # the joins bring it to ``members``
 
-        def join(i: int, store: MetadataStore = store, prefix: str = prefix, group: str = group) -> None:
-            store.heartbeat(prefix, group, Heartbeat(member_id=f"x{i}", member_epoch=0, capacity=1))
-
-        runs.append(measure(store, join, joins))
-        store.delete_prefix(prefix, force=True)
-        store.client.close()
+    runs = join_runs(url, f"bigjoin{members}", joins, in_one_commit)
     return {"members": members, "joins": joins, "setup": "one commit", **median_of(runs)}
 
 

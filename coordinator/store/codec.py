@@ -386,7 +386,7 @@ def decode_group_cached(
     same_ttl = known is not None and known.group.config.lease_ttl_ms == ttl
     scan: Iterable[str] = texts
     added = False
-    if changed is not None and form == GROUP_FORMAT and known is not None and same_ttl:
+    if changed is not None and form == GROUP_FORMAT and same_ttl:  # (same_ttl: known is not None)
         # Only these members may differ from ``known`` (a delta load): every other one is known's.
         members, recorded = dict(kept_members), dict(kept_heartbeats)
         unchanged = same_document
@@ -429,26 +429,18 @@ def decode_group_cached(
     return DecodedGroup(raw, form, replace(header, members=members), recorded, dict(records))
 
 
-def in_document_order(
-    group: Group, read: Group | None = None, touched: Collection[str] | None = None
-) -> Group:
+def in_document_order(group: Group, read: Group | None, touched: Collection[str]) -> Group:
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
     would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
-    are in that order already, so only what differs from it is put in order. ``touched``: the members
-    that differ from ``read``'s (None: found by comparing every member)."""
-    if touched is None and read is not None:
-        was = read.members.get
-        touched = {m for m, x in group.members.items() if was(m) is not x}
+    are in that order already, so only what differs from it (``touched``: the members that are not
+    ``read``'s very objects) is put in order."""
     if read is None or read.members.keys() != group.members.keys():
-        members = {
-            m: _assigned_in_document_order(group.members[m])
-            if read is None or touched is None or m in touched
-            else group.members[m]
-            for m in sorted(group.members)
-        }
+        members = {}
+        for m in sorted(group.members):
+            x = group.members[m]
+            members[m] = _assigned_in_document_order(x) if read is None or m in touched else x
     else:
-        assert touched is not None
         members = dict(group.members)
         for m in touched:
             if m in members:

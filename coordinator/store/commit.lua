@@ -159,20 +159,24 @@ local previous = log_entry(meta, seq - 1)
 if previous ~= redis.call('HGET', meta, 'txn') then
   previous = nil
 end
-local per_group, whole, tags = {}, {}, {}
+local per_group, order, tags = {}, {}, {}
 if not previous then
   tags[1] = ' ' .. LOG_BROKEN
 end
 for _, tag in ipairs(records_written) do
   local name = string.match(tag, '^[^:]+')
-  per_group[name] = (per_group[name] or 0) + 1
+  if not per_group[name] then
+    per_group[name] = {}
+    order[#order + 1] = name
+  end
+  table.insert(per_group[name], tag)
 end
-for _, tag in ipairs(records_written) do
-  local name = string.match(tag, '^[^:]+')
-  if per_group[name] <= LOG_TAGS then
-    tags[#tags + 1] = ' ' .. tag
-  elseif not whole[name] then
-    whole[name] = true
+for _, name in ipairs(order) do
+  if #per_group[name] <= LOG_TAGS then
+    for _, tag in ipairs(per_group[name]) do
+      tags[#tags + 1] = ' ' .. tag
+    end
+  else
     tags[#tags + 1] = ' ' .. name .. ':*'
   end
 end

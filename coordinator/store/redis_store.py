@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -86,6 +86,8 @@ from .retention import RetentionMixin
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
+
+_V = TypeVar("_V")
 
 START_FROM = {"latest": "$", "earliest": "0"}
 # Decoded group documents a store keeps (MetadataStore._decoded): enough for the groups one API process
@@ -606,23 +608,26 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 continue
             members = [text(m) for m in ids]
             lease_map = dict(zip(map(text, lease_ids), map(int, leases), strict=True))
-            kept = self._decoded.get((stream_prefix, name))
+            records: Mapping[str, bytes]
             if int(whole):
+                kept = self._decoded.get((stream_prefix, name))
                 records = {m: r for m, r in zip(members, docs, strict=True) if r is not None}
-                member_revs = dict(zip(members, doc_revs, strict=True))  # bytes, as stored
+                member_revs: Mapping[str, bytes] = dict(zip(members, doc_revs, strict=True))  # as stored
+                decoded = codec.decode_group_cached(doc, records, lease_map, kept)
             else:
                 # Only what changed since the position this store knew the group at: the rest is as
                 # it knows it (the very one whose position it sent, whatever another thread kept since).
                 kept = known[name]
-                records, member_revs = _apply_changes(kept, members, docs, doc_revs)
-            if int(whole):
-                decoded = codec.decode_group_cached(doc, records, lease_map, kept)
-            else:
+                records = _patched(kept.records, dict(zip(members, docs, strict=True)))
+                gone_or_rev = zip(members, docs, doc_revs, strict=True)
+                member_revs = _patched(kept.revs, {m: None if d is None else r for m, d, r in gone_or_rev})
+                # Every member's lease read (a description): every member compared; else only these.
                 changed = None if len(lease_map) >= len(records) else {*members, *lease_map}
                 decoded = codec.decode_group_cached(
                     doc, records, lease_map, kept, leases_complete=False, changed=changed
                 )
-            if decoded.revs != member_revs or decoded.position != position:
+            same_revs = decoded.revs is member_revs or decoded.revs == member_revs
+            if not same_revs or decoded.position != position:
                 decoded = replace(decoded, revs=member_revs, position=position)
             if decoded is not kept:
                 self._remember(stream_prefix, name, decoded)
@@ -744,10 +749,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             schedule += self._schedule_changes(name, kept, before, after, touched)
             # The group's own derived fields (ml:, lt:, ae:, ts:) follow the member set, the header and
             # the ended members: a member-only change that ends nobody leaves them as they are.
-            same_group_fields = member_only and all(
-                before.members[m].ended_at_ms == after.members[m].ended_at_ms  # type: ignore[union-attr]
-                for m in touched
-            )
+            same_group_fields = member_only and _ends_nobody(before, after, touched)
             self._diff_derived(
                 old, before, new, after, topology_changed, touched, sets, deletes, same_group_fields
             )
@@ -801,29 +803,33 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
         group = codec.in_document_order(after, before if stored is not None else None, touched)
         rewritten: list[str] = []
+        records: Mapping[str, bytes]
+        revs: Mapping[str, bytes]
+        heartbeats: Mapping[str, int]
         if stored is None:
-            records: dict[str, bytes] = {}
-            heartbeats: dict[str, int] = {}
-            revs: dict[str, bytes] = {}
+            records, revs, heartbeats = {}, {}, {}
             for mid, member in group.members.items():
                 records[mid], heartbeats[mid] = codec.encode_member(member), member.last_heartbeat_ms
                 revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
                 rewritten.append(mid)
         else:
-            records, heartbeats, revs = dict(stored.records), dict(stored.heartbeats), dict(record_revs)
+            new_records: dict[str, bytes | None] = {}
+            new_revs: dict[str, bytes | None] = {}
+            new_heartbeats: dict[str, int | None] = {}
             for mid in sorted(touched):
-                member = group.members.get(mid)
-                if member is None:  # gone
-                    records.pop(mid, None), heartbeats.pop(mid, None), revs.pop(mid, None)
+                now = group.members.get(mid)
+                if now is None:  # gone
+                    new_records[mid] = new_revs[mid] = new_heartbeats[mid] = None
                     continue
-                record = codec.encode_member(member)
+                record = codec.encode_member(now)
                 if stored.records.get(mid) == record:
                     continue  # the same bytes: not written again
-                records[mid], heartbeats[mid] = record, member.last_heartbeat_ms
-                revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
+                new_records[mid], new_heartbeats[mid] = record, now.last_heartbeat_ms
+                new_revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
                 rewritten.append(mid)
-            if records.keys() != group.members.keys() or len(records) != len(stored.records):
-                records = {m: records[m] for m in group.members}  # in the members' order
+            records = _patched(stored.records, new_records)
+            revs = _patched(record_revs, new_revs)
+            heartbeats = _patched(stored.heartbeats, new_heartbeats)
         decoded = codec.DecodedGroup(
             raw=header,
             format=codec.GROUP_FORMAT,
@@ -1049,9 +1055,16 @@ def _touched(before: Group | None, after: Group | None) -> set[str]:
         return {*(before.members if before else ()), *(after.members if after else ())}
     was = before.members.get
     ids = {m for m, member in after.members.items() if was(m) is not member}
-    if len(ids) or before.members.keys() != after.members.keys():
-        ids.update(before.members.keys() - after.members.keys())
-    return ids
+    return ids | (before.members.keys() - after.members.keys())
+
+
+def _ends_nobody(before: Group | None, after: Group | None, touched: set[str]) -> bool:
+    """No member the command touched ended (or came back): the ended members a group's ts: field counts
+    are as they were."""
+    if before is None or after is None:
+        return False
+    was, now = before.members, after.members
+    return all(m in was and m in now and was[m].ended_at_ms == now[m].ended_at_ms for m in touched)
 
 
 def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Group | None) -> bytes:
@@ -1071,26 +1084,21 @@ def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Gro
     return codec.encode_group_header(after)
 
 
-def _apply_changes(
-    kept: codec.DecodedGroup, ids: list[str], docs: list[Any], revs: list[Any]
-) -> tuple[Mapping[str, bytes], Mapping[str, bytes]]:
-    """The records and revisions of a group a delta load read: what ``kept`` has, with the records written
-    (or deleted: None) since its position. Members in the order a whole read gives them (sorted ids)."""
-    if not ids:
-        return kept.records, kept.revs
-    records, member_revs = dict(kept.records), dict(kept.revs)
+def _patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
+    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
+    applied (None: the member is gone): ``kept`` itself when nothing changed, in the order a whole read
+    gives (sorted member ids) when a member was added."""
+    if not changes:
+        return kept
+    out = dict(kept)
     added = False
-    for mid, record, rev in zip(ids, docs, revs, strict=True):
-        if record is None:
-            records.pop(mid, None)
-            member_revs.pop(mid, None)
+    for mid, value in changes.items():
+        if value is None:
+            out.pop(mid, None)
         else:
-            added = added or mid not in records
-            records[mid] = record
-            member_revs[mid] = rev
-    if added:
-        records = {m: records[m] for m in sorted(records)}
-    return records, member_revs
+            added = added or mid not in out
+            out[mid] = value
+    return {m: out[m] for m in sorted(out)} if added else out
 
 
 @dataclass(slots=True)

@@ -91,15 +91,19 @@ def test_a_store_that_knows_the_group_reads_only_the_records_written_since(
 def test_a_heartbeat_decides_on_the_same_group_but_for_the_other_members_leases(
     store: MetadataStore, formed: dict[str, dict[str, Any]]
 ) -> None:
-    store.describe_group(PREFIX, GROUP)
-    for m in ("m01", "m02"):  # steady heartbeats renew leases on the fast path, past the store's view
-        assert store.fast_heartbeat(PREFIX, GROUP, _steady_hb(formed[m]), None) is not None
+    seen = store._load(PREFIX, None).state
+    assert seen is not None
+    was = {m: seen.groups[GROUP].members[m].lease_deadline_ms for m in ("m01", "m02")}
+    for m in ("m01", "m02"):  # both leases renewed past the store's view (as the fast path renews them)
+        store.client.hset(META, f"l:{GROUP}:{m}", was[m] + 5_000)
     partial = store._load(PREFIX, [GROUP], lease_of="m01").state
     whole = fresh(store)
     assert partial is not None and whole is not None
     p, w = partial.groups[GROUP], whole.groups[GROUP]
     assert p.members["m01"] == w.members["m01"]  # its own lease, read afresh
-    assert p.members["m02"] != w.members["m02"]  # another's lease as the store last saw it
+    assert p.members["m01"].lease_deadline_ms == was["m01"] + 5_000
+    assert p.members["m02"].lease_deadline_ms == was["m02"]  # another's lease as the store last saw it
+    assert w.members["m02"].lease_deadline_ms == was["m02"] + 5_000
     assert without_leases(p) == without_leases(w)
 
 
