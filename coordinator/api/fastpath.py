@@ -28,6 +28,7 @@ and body byte for byte.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -188,8 +189,17 @@ def _heartbeat_of(body: Any) -> Heartbeat | None:
             return None
         if not all(isinstance(s, str) for s in owned):
             return None
-        shards = frozenset(Shard.parse(s) for s in owned)  # ValueError / CoordinatorError: DRF words it
+        shards = _parsed(tuple(owned))  # ValueError / CoordinatorError: DRF words it
     return Heartbeat(member_id=member_id, member_epoch=epoch, owned=shards, capacity=capacity)
+
+
+# A steady member sends the same owned list on every heartbeat: parsing it once per process, not per
+# heartbeat, saves about 1 µs a shard (and gives the store the same frozenset, whose hash is cached, so
+# its own per-owned-set cache hits without hashing the shards again). Bounded: at most this many lists,
+# each of at most MAX_OWNED_SHARDS shards (a failed parse raises and is not kept).
+@functools.lru_cache(maxsize=512)
+def _parsed(owned: tuple[str, ...]) -> frozenset[Shard]:
+    return frozenset(Shard.parse(s) for s in owned)
 
 
 def _is_int(value: Any) -> bool:

@@ -253,11 +253,14 @@ def _reconcile_member(
     group: Group, member_id: str, event: MemberEvent, owned: frozenset[Shard] | None, now_ms: int
 ) -> Group:
     member = group.members[member_id]
-    owners = group.owners()
+    target = group.target.get(member_id, frozenset())
+    # reconcile() looks up the owners of the shards the member is to gain only: when there are none
+    # (most heartbeats of a large group), the walk of every member that builds the table is skipped.
+    owners = {} if target.issubset(member.assigned) else group.owners()
     updated = reconcile(
         member,
         event=event,
-        target=group.target.get(member_id, frozenset()),
+        target=target,
         target_epoch=group.assignment_epoch,
         owned_reported=owned,
         owners=owners,

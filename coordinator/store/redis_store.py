@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import compress
+from operator import is_not
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -139,6 +143,10 @@ class HeartbeatFloor:
         return f"one heartbeat per {self.period_ms} ms (bursts of {self.burst})"
 
 
+# The longest a decision waits for another of this process on the same stream prefix (_deciding_on).
+DECISION_WAIT_S = 1.0
+
+
 class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
 
@@ -160,6 +168,11 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         # since (byte for byte) is not parsed again, only its leases are applied (codec.DecodedGroup).
         # Shared by the process's threads (entries are immutable); the oldest go beyond the bound.
         self._decoded: dict[tuple[str, str], codec.DecodedGroup] = {}
+        # One decision at a time per stream prefix in this process (_deciding_on); made again in a
+        # forked child, whose locks could have been copied held.
+        self._deciding: dict[str, threading.RLock] = {}
+        self._deciding_guard = threading.Lock()
+        self._deciding_pid = os.getpid()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -230,7 +243,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         hb = hb.validated()
         if hb.member_epoch <= 0 and floor is None:
             return None
-        owned = "*" if hb.owned is None else ",".join(str(s) for s in sorted(hb.owned))
+        owned = "*" if hb.owned is None else codec.owned_argument(hb.owned)
         capacity = "" if hb.capacity is None else str(hb.capacity)
         client = "" if hb.client is None else codec.client_signature(hb.client)
         owner = "*" if hb.owner is None else codec.identity_digest(hb.owner)
@@ -658,20 +671,21 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         the command is that member's heartbeat, which decides on no other member's lease (_load)."""
         delay_s = 0.001
         for _attempt in range(self.max_attempts):
-            loaded = self._load(command.stream_prefix, groups, lease_of)
-            outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
-            if outcome.state is None and loaded.state is not None:
-                # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
-                deleted = self._commit_deletion(command, loaded.topology_rev, outcome)
-                if deleted is not None:
-                    return deleted
-            elif outcome.state is None or outcome.state == loaded.state:
-                return outcome
-            elif before_commit is not None:
-                with translate_redis_errors():
-                    before_commit(outcome.state)
-            if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
-                return outcome
+            with self._deciding_on(command.stream_prefix):
+                loaded = self._load(command.stream_prefix, groups, lease_of)
+                outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
+                if outcome.state is None and loaded.state is not None:
+                    # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
+                    deleted = self._commit_deletion(command, loaded.topology_rev, outcome)
+                    if deleted is not None:
+                        return deleted
+                elif outcome.state is None or outcome.state == loaded.state:
+                    return outcome
+                elif before_commit is not None:
+                    with translate_redis_errors():
+                        before_commit(outcome.state)
+                if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
+                    return outcome
             instruments.count(self.client, cas_conflicts=1)
             time.sleep(random.uniform(0, delay_s))
             delay_s = min(delay_s * 2, 0.05)
@@ -679,6 +693,31 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             f"gave up after {self.max_attempts} conflicting attempts on stream prefix "
             f"{command.stream_prefix!r}"
         )
+
+    @contextlib.contextmanager
+    def _deciding_on(self, stream_prefix: str) -> Iterator[None]:
+        """One load-decide-commit at a time per stream prefix among this process's threads.
+
+        Two decisions on one prefix that both change the group's header (joins, leaves, epoch bumps)
+        cannot both commit: the second is decided again. Under Python's GIL the threads of one process
+        do not decide in parallel anyway, so letting them race only spends CPU on attempts that lose
+        (at 10,000 members, ~10 ms each) and, with enough of them, ends in CONCURRENT_UPDATE. Queued
+        here, they lose only to other processes. The wait is bounded (DECISION_WAIT_S): past it (a
+        decision stuck on an unresponsive Redis) the attempt goes ahead unqueued, as before, so a Redis
+        stall does not add up one socket timeout per queued request. Steady heartbeats (the fast path)
+        never queue here."""
+        if self._deciding_pid != os.getpid():  # a forked child: its only thread is this one
+            self._deciding, self._deciding_guard, self._deciding_pid = {}, threading.Lock(), os.getpid()
+        with self._deciding_guard:
+            lock = self._deciding.get(stream_prefix)
+            if lock is None:
+                lock = self._deciding[stream_prefix] = threading.RLock()
+        queued = lock.acquire(timeout=DECISION_WAIT_S)
+        try:
+            yield
+        finally:
+            if queued:
+                lock.release()
 
     def _commit(self, stream_prefix: str, loaded: _Loaded, new: PrefixState) -> bool:
         old = loaded.state
@@ -1048,14 +1087,26 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         )
 
 
+_TOUCHED_EXACT_ABOVE = 64
+
+
 def _touched(before: Group | None, after: Group | None) -> set[str]:
     """The members a command added, changed (another Member object) or removed; the core derives a new
     group with ``dataclasses.replace``, so every member it did not touch is the very same object."""
     if before is None or after is None:
         return {*(before.members if before else ()), *(after.members if after else ())}
-    was = before.members.get
-    ids = {m for m, member in after.members.items() if was(m) is not member}
-    return ids | (before.members.keys() - after.members.keys())
+    was, now = before.members, after.members
+    if was.keys() == now.keys():
+        # The same members (the usual case: a heartbeat, a bump): compared pairwise in C. Both in the
+        # same order (the core replaces values in place), a pair is the same member; in another order
+        # a pair of different members only reads as touched (never the reverse: a Member object is one
+        # member's), so a result that large is computed again exactly.
+        ids = set(compress(now, map(is_not, now.values(), was.values())))
+        if len(ids) <= _TOUCHED_EXACT_ABOVE:
+            return ids
+    get = was.get
+    ids = {m for m, member in now.items() if get(m) is not member}
+    return ids | (was.keys() - now.keys())
 
 
 def _ends_nobody(before: Group | None, after: Group | None, touched: set[str]) -> bool:

@@ -211,3 +211,32 @@ def test_a_floor_refusal_is_answered_alike_and_counted_once(
     slow = through(HeartbeatView.as_view(), body, MEMBER_TOKEN)
     assert fast.status_code == slow.status_code == 429
     assert comparable(fast) == comparable(slow)
+
+
+def test_many_owned_shards_in_any_order_are_steady_and_a_wrong_one_is_not(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owned list is parsed once per process (cached) and compared in Shard order, numeric (v1:2
+    before v1:10, which text order would not give): a shuffled list of 12 shards is steady every time,
+    from the cache too; the same list with one shard changed is not (DRF decides)."""
+    api.create_group(shard_count=12, heartbeat_interval_ms=1_000, lease_ttl_ms=60_000)
+    joined = api.join("m1")
+    owned = [s["shard"] for s in joined["shards"]]
+    assert len(owned) == 12
+    calls: list[str] = []
+    real = fastpath._drf_view
+
+    def counting(request: Any, **kwargs: Any) -> Any:
+        calls.append(request.path)
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(fastpath, "_drf_view", counting)
+    body = {"member_id": "m1", "member_epoch": joined["member_epoch"]}
+    for order in (owned, owned[::-1], sorted(owned), owned[::-1]):
+        response = through(fastpath.heartbeat, {**body, "owned_shards": order}, MEMBER_TOKEN)
+        assert response.status_code == 200
+        assert json.loads(response.content)["member_state"] == "STABLE"
+    assert calls == []
+    wrong = [*owned[:-1], "v1:12"]
+    assert through(fastpath.heartbeat, {**body, "owned_shards": wrong}, MEMBER_TOKEN).status_code == 200
+    assert calls == [PATH]
