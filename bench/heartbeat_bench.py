@@ -12,7 +12,15 @@ One run, one machine, one private Redis:
    gevent workers, uvicorn serving config.asgi; ``-no-door``: the door off; ``-floor``: the server alone
    answering ``{}``), with
    the same number of worker processes, 3 repetitions each, median rate and server CPU per request
-   (every process of the server's process group, from /proc).
+   (every process of the server's process group, from /proc);
+5. large groups (issue 8: "a 10,000-member group forms and stays stable, with the heartbeat interval
+   scaled as Kafka scales it"): each of ``--large-members`` (default 2,000 and 10,000) on
+   ``--large-clients`` client processes, at Kafka's consumer-group defaults (KIP-848: heartbeat
+   interval 5 s, session timeout 45 s, as the lease). Every member joins and heartbeats at the interval
+   from then on, as the runtime does (heartbeats before joins, 429 / 503 retried after Retry-After):
+   the time until every member is STABLE at one epoch (given up after ``--large-form-limit-s``, saying
+   how many had joined and settled), the server's CPU for it, then ``--large-seconds`` of the group as
+   it stays: heartbeats per second, latency, server CPU per heartbeat, answers not steady, fences.
 
 Everything is measured here, nothing is typed in: rerun it and compare.
 """
@@ -20,6 +28,7 @@ Everything is measured here, nothing is typed in: rerun it and compare.
 from __future__ import annotations
 
 import argparse
+import heapq
 import http.client
 import json
 import multiprocessing
@@ -143,19 +152,7 @@ def run_load(target: Any, args: tuple[Any, ...], clients: int) -> dict[str, floa
 def setup_group(
     port: int, prefix: str, group: str, members: int, shards: int
 ) -> list[tuple[str, int, list[str]]]:
-    admin = Api(port, ADMIN_TOKEN)
-    body = {
-        "stream_prefix": prefix,
-        "consumer_group": group,
-        "shard_count": shards,
-        "lease_ttl_ms": 3_600_000,
-        "heartbeat_interval_ms": 1_000,
-        "revocation_timeout_ms": 3_600_000,
-        "max_members": max(members, 1),
-    }
-    status, payload = admin.call("POST", "/api/v1/admin/groups", body)
-    if status != 201:
-        raise RuntimeError(f"create group {status}: {payload}")
+    create_group(port, prefix, group, members, shards)
     api = Api(port, MEMBER_TOKEN)
     views = {
         f"bench-{i}": api.heartbeat(
@@ -165,6 +162,30 @@ def setup_group(
     }
     converge(api, prefix, group, views)
     return [(m, v["member_epoch"], owned(v)) for m, v in views.items()]
+
+
+def create_group(
+    port: int,
+    prefix: str,
+    group: str,
+    members: int,
+    shards: int,
+    lease_ttl_ms: int = 3_600_000,
+    heartbeat_interval_ms: int = 1_000,
+) -> None:
+    admin = Api(port, ADMIN_TOKEN)
+    body = {
+        "stream_prefix": prefix,
+        "consumer_group": group,
+        "shard_count": shards,
+        "lease_ttl_ms": lease_ttl_ms,
+        "heartbeat_interval_ms": heartbeat_interval_ms,
+        "revocation_timeout_ms": 3_600_000,
+        "max_members": max(members, 1),
+    }
+    status, payload = admin.call("POST", "/api/v1/admin/groups", body)
+    if status != 201:
+        raise RuntimeError(f"create group {status}: {payload}")
 
 
 def convergence(port: int, members: int, shards: int, interval_ms: int, redis_url: str) -> dict[str, Any]:
@@ -250,6 +271,185 @@ def convergence(port: int, members: int, shards: int, interval_ms: int, redis_ur
         "cas_conflicts": int(conflicts),
         "refusals": refusals,
     }
+
+
+# Kafka's consumer-group defaults (KIP-848): group.consumer.heartbeat.interval.ms and
+# group.consumer.session.timeout.ms, the time a silent member keeps its partitions (our lease).
+KAFKA_HEARTBEAT_INTERVAL_MS, KAFKA_SESSION_TIMEOUT_MS = 5_000, 45_000
+
+
+def _large_group_worker(
+    port: int, prefix: str, group: str, names: list[str], state: Any, slot: int, phase: Any, out: Any
+) -> None:
+    """Members ``names`` of the large group, as the runtime drives them: each joins, then heartbeats
+    every interval (a due heartbeat goes before the next join); 429 / 503 are retried after their
+    Retry-After, any other refusal is a fence (the member joins again). ``state[4 * slot]`` is 1 while
+    every member is joined and STABLE at one epoch, ``state[4 * slot + 1]`` that epoch,
+    ``state[4 * slot + 2]`` how many are joined, ``state[4 * slot + 3]`` how many of them were last
+    answered STABLE at the group's assignment epoch of that answer. While ``phase``
+    is 1 (the steady window) it records each heartbeat's latency and whether it was answered steady
+    (STABLE, the epoch it sent); at 2 it reports and stops."""
+    api = Api(port, MEMBER_TOKEN)
+    path = f"/api/v1/groups/{prefix}/{group}/heartbeat"
+    views: dict[str, dict[str, Any]] = {}
+    waiting = list(reversed(names))  # not yet joined (popped from the end: names[0] first)
+    fences = retried = not_steady = 0
+    latencies: list[float] = []
+    cpu0 = 0.0
+    behind = 0.0  # the latest a due heartbeat was sent in the steady window, s
+
+    def call(body: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal retried
+        while True:
+            status, payload = api.call("POST", path, body)
+            if status == 200:
+                return payload  # type: ignore[no-any-return]
+            if status not in (429, 503):
+                return None
+            retried += 1
+            retry_ms = float((payload or {}).get("details", {}).get("retry_after_ms", 100))
+            time.sleep(min(1.0, retry_ms / 1000))
+
+    queue: list[tuple[float, str]] = []  # (due, member), a heap
+    checked = 0.0
+    while phase.value != 2:
+        now = time.perf_counter()
+        if queue and queue[0][0] <= now:
+            planned, member = heapq.heappop(queue)
+            view = views[member]
+            body = {"member_id": member, "member_epoch": view["member_epoch"], "owned_shards": owned(view)}
+            measuring = phase.value == 1
+            if measuring and cpu0 == 0.0:
+                cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            answer = call(body)
+            if measuring:
+                latencies.append(time.perf_counter() - t0)
+                behind = max(behind, t0 - planned)
+            if answer is None:  # fenced: join again
+                fences += 1
+                del views[member]
+                waiting.append(member)
+                continue
+            steady = answer["member_state"] == "STABLE" and answer["member_epoch"] == body["member_epoch"]
+            not_steady += measuring and not steady
+            views[member] = answer
+            heapq.heappush(queue, (planned + answer["heartbeat_interval_ms"] / 1000, member))
+        elif waiting:
+            member = waiting.pop()
+            answer = call({"member_id": member, "member_epoch": 0, "capacity": 1, "join_seq": 1})
+            if answer is None:
+                raise RuntimeError(f"join of {member} refused")
+            views[member] = answer
+            heapq.heappush(queue, (time.perf_counter() + answer["heartbeat_interval_ms"] / 1000, member))
+        else:
+            time.sleep(max(0.0, min(0.05, queue[0][0] - now)) if queue else 0.05)
+        if now - checked > 0.2:  # every member joined and STABLE at one epoch (a scan: not per request)
+            checked = now
+            epochs = {v["member_epoch"] for v in views.values()}
+            settled = sum(
+                v["member_state"] == "STABLE" and v["member_epoch"] == v["assignment_epoch"]
+                for v in views.values()
+            )
+            stable = not waiting and len(epochs) == 1 and settled == len(views)
+            at = 4 * slot
+            state[at], state[at + 1] = int(stable), (epochs.pop() if stable else 0)
+            state[at + 2], state[at + 3] = len(views), settled
+    out.put(
+        {
+            "latencies": latencies,
+            "cpu": time.process_time() - cpu0 if cpu0 else 0.0,
+            "fences": fences,
+            "retried": retried,
+            "not_steady": not_steady,
+            "behind_s": behind,
+        }
+    )
+
+
+def large_group(
+    port: int, server_pgid: int, members: int, clients: int, seconds: float, form_limit_s: float
+) -> dict[str, Any]:
+    """Section 5: form a group of ``members`` at Kafka's defaults (given up after ``form_limit_s``,
+    saying how far it got), then let it stay for ``seconds``."""
+    prefix, group, shards = "large", f"large-{members}", 64
+    create_group(
+        port, prefix, group, members, shards,
+        lease_ttl_ms=KAFKA_SESSION_TIMEOUT_MS, heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
+    )  # fmt: skip
+    ctx = multiprocessing.get_context("fork")
+    state, phase, out = ctx.Array("q", 4 * clients), ctx.Value("i", 0), ctx.Queue()
+    names = [f"large-{i}" for i in range(members)]
+    procs = [
+        ctx.Process(
+            target=_large_group_worker, args=(port, prefix, group, names[c::clients], state, c, phase, out)
+        )
+        for c in range(clients)
+    ]
+    result: dict[str, Any] = {
+        "members": members,
+        "shards": shards,
+        "clients": clients,
+        "heartbeat_interval_ms": KAFKA_HEARTBEAT_INTERVAL_MS,
+        "lease_ttl_ms": KAFKA_SESSION_TIMEOUT_MS,
+        "form_limit_s": form_limit_s,
+    }
+    cpu0, t0 = group_cpu_s([server_pgid]), time.perf_counter()
+    for p in procs:
+        p.start()
+    reports: list[dict[str, Any]] = []
+    try:
+        while True:  # formed: every client's members STABLE at one and the same epoch
+            flags, epochs = state[0::4], set(state[1::4])
+            elapsed = time.perf_counter() - t0
+            if all(flags) and len(epochs) == 1:
+                break
+            if any(p.exitcode not in (None, 0) for p in procs):
+                raise RuntimeError(f"a client of the {members}-member group failed")
+            if elapsed > form_limit_s:
+                break
+            time.sleep(0.1)
+        result["formed"] = all(state[0::4]) and len(set(state[1::4])) == 1
+        result["form_seconds"] = elapsed
+        result["form_server_cpu_s"] = group_cpu_s([server_pgid]) - cpu0
+        result["joined"], result["settled"] = sum(state[2::4]), sum(state[3::4])
+        if not result["formed"]:
+            return result
+        epoch = state[1]
+        phase.value = 1
+        cpu1, t1 = group_cpu_s([server_pgid]), time.perf_counter()
+        time.sleep(seconds)
+        phase.value = 2
+        window = time.perf_counter() - t1
+        server_cpu = group_cpu_s([server_pgid]) - cpu1
+        reports = [out.get(timeout=120) for _ in procs]
+        result["stayed_stable"] = all(state[0::4]) and set(state[1::4]) == {epoch}
+        result["group_epoch"] = epoch
+    finally:
+        phase.value = 2
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    latencies = sorted(x for r in reports for x in r["latencies"])
+    n = max(1, len(latencies))
+    result.update(
+        {
+            "seconds": window,
+            "heartbeats": len(latencies),
+            "per_second": len(latencies) / window,
+            "offered_per_second": members / (KAFKA_HEARTBEAT_INTERVAL_MS / 1000),
+            "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
+            "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else float("nan"),
+            "server_cpu_us_per_request": 1e6 * server_cpu / n,
+            "client_cpu_us_per_request": 1e6 * sum(r["cpu"] for r in reports) / n,
+            "not_steady": sum(r["not_steady"] for r in reports),
+            "fences": sum(r["fences"] for r in reports),
+            "retried": sum(r["retried"] for r in reports),
+            "max_behind_ms": 1000 * max(r["behind_s"] for r in reports),
+        }
+    )
+    return result
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -375,10 +575,7 @@ def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, 
                 runs.append({**load, "server_cpu_us_per_request": 1e6 * cpu / max(1, load["requests"])})
         finally:
             stop_server(proc)
-        rows[kind] = {
-            key: statistics.median(run[key] for run in runs)
-            for key in ROW_KEYS
-        }
+        rows[kind] = {key: statistics.median(run[key] for run in runs) for key in ROW_KEYS}
         rows[kind]["runs"] = runs
         print(f"{kind}: {rows[kind]}", flush=True)
     return rows
@@ -407,6 +604,10 @@ def main() -> None:
         ),
         help="compared HTTP servers ('' none)",
     )
+    parser.add_argument("--large-members", default="2000,10000", help="section 5's groups ('' none)")
+    parser.add_argument("--large-form-limit-s", type=float, default=180.0, help="give a group up after")
+    parser.add_argument("--large-clients", type=int, default=8)
+    parser.add_argument("--large-seconds", type=float, default=30.0)
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
@@ -445,6 +646,13 @@ def main() -> None:
                 results[f"heartbeat_{size}"] = {**load, "setup_seconds": setup_s}
                 print(f"{size} members: {load}", flush=True)
             results["convergence_100"] = convergence(port, 100, 64, interval_ms=100, redis_url=server.url)
+            results["large_groups"] = []
+            for size in (int(x) for x in args.large_members.split(",") if x):
+                row = large_group(
+                    port, api.pid, size, args.large_clients, args.large_seconds, args.large_form_limit_s
+                )
+                results["large_groups"].append(row)
+                print(f"large group: {row}", flush=True)
         finally:
             stop_server(api)
         if args.servers:

@@ -110,6 +110,8 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
                 f"{conv['cas_conflicts'] / 100:.2f} per member), refusals: {refused} "
                 f"(**{conv['refusals'].get('CONCURRENT_UPDATE', 0)}** `CONCURRENT_UPDATE` give-ups).",
             ]
+    for large in data.get("large_groups", []):
+        lines += ["", *_large_group_lines(large)]
     servers = data.get("servers")
     if servers:
         lines += [
@@ -159,6 +161,40 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             ]
         lines += ["", *SERVER_DECISION]
     return lines
+
+
+def _large_group_lines(large: dict[str, Any]) -> list[str]:
+    intro = (
+        f"A large group: **{large['members']:,} members** on {large['shards']} shards at Kafka's "
+        f"consumer-group defaults (KIP-848: heartbeat interval {large['heartbeat_interval_ms']} ms, "
+        f"session timeout {large['lease_ttl_ms']} ms as the lease), {large['clients']} client processes "
+        "joining every member and heartbeating each at the interval from then on, as the runtime does "
+        "(a due heartbeat before the next join). "
+    )
+    if not large["formed"]:
+        return [
+            intro + f"It did **not** form within the bench's limit of {large['form_limit_s']:.0f} s: by then "
+            f"{large['joined']:,} members had joined and {large['settled']:,} of them were STABLE at the "
+            f"assignment epoch of their last answer; the server spent {large['form_server_cpu_s']:.1f} s of "
+            f"CPU on it ({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average). Every "
+            "join bumps the epochs, so each member's next heartbeat after a join is a reconciliation on the "
+            "full path, whose decision still costs time in proportion to the group: at a 5 s interval the "
+            "reconciliations grow with the square of the group and, past a few thousand members on this "
+            "machine, take the server's CPU from the joins."
+        ]
+    stayed = (
+        "still STABLE at the same epoch at the end" if large["stayed_stable"] else "**not** STABLE at the end"
+    )
+    return [
+        intro + f"It formed (every member STABLE at group epoch {large['group_epoch']}) in "
+        f"**{large['form_seconds']:.1f} s** ({large['form_server_cpu_s']:.1f} s of server CPU), then stayed "
+        f"for {large['seconds']:.0f} s: {_fmt(large['per_second'])} heartbeats/s (offered "
+        f"{_fmt(large['offered_per_second'])}), p50 {_fmt(large['p50_ms'], 2)} ms, p99 "
+        f"{_fmt(large['p99_ms'], 2)} ms, {_fmt(large['server_cpu_us_per_request'], 0)} µs of server CPU per "
+        f"heartbeat ({_fmt(large['client_cpu_us_per_request'], 0)} µs of the load generator's), a due "
+        f"heartbeat sent at most {_fmt(large['max_behind_ms'], 0)} ms late; **{large['not_steady']}** "
+        f"answers not steady, **{large['fences']}** fences, {large['retried']} retried 429 / 503; {stayed}."
+    ]
 
 
 E2E_INTRO = (
