@@ -313,7 +313,8 @@ def store_section(path: Path) -> list[str]:
             "the store last read the group (delta loads), its own lease and the group's header (which "
             "lists only the targets that hold shards), and writes the header and the records that "
             "changed; the decision (the assignor, the shard owners) and the commit's bookkeeping still "
-            "walk every member once or twice.",
+            "walk every member once or twice (mostly copies and comparisons in C; a heartbeat that gains no "
+            "shard no longer builds the table of shard owners).",
         ]
     for form in data.get("forms", []):
         joins, rounds = form["joins"], form["rounds"]
