@@ -15,8 +15,9 @@ One run, one machine, one private Redis:
    (every process of the server's process group, from /proc);
 5. large groups (issue 8: "a 10,000-member group forms and stays stable, with the heartbeat interval
    scaled as Kafka scales it"): each of ``--large-members`` (default 2,000 and 10,000) on
-   ``--large-clients`` client processes, at Kafka's consumer-group defaults (KIP-848: heartbeat
-   interval 5 s, session timeout 45 s, as the lease). Every member joins and heartbeats at the interval
+   ``--large-clients`` client processes, by default at Kafka's consumer-group defaults (KIP-848:
+   heartbeat interval 5 s, session timeout 45 s, as the lease; ``--large-interval-ms``,
+   ``--large-lease-ms``). Every member joins and heartbeats at the interval
    from then on, as the runtime does (heartbeats before joins, 429 / 503 retried after Retry-After):
    the time until every member is STABLE at one epoch (given up after ``--large-form-limit-s``, saying
    how many had joined and settled), the server's CPU for it, then ``--large-seconds`` of the group as
@@ -368,14 +369,21 @@ def _large_group_worker(
 
 
 def large_group(
-    port: int, server_pgid: int, members: int, clients: int, seconds: float, form_limit_s: float
+    port: int,
+    server_pgid: int,
+    members: int,
+    clients: int,
+    seconds: float,
+    form_limit_s: float,
+    interval_ms: int = KAFKA_HEARTBEAT_INTERVAL_MS,
+    lease_ms: int = KAFKA_SESSION_TIMEOUT_MS,
 ) -> dict[str, Any]:
     """Section 5: form a group of ``members`` at Kafka's defaults (given up after ``form_limit_s``,
     saying how far it got), then let it stay for ``seconds``."""
     prefix, group, shards = "large", f"large-{members}", 64
     create_group(
         port, prefix, group, members, shards,
-        lease_ttl_ms=KAFKA_SESSION_TIMEOUT_MS, heartbeat_interval_ms=KAFKA_HEARTBEAT_INTERVAL_MS,
+        lease_ttl_ms=lease_ms, heartbeat_interval_ms=interval_ms,
     )  # fmt: skip
     ctx = multiprocessing.get_context("fork")
     state, phase, out = ctx.Array("q", 4 * clients), ctx.Value("i", 0), ctx.Queue()
@@ -390,8 +398,8 @@ def large_group(
         "members": members,
         "shards": shards,
         "clients": clients,
-        "heartbeat_interval_ms": KAFKA_HEARTBEAT_INTERVAL_MS,
-        "lease_ttl_ms": KAFKA_SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": interval_ms,
+        "lease_ttl_ms": lease_ms,
         "form_limit_s": form_limit_s,
     }
     cpu0, t0 = group_cpu_s([server_pgid]), time.perf_counter()
@@ -438,7 +446,7 @@ def large_group(
             "seconds": window,
             "heartbeats": len(latencies),
             "per_second": len(latencies) / window,
-            "offered_per_second": members / (KAFKA_HEARTBEAT_INTERVAL_MS / 1000),
+            "offered_per_second": members / (interval_ms / 1000),
             "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
             "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else float("nan"),
             "server_cpu_us_per_request": 1e6 * server_cpu / n,
@@ -606,6 +614,8 @@ def main() -> None:
     )
     parser.add_argument("--large-members", default="2000,10000", help="section 5's groups ('' none)")
     parser.add_argument("--large-form-limit-s", type=float, default=180.0, help="give a group up after")
+    parser.add_argument("--large-interval-ms", type=int, default=KAFKA_HEARTBEAT_INTERVAL_MS)
+    parser.add_argument("--large-lease-ms", type=int, default=KAFKA_SESSION_TIMEOUT_MS)
     parser.add_argument("--large-clients", type=int, default=8)
     parser.add_argument("--large-seconds", type=float, default=30.0)
     parser.add_argument("--out", default="")
@@ -649,8 +659,9 @@ def main() -> None:
             results["large_groups"] = []
             for size in (int(x) for x in args.large_members.split(",") if x):
                 row = large_group(
-                    port, api.pid, size, args.large_clients, args.large_seconds, args.large_form_limit_s
-                )
+                    port, api.pid, size, args.large_clients, args.large_seconds, args.large_form_limit_s,
+                    args.large_interval_ms, args.large_lease_ms,
+                )  # fmt: skip
                 results["large_groups"].append(row)
                 print(f"large group: {row}", flush=True)
         finally:

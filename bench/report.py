@@ -164,12 +164,14 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
 
 
 def _large_group_lines(large: dict[str, Any]) -> list[str]:
+    timing = f"heartbeat interval {large['heartbeat_interval_ms']} ms, lease {large['lease_ttl_ms']} ms"
+    kafka = (large["heartbeat_interval_ms"], large["lease_ttl_ms"]) == (5_000, 45_000)
     intro = (
-        f"A large group: **{large['members']:,} members** on {large['shards']} shards at Kafka's "
-        f"consumer-group defaults (KIP-848: heartbeat interval {large['heartbeat_interval_ms']} ms, "
-        f"session timeout {large['lease_ttl_ms']} ms as the lease), {large['clients']} client processes "
-        "joining every member and heartbeating each at the interval from then on, as the runtime does "
-        "(a due heartbeat before the next join). "
+        f"A large group: **{large['members']:,} members** on {large['shards']} shards, {timing} "
+        f"({'Kafka' if kafka else 'not Kafka'}'s consumer-group defaults: KIP-848's heartbeat interval 5 s "
+        f"and session timeout 45 s), {large['clients']} client processes joining every member and "
+        "heartbeating each at the interval from then on, as the runtime does (a due heartbeat before the "
+        "next join). "
     )
     if not large["formed"]:
         return [
@@ -178,7 +180,7 @@ def _large_group_lines(large: dict[str, Any]) -> list[str]:
             f"assignment epoch of their last answer; the server spent {large['form_server_cpu_s']:.1f} s of "
             f"CPU on it ({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average). Every "
             "join bumps the epochs, so each member's next heartbeat after a join is a reconciliation on the "
-            "full path, whose decision still costs time in proportion to the group: at a 5 s interval the "
+            "full path, whose decision still costs time in proportion to the group: at a fixed interval the "
             "reconciliations grow with the square of the group and, past a few thousand members on this "
             "machine, take the server's CPU from the joins."
         ]

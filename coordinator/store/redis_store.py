@@ -171,7 +171,6 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         # One decision at a time per stream prefix in this process (_deciding_on); made again in a
         # forked child, whose locks could have been copied held.
         self._deciding: dict[str, threading.RLock] = {}
-        self._deciding_guard = threading.Lock()
         self._deciding_pid = os.getpid()
 
     @classmethod
@@ -707,11 +706,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         stall does not add up one socket timeout per queued request. Steady heartbeats (the fast path)
         never queue here."""
         if self._deciding_pid != os.getpid():  # a forked child: its only thread is this one
-            self._deciding, self._deciding_guard, self._deciding_pid = {}, threading.Lock(), os.getpid()
-        with self._deciding_guard:
-            lock = self._deciding.get(stream_prefix)
-            if lock is None:
-                lock = self._deciding[stream_prefix] = threading.RLock()
+            self._deciding, self._deciding_pid = {}, os.getpid()
+        locks = self._deciding
+        # setdefault is atomic: two threads asking for a new prefix's lock at once get the same one
+        lock = locks.get(stream_prefix) or locks.setdefault(stream_prefix, threading.RLock())
         queued = lock.acquire(timeout=DECISION_WAIT_S)
         try:
             yield

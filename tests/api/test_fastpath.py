@@ -182,7 +182,9 @@ def _normalized(meta: dict[bytes, bytes]) -> dict[bytes, Any]:
     return out
 
 
-def test_steady_heartbeats_never_reach_drf(steady: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def drf_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the requests that reached the DRF view (not answered by the fast path)."""
     calls: list[str] = []
     real = fastpath._drf_view
 
@@ -191,6 +193,12 @@ def test_steady_heartbeats_never_reach_drf(steady: int, monkeypatch: pytest.Monk
         return real(request, **kwargs)
 
     monkeypatch.setattr(fastpath, "_drf_view", counting)
+    return calls
+
+
+def test_steady_heartbeats_never_reach_drf(steady: int, drf_calls: list[str]) -> None:
+    calls = drf_calls
+    calls.clear()  # whatever of the fixture's join it saw
     body = {"member_id": "m1", "member_epoch": steady}
     for _ in range(5):
         assert through(fastpath.heartbeat, body, MEMBER_TOKEN).status_code == 200
@@ -214,7 +222,7 @@ def test_a_floor_refusal_is_answered_alike_and_counted_once(
 
 
 def test_many_owned_shards_in_any_order_are_steady_and_a_wrong_one_is_not(
-    api: Api, monkeypatch: pytest.MonkeyPatch
+    api: Api, drf_calls: list[str]
 ) -> None:
     """The owned list is parsed once per process (cached) and compared in Shard order, numeric (v1:2
     before v1:10, which text order would not give): a shuffled list of 12 shards is steady every time,
@@ -223,14 +231,9 @@ def test_many_owned_shards_in_any_order_are_steady_and_a_wrong_one_is_not(
     joined = api.join("m1")
     owned = [s["shard"] for s in joined["shards"]]
     assert len(owned) == 12
-    calls: list[str] = []
-    real = fastpath._drf_view
-
-    def counting(request: Any, **kwargs: Any) -> Any:
-        calls.append(request.path)
-        return real(request, **kwargs)
-
-    monkeypatch.setattr(fastpath, "_drf_view", counting)
+    assert drf_calls == [PATH]  # the join: DRF's
+    calls = drf_calls
+    calls.clear()
     body = {"member_id": "m1", "member_epoch": joined["member_epoch"]}
     for order in (owned, owned[::-1], sorted(owned), owned[::-1]):
         response = through(fastpath.heartbeat, {**body, "owned_shards": order}, MEMBER_TOKEN)
