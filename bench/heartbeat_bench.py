@@ -19,9 +19,10 @@ One run, one machine, one private Redis:
    heartbeat interval 5 s, session timeout 45 s, as the lease; ``--large-interval-ms``,
    ``--large-lease-ms``). Every member joins and heartbeats at the interval
    from then on, as the runtime does (heartbeats before joins, 429 / 503 retried after Retry-After):
-   the time until every member is STABLE at one epoch (given up after ``--large-form-limit-s``, saying
-   how many had joined and settled), the server's CPU for it, then ``--large-seconds`` of the group as
-   it stays: heartbeats per second, latency, server CPU per heartbeat, answers not steady, fences.
+   the time until every member is settled at one assignment epoch (given up after
+   ``--large-form-limit-s``, saying how many had joined and settled), the server's CPU for it, then
+   ``--large-seconds`` of the group as it stays: heartbeats per second, latency, server CPU per
+   heartbeat, answers not steady, fences.
 
 Everything is measured here, nothing is typed in: rerun it and compare.
 """
@@ -285,9 +286,10 @@ def _large_group_worker(
     """Members ``names`` of the large group, as the runtime drives them: each joins, then heartbeats
     every interval (a due heartbeat goes before the next join); 429 / 503 are retried after their
     Retry-After, any other refusal is a fence (the member joins again). ``state[4 * slot]`` is 1 while
-    every member is joined and STABLE at one epoch, ``state[4 * slot + 1]`` that epoch,
-    ``state[4 * slot + 2]`` how many are joined, ``state[4 * slot + 3]`` how many of them were last
-    answered STABLE at the group's assignment epoch of that answer. While ``phase``
+    every member is joined and was last answered STABLE at one and the same assignment epoch (settled
+    since the last bump: docs/protocol.md section 4; its own epoch is the one its assignment last
+    moved at), ``state[4 * slot + 1]`` that assignment epoch, ``state[4 * slot + 2]`` how many are
+    joined, ``state[4 * slot + 3]`` how many of them were last answered STABLE. While ``phase``
     is 1 (the steady window) it records each heartbeat's latency and whether it was answered steady
     (STABLE, the epoch it sent); at 2 it reports and stops."""
     api = Api(port, MEMBER_TOKEN)
@@ -345,13 +347,10 @@ def _large_group_worker(
             heapq.heappush(queue, (time.perf_counter() + answer["heartbeat_interval_ms"] / 1000, member))
         else:
             time.sleep(max(0.0, min(0.05, queue[0][0] - now)) if queue else 0.05)
-        if now - checked > 0.2:  # every member joined and STABLE at one epoch (a scan: not per request)
+        if now - checked > 0.2:  # every member joined and settled at one epoch (a scan: not per request)
             checked = now
-            epochs = {v["member_epoch"] for v in views.values()}
-            settled = sum(
-                v["member_state"] == "STABLE" and v["member_epoch"] == v["assignment_epoch"]
-                for v in views.values()
-            )
+            epochs = {v["assignment_epoch"] for v in views.values()}
+            settled = sum(v["member_state"] == "STABLE" for v in views.values())
             stable = not waiting and len(epochs) == 1 and settled == len(views)
             at = 4 * slot
             state[at], state[at + 1] = int(stable), (epochs.pop() if stable else 0)
@@ -407,7 +406,7 @@ def large_group(
         p.start()
     reports: list[dict[str, Any]] = []
     try:
-        while True:  # formed: every client's members STABLE at one and the same epoch
+        while True:  # formed: every client's members settled at one and the same assignment epoch
             flags, epochs = state[0::4], set(state[1::4])
             elapsed = time.perf_counter() - t0
             if all(flags) and len(epochs) == 1:

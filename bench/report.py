@@ -176,19 +176,18 @@ def _large_group_lines(large: dict[str, Any]) -> list[str]:
     if not large["formed"]:
         return [
             intro + f"It did **not** form within the bench's limit of {large['form_limit_s']:.0f} s: by then "
-            f"{large['joined']:,} members had joined and {large['settled']:,} of them were STABLE at the "
-            f"assignment epoch of their last answer; the server spent {large['form_server_cpu_s']:.1f} s of "
-            f"CPU on it ({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average). Every "
-            "join bumps the epochs, so each member's next heartbeat after a join is a reconciliation on the "
-            "full path, whose decision still costs time in proportion to the group: at a fixed interval the "
-            "reconciliations grow with the square of the group and, past a few thousand members on this "
-            "machine, take the server's CPU from the joins."
+            f"{large['joined']:,} members had joined and {large['settled']:,} of them were last answered "
+            f"STABLE; the server spent {large['form_server_cpu_s']:.1f} s of CPU on it "
+            f"({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average)."
         ]
     stayed = (
-        "still STABLE at the same epoch at the end" if large["stayed_stable"] else "**not** STABLE at the end"
+        "still STABLE at the same assignment epoch at the end"
+        if large["stayed_stable"]
+        else "**not** STABLE at the end"
     )
     return [
-        intro + f"It formed (every member STABLE at group epoch {large['group_epoch']}) in "
+        intro + f"It formed (every member joined and answered STABLE, owning its target, at assignment "
+        f"epoch {large['group_epoch']}) in "
         f"**{large['form_seconds']:.1f} s** ({large['form_server_cpu_s']:.1f} s of server CPU), then stayed "
         f"for {large['seconds']:.0f} s: {_fmt(large['per_second'])} heartbeats/s (offered "
         f"{_fmt(large['offered_per_second'])}), p50 {_fmt(large['p50_ms'], 2)} ms, p99 "

@@ -20,11 +20,12 @@ from .model import (
     Topology,
     VersionState,
 )
+from .reconciliation import settled
 
 
 class GroupState(StrEnum):
     EMPTY = "EMPTY"  # no live member
-    RECONCILING = "RECONCILING"  # some live member has not reached the target at the assignment epoch
+    RECONCILING = "RECONCILING"  # some live member does not own exactly its target yet
     STABLE = "STABLE"
 
 
@@ -117,7 +118,10 @@ def group_state(group: Group) -> GroupState:
     live = list(group.live_members())
     if not live:
         return GroupState.EMPTY
-    converged = all(m.state is MemberState.STABLE and m.member_epoch == group.assignment_epoch for m in live)
+    # Every live member owns exactly its target: its epoch may be older than the assignment epoch when
+    # the bumps since it last changed left its target alone (section 4).
+    empty: frozenset[Shard] = frozenset()
+    converged = all(settled(m, group.target.get(m.member_id, empty)) for m in live)
     return GroupState.STABLE if converged else GroupState.RECONCILING
 
 

@@ -14,6 +14,13 @@ it in steps, one per heartbeat, and never in a way that lets two members own one
    are withheld: the member is ``UNRELEASED_SHARDS`` and gets them on a later heartbeat, once freed.
 3. ``STABLE`` when it owns exactly its target.
 
+A member's epoch moves only when its own assignment moves. One whose target did not change in a bump
+(most members of a large group: a join changes the targets of a few members at most) is *settled*: it
+stays ``STABLE`` at the epoch it has, and reconciliation leaves it alone. Kafka moves every member to
+each new target assignment epoch; here the epoch is a fencing token of ownership, and moving it without
+a change of ownership would only cost every member a full decision after every join (at 10,000 members,
+that cost is what kept a group from forming: docs/protocol.md section 4).
+
 Each newly granted shard records the member epoch at which it was granted (its assignment epoch). The
 data plane accepts a read by member ``m`` at epoch ``e`` on shard ``s`` only if ``s`` is assigned to
 ``m`` and ``grant_epoch(s) <= e <= m.member_epoch``: a member whose response was lost can keep reading
@@ -49,12 +56,18 @@ def reconcile(
             # Revocation acknowledged: the revoked shards are free from this moment.
             released = replace(member, revoking=frozenset(), revocation_deadline_ms=None)
             nxt = _next_assignment(released, target, target_epoch, owners, now_ms, revocation_timeout_ms)
-    elif member.state is MemberState.STABLE and member.member_epoch == target_epoch:
+    elif settled(member, target):
         nxt = member
     else:
         nxt = _next_assignment(member, target, target_epoch, owners, now_ms, revocation_timeout_ms)
     check_transition(member.state, event, nxt.state)
     return nxt
+
+
+def settled(member: Member, target: frozenset[Shard]) -> bool:
+    """True when reconciliation has nothing to do for ``member``: it is STABLE and owns exactly
+    ``target`` (whatever its epoch and the target's)."""
+    return member.state is MemberState.STABLE and member.assigned.keys() == target
 
 
 def _next_assignment(

@@ -18,7 +18,8 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``ml:<group>``: the ids of the group's members, space separated (for loading their leases);
 * ``lt:<group>``: the group's lease TTL in ms (a member's own renewal, ``renew_lease.lua``, renews for
   this long; rewritten on every group-wide change, so metadata from before it gets it at the group's
-  next epoch bump, and until then the renewal falls back to the ``f:`` field's TTL);
+  next epoch bump, and until then the renewal falls back to the TTL in the ``f:`` field of the version
+  before ``s:``);
 * ``m:<group>:<member>``: a *live* member's epoch;
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
@@ -27,14 +28,17 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
   (:func:`schedule_index_key`), what lets the tick skip a group with nothing due;
 * ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
   lease renewal (``renew_lease.lua``) never reaches past it;
-* ``ae:<group>``: the group's assignment epoch; an ``f:`` signature counts only at this epoch, so an
-  epoch bump writes this field instead of deleting every member's ``f:`` and ``r:``;
-* ``f:<group>:<member>``: written when the member is STABLE at the assignment epoch (valid while its
-  epoch equals ``ae:``; a stale one is rewritten or deleted at that member's next change):
+* ``ae:<group>``, ``ge:<group>``: the group's assignment and group epochs, which the fast path writes
+  into the stored response it answers with;
+* ``s:<group>:<member>``: written when the member is *settled*, STABLE and owning exactly its target
+  (whatever its epoch: a bump that leaves its target alone leaves it settled), and deleted or rewritten
+  by every commit that changes the member or its target:
   ``"<epoch>|<capacity>|<lease ttl ms>|<client digest>|<owner digest>|<owned shards, comma separated>"``,
   the fast path's signature (the owner digest is :func:`identity_digest` of the credential that joined
-  the member, "" if none was recorded);
-* ``r:<group>:<member>``: the JSON heartbeat response for that steady state.
+  the member, "" if none was recorded). The version before wrote ``f:`` (valid only while its epoch
+  equaled ``ae:``); a commit deletes a member's ``f:`` with the fields it recomputes;
+* ``r:<group>:<member>``: the JSON heartbeat response for that steady state, keys sorted, so that it
+  starts with the two epochs the fast path replaces by the group's current ones.
 
 Outside the hash: ``rsc:{P}:hbr:<group>:<member>`` (:func:`heartbeat_rate_key`), a live member's
 heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata);
@@ -74,6 +78,7 @@ from coordinator.protocol.model import (
     Shard,
     Topology,
 )
+from coordinator.protocol.reconciliation import settled
 
 TOPOLOGY_FORMAT = 1
 
@@ -553,9 +558,10 @@ def group_fields(group: Group, *, with_schedule: bool = True) -> dict[str, str]:
     return {
         f"ml:{name}": " ".join(sorted(group.members)),
         f"lt:{name}": str(group.config.lease_ttl_ms),
-        # The fast path's validity check: an f: signature counts only at this epoch, so an epoch bump
-        # writes this one field instead of deleting every member's f: and r: (docs/store.md).
+        # The group's epochs, which the fast path writes into the stored response it answers (a bump
+        # that leaves a member's target alone leaves its s: and r: as they are: docs/store.md).
         f"ae:{name}": str(group.assignment_epoch),
+        f"ge:{name}": str(group.group_epoch),
         # Format 2: the revocation deadlines are per member, in the schedule index (schedule_index_key),
         # so the first item is always "-".
         f"ts:{name}": tick_schedule_field(ended_schedule(group)) if with_schedule else "",
@@ -585,11 +591,11 @@ def member_fields(group: Group, topology: Topology, member: Member, *, with_resp
         fields[f"o:{name}:{shard}"] = f"{mid} 0 V"  # ack-only: any epoch up to the member's
     if member.revocation_deadline_ms is not None:
         fields[f"rv:{name}:{mid}"] = str(member.revocation_deadline_ms)  # caps renew_lease.lua
-    if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
+    if settled(member, group.target.get(mid, _NO_SHARDS)):
         owned = _owned_text(member.assigned)
         ttl, client = group.config.lease_ttl_ms, client_signature(member.client)
         owner = identity_digest(member.owner)
-        fields[f"f:{name}:{mid}"] = f"{member.member_epoch}|{member.capacity}|{ttl}|{client}|{owner}|{owned}"
+        fields[f"s:{name}:{mid}"] = f"{member.member_epoch}|{member.capacity}|{ttl}|{client}|{owner}|{owned}"
         response = ""
         if with_response:
             response = _dumps(

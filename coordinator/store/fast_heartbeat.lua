@@ -25,9 +25,11 @@
 -- Returns {3} when KEYS[5] is given and the credentials generation is no longer ARGV[10] (a credential
 -- changed since the caller cached them: nothing touched, the caller authenticates afresh);
 -- {2, <retry after ms>} when the floor refuses the heartbeat (nothing else touched);
--- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock);
+-- {1, <response json>} when it changed nothing but the lease (renewed here, by Redis's clock): the stored
+-- response r: with the group's current epochs (ae:, ge:);
 -- else {0}: the caller then takes the full path, which decides everything else (fencing included).
--- Touches: GET KEYS[5]; HGET m:/f:/l:/r:<g>:<m>, ae:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only past l:); HSET l:<g>:<m>; ZADD KEYS[4].
+-- Touches: GET KEYS[5]; HEXISTS m:<g>:<m>; HMGET s:/l:/r:<g>:<m>, ae:/ge:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only
+-- past l:); HSET l:<g>:<m>; ZADD KEYS[4].
 local meta = KEYS[1]
 if KEYS[5] and KEYS[5] ~= 'rsc:credentials:generation' then
   return redis.error_reply('ERR KEYS[5] must be rsc:credentials:generation')
@@ -57,20 +59,17 @@ end
 if tonumber(ARGV[3]) <= 0 then
   return {0}
 end
-local sig = redis.call('HGET', meta, 'f:' .. tag)
-if not sig then
+-- One read: the signature, the lease, the stored response and the group's epochs.
+local got = redis.call('HMGET', meta, 's:' .. tag, 'l:' .. tag, 'r:' .. tag, 'ae:' .. ARGV[1], 'ge:' .. ARGV[1])
+local sig, response = got[1], got[3]
+if not sig or not response or not got[4] or not got[5] then
   return {0}
 end
+-- A signature is there only while the member is settled (STABLE, owning exactly its target), whatever
+-- its epoch: every commit that changes the member or its target rewrites or deletes it.
 local epoch, capacity, ttl, client, owner, owned =
   string.match(sig, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 if ARGV[3] ~= epoch then
-  return {0}
-end
--- A signature counts only at the group's assignment epoch: a bump rewrites ae: and leaves the members'
--- f: and r: fields to be rewritten by their next full-path heartbeat. (No ae: yet: metadata from before
--- it, where every bump deleted the f: fields it invalidated; the first bump writes it.)
-local assignment_epoch = redis.call('HGET', meta, 'ae:' .. ARGV[1])
-if assignment_epoch and assignment_epoch ~= epoch then
   return {0}
 end
 if ARGV[4] ~= '' and ARGV[4] ~= capacity then
@@ -85,12 +84,18 @@ end
 if ARGV[7] ~= '*' and ARGV[7] ~= owner then
   return {0}
 end
-local lease = tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0')
+local lease = tonumber(got[2] or '0')
 -- Past it, the member may have renewed it itself (while the API could not): a record at this epoch counts.
 if lease <= now and renewed_until(meta, records, tag, epoch) <= now then
   return {0}
 end
+-- The stored response (JSON, keys sorted) starts with the epochs of the commit that wrote it; a bump
+-- since then that left the member settled moved them on: the answer says the group's current ones.
+local rest = string.find(response, ',"heartbeat_interval_ms":', 1, true)
+if not rest or string.sub(response, 1, 20) ~= '{"assignment_epoch":' then
+  return {0}  -- not as this version stores it: the full path answers, and rewrites it
+end
 -- The index first: a Redis user without ZADD (an ACL not yet updated) fails here, having renewed nothing.
 redis.call('ZADD', index, now + tonumber(ttl), tag)
 redis.call('HSET', meta, 'l:' .. tag, now + tonumber(ttl))
-return {1, redis.call('HGET', meta, 'r:' .. tag)}
+return {1, '{"assignment_epoch":' .. got[4] .. ',"group_epoch":' .. got[5] .. string.sub(response, rest)}

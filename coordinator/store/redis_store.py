@@ -783,12 +783,13 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             deletes += [f"{k}:{name}:{m}" for m in gone for k in ("d", "d#")]
             if after is None:
                 deletes += [f"g:{name}", f"g#:{name}", f"gm#:{name}", *(f"l:{name}:{m}" for m in gone)]
-            schedule += self._schedule_changes(name, kept, before, after, touched)
+            moved = _targets_moved(before, after)
+            schedule += self._schedule_changes(name, kept, before, after, touched, moved)
             # The group's own derived fields (ml:, lt:, ae:, ts:) follow the member set, the header and
             # the ended members: a member-only change that ends nobody leaves them as they are.
             same_group_fields = member_only and _ends_nobody(before, after, touched)
             self._diff_derived(
-                old, before, new, after, topology_changed, touched, sets, deletes, same_group_fields
+                old, before, new, after, topology_changed, touched | moved, sets, deletes, same_group_fields
             )
 
         args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms)]
@@ -884,18 +885,16 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         before: Group | None,
         after: Group | None,
         touched: set[str],
+        moved: set[str],
     ) -> list[str]:
         """The schedule index entries (tag, score or "") of one group that change. An entry depends on the
         member and its target only, so only members the command touched or whose target entry changed
-        are recomputed (every member of a group read in format 1, which has no entries yet)."""
+        (``moved``) are recomputed (every member of a group read in format 1, which has no entries yet)."""
         indexed = before if kept is not None and kept.format == codec.GROUP_FORMAT else None
         if indexed is None or after is None:
             ids = set(after.members if after is not None else ()) | set(indexed.members if indexed else ())
         else:
-            ids = set(touched)
-            if indexed.target is not after.target:
-                had, has = indexed.target.get, after.target.get
-                ids.update(m for m in after.members if had(m) != has(m))
+            ids = touched | moved
         changes: list[str] = []
         for mid in sorted(ids):
             old_at = new_at = None
@@ -919,11 +918,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         deletes: list[str],
         same_group_fields: bool = False,
     ) -> None:
-        """Write the derived fields of one group that changed; only members that changed are recomputed
-        unless something group-wide that every member's fields show (config, drained shards, topology)
-        changed. An epoch bump alone is not such a change: it rewrites ``ae:``, which the fast path
-        compares with each f: signature, so a member's f: and r: left from an earlier epoch are inert
-        until that member's own next change rewrites or deletes them (docs/store.md).
+        """Write the derived fields of one group that changed; only the members in ``touched`` (those
+        the command changed, and those whose target it moved) are recomputed unless something
+        group-wide that every member's fields show (config, drained shards, topology) changed. An epoch
+        bump alone is not such a change: it rewrites ``ae:`` and ``ge:``, which the fast path writes
+        into the response it answers, so the s: and r: of a member the bump left settled stay valid
+        (docs/store.md).
         ``same_group_fields``: the group's own fields cannot have changed (a member-only commit of a
         group read in format 2, which has every one of them, ending nobody): they are not recomputed."""
         group_wide = (
@@ -950,9 +950,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 new_fields.update(
                     codec.member_fields(after, new.topology, after.members[mid], with_response=True)
                 )
-        # r: is always rewritten (its key marks "computed"), and ts: (a group whose ts: is new has its
-        # members indexed by commit.lua); lt: on every group-wide change and epoch bump, so that metadata
-        # written before it existed gets it at the group's next bump (ae: changes at every bump anyway).
+        # s: and r: are always rewritten (r:'s key marks "computed"; a group stored by the version before
+        # s: has f: instead, so a recomputed member gets its s: whatever the diff says), and ts: (a group
+        # whose ts: is new has its members indexed by commit.lua); lt: on every group-wide change and
+        # epoch bump, so that metadata written before it existed gets it at the group's next bump.
         epochs_moved = (
             before is None
             or after is None
@@ -962,20 +963,30 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             {
                 k: v
                 for k, v in new_fields.items()
-                if k.startswith(("r:", "ts:"))
+                if k.startswith(("s:", "r:", "ts:"))
                 or ((group_wide or epochs_moved) and k.startswith("lt:"))
                 or old_fields.get(k) != v
             }
         )
         deletes += [k for k in old_fields if k not in new_fields]
-        # A recomputed member without a valid signature now may still have one from an earlier epoch
-        # (also when the group goes: nothing of it may stay behind).
+        # The fast path answers a settled member with the group's epochs (ae:, ge:): written whenever the
+        # group's fields are and with every signature, so that a group stored by a version without ge:
+        # has both once it has a signature; lt: too (a member's own renewal reads its TTL there, and
+        # only metadata from before lt: falls back to the f: signature, which goes with this commit).
+        if after is not None and (not same_group_fields or any(k.startswith("s:") for k in new_fields)):
+            name = after.consumer_group
+            sets[f"ae:{name}"], sets[f"ge:{name}"] = str(after.assignment_epoch), str(after.group_epoch)
+            sets[f"lt:{name}"] = str(after.config.lease_ttl_ms)
+        # A recomputed member without a signature now may still have one that a coordinator of another
+        # version left (also when the group goes: nothing of it may stay behind); and the f: signature
+        # of the version before s: goes with the first recomputation of its member.
         group = after or before
         if group is not None:
             name = group.consumer_group
             for mid in ids:
-                if f"f:{name}:{mid}" not in new_fields and f"f:{name}:{mid}" not in old_fields:
-                    deletes += [f"f:{name}:{mid}", f"r:{name}:{mid}"]
+                if f"s:{name}:{mid}" not in new_fields and f"s:{name}:{mid}" not in old_fields:
+                    deletes += [f"s:{name}:{mid}", f"r:{name}:{mid}"]
+                deletes.append(f"f:{name}:{mid}")
 
     @staticmethod
     def _lease_changes(
@@ -1105,6 +1116,15 @@ def _touched(before: Group | None, after: Group | None) -> set[str]:
     get = was.get
     ids = {m for m, member in now.items() if get(m) is not member}
     return ids | (was.keys() - now.keys())
+
+
+def _targets_moved(before: Group | None, after: Group | None) -> set[str]:
+    """The members whose target entry differs between the two groups: a bump may move the targets of
+    members the command did not touch, and their derived fields and schedule follow their target."""
+    if before is None or after is None or before.target is after.target:
+        return set()
+    had, has = before.target.get, after.target.get
+    return {m for m in after.members if had(m) != has(m)}
 
 
 def _ends_nobody(before: Group | None, after: Group | None, touched: set[str]) -> bool:

@@ -145,9 +145,9 @@ def test_set_max_concurrency(api: Api) -> None:
     assert r.status_code == 200, r.content
     view = r.json()
     assert (view["config"]["max_concurrency"], view["group_epoch"]) == (5, 2)
-    # The member learns it on its next heartbeat (the bump moved its epoch on).
+    # The member learns it on its next heartbeat (its assignment did not move, nor its epoch).
     hb = api.heartbeat(member_id="m1", member_epoch=1, owned_shards=["v1:0", "v1:1", "v1:2", "v1:3"]).json()
-    assert (hb["member_epoch"], hb["max_concurrency"]) == (2, 5)
+    assert (hb["member_epoch"], hb["group_epoch"], hb["max_concurrency"]) == (1, 2, 5)
     # The same value again changes nothing.
     assert (
         api.put(f"admin/groups/{PREFIX}/{GROUP}/max-concurrency", {"max_concurrency": 5}).json()[

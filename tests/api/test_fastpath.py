@@ -243,3 +243,32 @@ def test_many_owned_shards_in_any_order_are_steady_and_a_wrong_one_is_not(
     wrong = [*owned[:-1], "v1:12"]
     assert through(fastpath.heartbeat, {**body, "owned_shards": wrong}, MEMBER_TOKEN).status_code == 200
     assert calls == [PATH]
+
+
+def test_a_member_a_bump_left_settled_is_answered_fast_with_the_new_epochs(
+    api: Api, store: MetadataStore, settings: Any, drf_calls: list[str]
+) -> None:
+    """docs/protocol.md section 4: a join that does not move m1's target (one shard, m1 keeps it) bumps
+    the group but leaves m1 settled at its epoch. Its stored response carries the epochs of the commit
+    that wrote it; the fast path answers with the group's current ones, byte for byte what DRF
+    answers, without DRF."""
+    settings.RSC_HEARTBEAT_FLOOR_MS = 0
+    api.create_group(shard_count=1, heartbeat_interval_ms=1_000, lease_ttl_ms=60_000)
+    m1 = api.join("m1")
+    api.join("m2")
+    api.join("m3")
+    drf_calls.clear()
+    body = {"member_id": "m1", "member_epoch": m1["member_epoch"], "owned_shards": ["v1:0"]}
+    start = snapshot(store)
+    fast = through(fastpath.heartbeat, body, MEMBER_TOKEN)
+    assert drf_calls == []
+    answer = json.loads(fast.content)
+    assert (answer["member_epoch"], answer["group_epoch"], answer["assignment_epoch"]) == (
+        m1["member_epoch"],
+        m1["group_epoch"] + 2,
+        m1["assignment_epoch"] + 2,
+    )
+    assert answer == {**m1, "group_epoch": m1["group_epoch"] + 2, "assignment_epoch": m1["group_epoch"] + 2}
+    restore(store, start)
+    slow = through(HeartbeatView.as_view(), body, MEMBER_TOKEN)
+    assert comparable(fast) == comparable(slow)

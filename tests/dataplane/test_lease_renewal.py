@@ -156,13 +156,17 @@ def test_records_go_when_their_members_groups_and_prefixes_go(harness: Harness) 
 
 def test_the_ttl_comes_from_the_group_or_the_members_steady_signature(harness: Harness) -> None:
     """``lt:<group>`` holds the group's lease TTL; metadata written before it existed has the TTL in a
-    steady member's ``f:`` field; with neither, the renewal writes nothing and says so."""
+    steady member's ``f:`` field (this version writes lt: with every ``s:``); with neither, the renewal
+    writes nothing and says so."""
     h = harness
     h.create(shard_count=1, lease_ttl_ms=4_000)
     m1 = h.join("m1")
     meta = codec.meta_key(h.prefix)
     assert h.client.hget(meta, "lt:billing") == b"4000"
-    h.client.hdel(meta, "lt:billing")
+    # As a version from before lt: left it: the signature in f: (the later s: has the same form).
+    signature = h.client.hget(meta, f"s:{TAG}")
+    h.client.hdel(meta, "lt:billing", f"s:{TAG}")
+    h.client.hset(meta, f"f:{TAG}", signature)
     assert h.plane.renew_lease("m1", m1.epoch).ttl_ms == 4_000  # from f:billing:m1
     h.client.hdel(codec.lease_records_key(h.prefix), TAG)
     h.client.hdel(meta, f"f:{TAG}")

@@ -283,11 +283,18 @@ def test_unaffected_members_keep_consuming_through_a_rebalance() -> None:
     assert moved == ["c"]
     for m in "ab":
         r = ctx.ack(resp[m])
-        # Straight from STABLE to STABLE at the new epoch: same shards, same grant epochs, no revocation.
-        assert told(r) == (STABLE, epoch + 1, names(before[m]), [])
+        # Settled: their targets did not move, so they stay STABLE at the epoch they have, with the same
+        # shards and grant epochs, no revocation; the response says the group's new epochs.
+        assert told(r) == (STABLE, resp[m].member_epoch, names(before[m]), [])
+        assert (r.group_epoch, r.assignment_epoch) == (epoch + 1, epoch + 1)
         assert dict(ctx.member(m).assigned) == before[m]
     c = ctx.heartbeat("c", resp["c"].member_epoch)
     assert c.member_state is UNREVOKED and len(c.revoking) == 1
+    c = ctx.ack(c)  # c releases its shard: its own assignment moved, so its epoch moves
+    assert told(c)[:2] == (STABLE, epoch + 1)
+    assert told(ctx.heartbeat("d", ctx.member("d").member_epoch))[:2] == (STABLE, epoch + 1)
+    assert describe_group(ctx.state, GROUP, ctx.now)["state"] == "STABLE"  # type: ignore[arg-type]
+    assert [ctx.member(m).member_epoch for m in "ab"] == [resp["a"].member_epoch, resp["b"].member_epoch]
 
 
 def test_max_concurrency_versus_capacity() -> None:
@@ -298,8 +305,9 @@ def test_max_concurrency_versus_capacity() -> None:
     ctx.set_max_concurrency(2)
     assert ctx.group.group_epoch == 2  # a metadata change
     r = ctx.ack(r)
-    assert (r.max_concurrency, r.member_epoch) == (2, 2)
-    r = ctx.heartbeat("a", 2, capacity=1)  # the member's own capacity is lower
+    # The bump reaches the member in its response; its own assignment did not move, nor its epoch.
+    assert (r.max_concurrency, r.member_epoch, r.group_epoch) == (2, 1, 2)
+    r = ctx.heartbeat("a", 1, capacity=1)  # the member's own capacity is lower
     assert (r.max_concurrency, ctx.group.group_epoch) == (1, 3)
     assert dict(ctx.group.target) == target  # capacity and max_concurrency are never weights
     ctx.set_max_concurrency(2)

@@ -25,7 +25,7 @@ from coordinator.protocol.commands import (
     Tick,
     apply,
 )
-from coordinator.protocol.describe import HeartbeatResponse
+from coordinator.protocol.describe import HeartbeatResponse, describe_group
 from coordinator.protocol.errors import (
     CoordinatorError,
     FencedMemberEpoch,
@@ -35,7 +35,14 @@ from coordinator.protocol.errors import (
     UnknownMemberId,
 )
 from coordinator.protocol.group import Heartbeat, assignable_shards, tick_due, tick_schedule
-from coordinator.protocol.model import GroupConfig, OrderingMode, PrefixState, Shard, VersionState
+from coordinator.protocol.model import (
+    GroupConfig,
+    MemberState,
+    OrderingMode,
+    PrefixState,
+    Shard,
+    VersionState,
+)
 from coordinator.protocol.resharding import undrained_shards
 
 PREFIX, GROUP = "orders", "billing"
@@ -78,6 +85,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.sims: dict[str, SimMember] = {m: SimMember() for m in MEMBER_IDS}
         self.epochs_seen: dict[str, int] = {}
         self.group_epoch = 0
+        # member id -> (joined at, epoch, state, assigned, revoking) after the last step (a join forgets it)
+        self.last_seen: dict[str, tuple[object, ...]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -132,6 +141,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.integers(1, 8), lose=st.booleans())
     def join(self, member_id: str, capacity: int, lose: bool) -> None:
         self.sims[member_id] = SimMember(capacity=capacity)
+        self.last_seen.pop(member_id, None)  # a new incarnation (possibly at the same instant)
         self.send(member_id, 0, frozenset(), capacity=capacity, lose=lose)
 
     @rule(member_id=st.sampled_from(MEMBER_IDS), ack=st.booleans(), lose=st.booleans(), report=st.booleans())
@@ -239,7 +249,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert set(owners) == set(assignable_shards(group, self.state.topology)) if live else not owners
         counts = [len(m.assigned) for m in live]
         assert not counts or max(counts) - min(counts) <= 1
-        assert all(m.state.value == "STABLE" and m.member_epoch == group.assignment_epoch for m in live)
+        # Settled: every member STABLE, owning exactly its target (its epoch moves only with its own
+        # assignment, so it may be older than the assignment epoch).
+        assert all(m.state.value == "STABLE" and m.assigned.keys() == group.target[m.member_id] for m in live)
+        assert describe_group(self.state, GROUP, self.now)["state"] == ("STABLE" if live else "EMPTY")
 
     # ------------------------------------------------------------------ invariants
 
@@ -272,6 +285,25 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert member.member_epoch >= self.epochs_seen.get(key, 0)
                 self.epochs_seen[key] = member.member_epoch
                 assert member.member_epoch <= group.assignment_epoch
+
+    @invariant()
+    def an_epoch_moves_only_with_its_members_assignment(self) -> None:
+        """Section 4: a STABLE member whose assignment did not move keeps its epoch through any bump (it
+        is settled); its epoch moves only in a step that changed its state, shards or revocations."""
+        seen: dict[str, tuple[object, ...]] = {}
+        for member in self.state.groups[GROUP].live_members():
+            now = (
+                member.joined_at_ms,
+                member.member_epoch,
+                member.state,
+                dict(member.assigned),
+                member.revoking,
+            )
+            was = self.last_seen.get(member.member_id)
+            if was is not None and was[2] is MemberState.STABLE and was[2:] == now[2:]:
+                assert was[1] == now[1], f"{member.member_id}'s epoch moved with nothing else"
+            seen[member.member_id] = now
+        self.last_seen = seen
 
     @invariant()
     def the_target_names_exactly_the_live_members(self) -> None:

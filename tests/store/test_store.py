@@ -47,26 +47,38 @@ def fields(store: MetadataStore) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in store.raw_metadata(PREFIX).items()}
 
 
-def assert_derived_fields_consistent(store: MetadataStore) -> None:
-    """What is stored equals what the documents imply: the commit's diff writing lost nothing. An f:
-    signature (and its r:) from an earlier epoch may stay until its member's next change, but then it
-    never matches its group's ae: field, so the fast path can never answer from it."""
+def answered_from(stored_response: str, assignment_epoch: str, group_epoch: str) -> str:
+    """What fast_heartbeat.lua answers from a stored r: value: the same JSON with the group's current
+    epochs (the stored one starts with the epochs of the commit that wrote it)."""
+    head, rest = stored_response.split(',"heartbeat_interval_ms":', 1)
+    assert head.startswith('{"assignment_epoch":') and ',"group_epoch":' in head, stored_response
+    epochs = f'{{"assignment_epoch":{assignment_epoch},"group_epoch":{group_epoch}'
+    return f'{epochs},"heartbeat_interval_ms":{rest}'
+
+
+def assert_derived_fields_consistent(store: MetadataStore, legacy: tuple[str, ...] = ()) -> None:
+    """What is stored equals what the documents imply: the commit's diff writing lost nothing, and left
+    no signature of a member that is not settled. A stored response (r:) may carry the epochs of an
+    earlier commit (a bump that left its member settled does not rewrite it): what the fast path answers
+    from it, with the group's current epochs, is exactly what the documents imply. ``legacy``: groups
+    not committed since the version before s: wrote them (their f: signatures, responses and missing
+    ge: are that version's, which this one's fast path never reads)."""
     _, state = store._read(PREFIX, None)
     assert state is not None
-    expected = codec.derived_fields(state)
-    stored = {
-        k: v
-        for k, v in fields(store).items()
-        if k.split(":", 1)[0] in {"route", "ml", "lt", "ae", "ts", "m", "o", "rv", "f", "r"}
-    }
-    stale = {
-        k.split(":", 1)[1]
-        for k, v in stored.items()
-        if k.startswith("f:") and v.split("|", 1)[0] != stored["ae:" + k.split(":")[1]]
-    }
-    assert not {f"f:{tag}" for tag in stale} & set(expected)
-    inert = {f"{kind}:{tag}" for tag in stale for kind in "fr"}
-    assert {k: v for k, v in stored.items() if k not in inert} == expected
+
+    def compared(k: str) -> bool:
+        kind, _, rest = k.partition(":")
+        if kind in {"s", "f", "r", "ge"} and rest.split(":", 1)[0] in legacy:
+            return False
+        return kind in {"route", "ml", "lt", "ae", "ge", "ts", "m", "o", "rv", "s", "r", "f"}
+
+    expected = {k: v for k, v in codec.derived_fields(state).items() if compared(k)}
+    stored = {k: v for k, v in fields(store).items() if compared(k)}
+    for k, v in list(stored.items()):
+        if k.startswith("r:"):
+            name = k.split(":")[1]
+            stored[k] = answered_from(v, stored[f"ae:{name}"], stored[f"ge:{name}"])
+    assert stored == expected
     # The schedule index: one entry per live member the tick must look at, scored by when.
     schedule = {
         f"{name}:{mid}": at
@@ -354,76 +366,96 @@ def test_a_lost_shard_count_race_leaves_no_debris(store: MetadataStore, redis_ur
     assert _layout(store) == _expected({1: 4, 2: won["shard_count"]}, [GROUP, "audit"])
 
 
-# ------------------------------------------------------------------ fast-path validity by epoch (issue 8)
+# ---------------------------------------------------------------- settled members, the fast path (issue 8)
 
 
 def _steady(store: MetadataStore, members: list[str]) -> dict[str, dict[str, Any]]:
-    """Join ``members`` one by one and heartbeat until every one is STABLE at the latest epoch."""
+    """Join ``members`` one by one and heartbeat until every one is settled (STABLE, owning exactly its
+    target) and the group STABLE."""
     views = {m: hb(store, m, 0, [], capacity=1) for m in members}
     for _ in range(10):
         for m, v in views.items():
             views[m] = hb(store, m, v["member_epoch"], shards_of(v))
-        epochs = {v["member_epoch"] for v in views.values()}
-        if all(v["member_state"] == "STABLE" for v in views.values()) and len(epochs) == 1:
+        stable = all(v["member_state"] == "STABLE" for v in views.values())
+        if stable and store.describe_group(PREFIX, GROUP)["state"] == "STABLE":
             return views
     raise AssertionError(f"not steady: {views}")
 
 
-def test_an_epoch_bump_rewrites_one_field_and_the_fast_path_refuses_the_older_signatures(
+def _body(view: dict[str, Any]) -> Heartbeat:
+    owned = frozenset(Shard.parse(s) for s in shards_of(view))
+    return Heartbeat(member_id=view["member_id"], member_epoch=view["member_epoch"], owned=owned)
+
+
+def test_a_join_that_moves_no_target_rewrites_the_group_fields_only_and_members_stay_fast(
     store: MetadataStore,
 ) -> None:
     create(store, shard_count=8, max_members=100)
     members = [f"m{i}" for i in range(20)]
     views = _steady(store, members)
-    epoch = views["m0"]["member_epoch"]
+    epoch = store.describe_group(PREFIX, GROUP)["group_epoch"]
     before = fields(store)
-    assert before["ae:billing"] == str(epoch)
+    assert (before["ae:billing"], before["ge:billing"]) == (str(epoch), str(epoch))
 
-    hb(store, "late", 0, [], capacity=1)  # a join: the group epoch moves, the target changes
+    hb(store, "late", 0, [], capacity=1)  # a join: the group epoch moves; 8 shards, 21 members: no target
 
     after = fields(store)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    # The group's fields and the joiner's own (and the change log's): no other member's f: or r: was
+    # The group's fields and the joiner's own (and the change log's): no other member's s: or r: was
     # rewritten or deleted.
-    group_fields = {"g:billing", "g#:billing", "txn", "ml:billing", "ae:billing", "ds"}
+    group_fields = {"g:billing", "g#:billing", "txn", "ml:billing", "ae:billing", "ge:billing", "ds"}
     changed = {k for k in changed if not k.startswith("dl:")}
-    assert {k for k in changed if not k.endswith(":late")} <= group_fields, changed
-    assert after["ae:billing"] == str(epoch + 1)
-    assert all(after[f"f:billing:{m}"] == before[f"f:billing:{m}"] for m in members)
-    # Every earlier signature is inert: the fast path answers none of them, the full path tells each
-    # member of the new epoch (and of what it must give up).
+    assert {k for k in changed if not k.endswith(":late")} == group_fields, changed
+    assert (after["ae:billing"], after["ge:billing"]) == (str(epoch + 1), str(epoch + 1))
+    # Every member is still settled: the fast path answers each, at its own epoch, with the group's new
+    # epochs, and exactly what the full path would answer.
     for m in members:
-        body = Heartbeat(
-            member_id=m, member_epoch=epoch, owned=frozenset(Shard.parse(s) for s in shards_of(views[m]))
-        )
-        assert store.fast_heartbeat(PREFIX, GROUP, body, None) is None
-    answered = hb(store, "m0", epoch, shards_of(views["m0"]))
-    assert answered["group_epoch"] == epoch + 1
+        answer = store.fast_heartbeat(PREFIX, GROUP, _body(views[m]), None)
+        assert answer is not None, m
+        assert codec.loads(answer) == {**views[m], "group_epoch": epoch + 1, "assignment_epoch": epoch + 1}
+        assert codec.loads(answer) == store.heartbeat(PREFIX, GROUP, _body(views[m]), fast_tried=True)
+    assert store.describe_group(PREFIX, GROUP)["state"] == "STABLE"
     assert_derived_fields_consistent(store)
 
 
-def test_older_signatures_go_with_their_member_and_with_the_group(store: MetadataStore) -> None:
+def test_a_bump_that_moves_a_members_target_takes_its_signature_away(store: MetadataStore) -> None:
+    create(store, shard_count=4)
+    views = _steady(store, ["a", "b"])
+    hb(store, "c", 0, [], capacity=1)  # 4 shards over 3 members: a or b gives one up
+    moved = [m for m in "ab" if len(store.describe_group(PREFIX, GROUP)["target_assignment"][m]) == 1]
+    assert len(moved) == 1
+    [giver], [keeper] = moved, [m for m in "ab" if m not in moved]
+    assert f"s:billing:{giver}" not in fields(store) and f"r:billing:{giver}" not in fields(store)
+    assert store.fast_heartbeat(PREFIX, GROUP, _body(views[giver]), None) is None  # the full path tells it
+    told = hb(store, giver, views[giver]["member_epoch"], shards_of(views[giver]))
+    assert told["member_state"] == "UNREVOKED_SHARDS" and len(told["revoking"]) == 1
+    assert store.fast_heartbeat(PREFIX, GROUP, _body(views[keeper]), None) is not None
+    assert_derived_fields_consistent(store)
+
+
+def test_signatures_go_with_their_member_and_with_the_group(store: MetadataStore) -> None:
     create(store, shard_count=4)
     _steady(store, ["a", "b"])
-    hb(store, "c", 0, [], capacity=1)  # a and b's f: are now of an earlier epoch
-    assert {"f:billing:a", "r:billing:a", "f:billing:b"} <= set(fields(store))
-    hb(store, "a", -1)  # a leaves: its inert signature goes too
-    assert not {"f:billing:a", "r:billing:a"} & set(fields(store))
-    assert "f:billing:b" in fields(store)
+    assert {"s:billing:a", "r:billing:a", "s:billing:b"} <= set(fields(store))
+    hb(store, "a", -1)  # a leaves: its signature goes
+    assert not {"s:billing:a", "r:billing:a"} & set(fields(store))
     store.delete_group(PREFIX, GROUP)
-    assert not [k for k in fields(store) if k.endswith(":b") or k.startswith(("ae:", "f:", "r:"))]
+    assert not [k for k in fields(store) if k.endswith(":b") or k.startswith(("ae:", "ge:", "s:", "r:"))]
 
 
-def test_metadata_from_before_the_ae_field_keeps_its_fast_path_until_the_first_bump_writes_it(
-    store: MetadataStore,
-) -> None:
+def test_metadata_from_before_the_s_field_takes_the_full_path_once_per_member(store: MetadataStore) -> None:
+    """The version before wrote f: (valid only at the assignment epoch ae:) and no ge:. The fast path
+    answers nothing of it; a member's first full-path heartbeat writes its s:, r:, ae: and ge: and
+    deletes its f:, and from then on it is answered fast."""
     create(store, shard_count=2)
-    a = hb(store, "a", 0, [], capacity=1)
-    store.client.hdel(f"rsc:{{{PREFIX}}}:meta", "ae:billing")  # as the previous format left it
-    body = Heartbeat(
-        member_id="a", member_epoch=a["member_epoch"], owned=frozenset(Shard.parse(s) for s in shards_of(a))
-    )
-    assert store.fast_heartbeat(PREFIX, GROUP, body, None) is not None
-    hb(store, "b", 0, [], capacity=1)
-    assert fields(store)["ae:billing"] == str(a["member_epoch"] + 1)
-    assert store.fast_heartbeat(PREFIX, GROUP, body, None) is None
+    a = _steady(store, ["a"])["a"]
+    meta = f"rsc:{{{PREFIX}}}:meta"
+    legacy = fields(store)["s:billing:a"]
+    store.client.hdel(meta, "s:billing:a", "ge:billing")
+    store.client.hset(meta, "f:billing:a", legacy)  # as the previous version left it
+    assert store.fast_heartbeat(PREFIX, GROUP, _body(a), None) is None
+    hb(store, "a", a["member_epoch"], shards_of(a))
+    now = fields(store)
+    assert "f:billing:a" not in now and now["s:billing:a"] == legacy and "ge:billing" in now
+    assert store.fast_heartbeat(PREFIX, GROUP, _body(a), None) is not None
+    assert_derived_fields_consistent(store)
