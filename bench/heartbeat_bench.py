@@ -376,9 +376,13 @@ def large_group(
     form_limit_s: float,
     interval_ms: int = KAFKA_HEARTBEAT_INTERVAL_MS,
     lease_ms: int = KAFKA_SESSION_TIMEOUT_MS,
+    redis_url: str = "",
 ) -> dict[str, Any]:
     """Section 5: form a group of ``members`` at Kafka's defaults (given up after ``form_limit_s``,
-    saying how far it got), then let it stay for ``seconds``."""
+    saying how far it got), then let it stay for ``seconds``. With ``redis_url``, also the
+    compare-and-set conflicts while it formed (the store's ``cas_conflicts`` counter)."""
+    counters = redis.Redis.from_url(redis_url) if redis_url else None
+    conflicts_before = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) if counters else 0.0
     prefix, group, shards = "large", f"large-{members}", 64
     create_group(
         port, prefix, group, members, shards,
@@ -420,6 +424,9 @@ def large_group(
         result["form_seconds"] = elapsed
         result["form_server_cpu_s"] = group_cpu_s([server_pgid]) - cpu0
         result["joined"], result["settled"] = sum(state[2::4]), sum(state[3::4])
+        if counters is not None:
+            conflicts = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) - conflicts_before
+            result["form_cas_conflicts"] = int(conflicts)
         if not result["formed"]:
             return result
         epoch = state[1]
@@ -659,7 +666,7 @@ def main() -> None:
             for size in (int(x) for x in args.large_members.split(",") if x):
                 row = large_group(
                     port, api.pid, size, args.large_clients, args.large_seconds, args.large_form_limit_s,
-                    args.large_interval_ms, args.large_lease_ms,
+                    args.large_interval_ms, args.large_lease_ms, server.url,
                 )  # fmt: skip
                 results["large_groups"].append(row)
                 print(f"large group: {row}", flush=True)

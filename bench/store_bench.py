@@ -121,7 +121,7 @@ def big_group(
             state=MemberState.STABLE,
             member_epoch=1,
             previous_epoch=0,
-            assigned={s: 1 for s in target[mid]},
+            assigned={s: 1 for s in target.get(mid, ())},
             lease_deadline_ms=now + LONG.lease_ttl_ms,
             capacity=1,
             joined_at_ms=now,

@@ -12,6 +12,10 @@ their previous shards (ties broken by member id, so the result is deterministic)
 its quota of its previous shards; the rest of the shards, in shard order, fill the members below quota.
 A shard therefore moves only when its member is gone or holds more than its quota.
 
+The target lists only the members that get shards: in a group larger than its shard count most get
+none, and a target with an entry per member would make every bump, and every read and write of the
+group's header, cost time in proportion to the group rather than to its shards.
+
 Worker capacity is deliberately not an input: ``runtime_max_concurrency`` sizes the thread pool inside
 one member and is never an assignment weight (mission goal 6).
 """
@@ -29,34 +33,33 @@ def assign(
     shards: Iterable[Shard],
     previous: Mapping[str, frozenset[Shard]],
 ) -> dict[str, frozenset[Shard]]:
-    # Distinct ids, sorted: dict.fromkeys keeps the order they come in (the group's members are in id
-    # order already), which the sort then merely confirms; a set would scramble it.
-    members = sorted(dict.fromkeys(member_ids))
+    """The new target: only the members that get shards are listed (in member-id order); every other
+    member's target is empty. ``previous`` may list empty targets too; they are ignored."""
+    live = dict.fromkeys(member_ids)  # distinct, in the order they come; a membership test in O(1)
     all_shards = frozenset(shards)
-    if not members:
+    if not live or not all_shards:
         return {}
-    base, extra = divmod(len(all_shards), len(members))
-    nothing: frozenset[Shard] = frozenset()
-    # In a group larger than its shard count most members get nothing: the work below is per member
-    # that keeps or gets a shard; the others only appear in the result (in id order, as every member).
-    out = dict.fromkeys(members, nothing)
+    base, extra = divmod(len(all_shards), len(live))
 
     # What each member could keep: its previous shards that still exist, not claimed twice (members in
-    # id order). Members without previous shards keep nothing and are not listed.
+    # id order). In a group larger than its shard count most members keep nothing: the work here is
+    # per member with previous shards, not per member.
     keepable: dict[str, list[Shard]] = {}
     claimed: set[Shard] = set()
-    for member_id in sorted(m for m, had in previous.items() if had and m in out):
+    for member_id in sorted(m for m, had in previous.items() if had and m in live):
         mine = sorted(s for s in previous[member_id] if s in all_shards and s not in claimed)
         if mine:
             claimed.update(mine)
             keepable[member_id] = mine
 
     # Ranked by what they keep (most first), ties and the members keeping nothing in id order; the
-    # first ``extra`` get one shard more than ``base``.
+    # first ``extra`` get one shard more than ``base``. Members keeping nothing are listed (sorted) only
+    # when some of them get a shard.
     by_stickiness = sorted(keepable, key=lambda m: (-len(keepable[m]), m))
     if base > 0 or len(by_stickiness) < extra:
-        wanted = len(members) if base > 0 else extra
-        by_stickiness += islice((m for m in members if m not in keepable), wanted - len(by_stickiness))
+        wanted = len(live) if base > 0 else extra
+        others = (m for m in sorted(live) if m not in keepable)
+        by_stickiness += islice(others, wanted - len(by_stickiness))
     quota = {m: q for rank, m in enumerate(by_stickiness) if (q := base + (1 if rank < extra else 0)) > 0}
 
     result: dict[str, list[Shard]] = {m: keepable.get(m, [])[:q] for m, q in quota.items()}
@@ -66,7 +69,4 @@ def assign(
         need = quota[member_id] - len(result[member_id])
         if need > 0:
             result[member_id].extend(next(free) for _ in range(need))
-    for member_id, mine in result.items():
-        if mine:
-            out[member_id] = frozenset(mine)
-    return out
+    return {m: frozenset(result[m]) for m in sorted(result) if result[m]}

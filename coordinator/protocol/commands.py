@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from .describe import HeartbeatResponse, heartbeat_response
 from .errors import (
+    CoordinatorError,
     GroupAlreadyExists,
     GroupNotFound,
     InvalidRequest,
@@ -80,6 +81,20 @@ class MemberHeartbeat:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MemberHeartbeats:
+    """Several heartbeats of one group, decided one after the other as one change: the store decides
+    together the heartbeats that queued while another decision on the stream prefix ran (one load, one
+    commit: docs/store.md, "Heartbeats decided together"). Each is decided exactly as a
+    :class:`MemberHeartbeat` on the group the ones before it left; one that is refused changes nothing
+    and does not stop the others. The result is one :class:`HeartbeatResponse` or error per heartbeat,
+    in order, each as of right after its own step."""
+
+    stream_prefix: str
+    consumer_group: str
+    heartbeats: tuple[Heartbeat, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReportDrained:
     stream_prefix: str
     consumer_group: str
@@ -138,6 +153,7 @@ Command = (
     | SetMaxConcurrency
     | ChangeShardCount
     | MemberHeartbeat
+    | MemberHeartbeats
     | ReportDrained
     | ReleaseDrain
     | SetRetention
@@ -163,7 +179,9 @@ class PrefixDeleted:
     deleted_keys: int = 0  # set by the store once it has deleted them
 
 
-Result = HeartbeatResponse | TickReport | PrefixDeleted | None
+# MemberHeartbeats: one response or error per heartbeat, in order.
+Decided = tuple[HeartbeatResponse | CoordinatorError, ...]
+Result = HeartbeatResponse | Decided | TickReport | PrefixDeleted | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,11 +225,25 @@ def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
         return Outcome(
             state=new, result=heartbeat_response(group, prefix.topology, command.heartbeat.member_id)
         )
+    if isinstance(command, MemberHeartbeats):
+        return _heartbeats(prefix, group, command.heartbeats, now_ms)
     if isinstance(command, ReportDrained):
         return Outcome(state=mark_drained(prefix, command.consumer_group, command.shards, now_ms))
     if isinstance(command, ReleaseDrain):
         return Outcome(state=release_drain(prefix, command.consumer_group, now_ms, command.shards))
     raise InvalidRequest(f"unknown command {type(command).__name__}")
+
+
+def _heartbeats(prefix: PrefixState, group: Group, heartbeats: tuple[Heartbeat, ...], now_ms: int) -> Outcome:
+    results: list[HeartbeatResponse | CoordinatorError] = []
+    for hb in heartbeats:
+        try:
+            group = heartbeat(group, prefix.topology, hb, now_ms)
+        except CoordinatorError as refused:  # changed nothing: the next one is decided on the same group
+            results.append(refused)
+            continue
+        results.append(heartbeat_response(group, prefix.topology, hb.member_id))
+    return Outcome(state=_with_group(prefix, group), result=tuple(results))
 
 
 def _create_group(state: PrefixState | None, command: CreateGroup, now_ms: int) -> PrefixState:

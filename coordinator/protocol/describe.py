@@ -289,7 +289,11 @@ def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict
         "members": [
             _member_view(group, m, now_ms) for m in sorted(group.members.values(), key=lambda m: m.member_id)
         ],
-        "target_assignment": {m: [str(s) for s in sorted(t)] for m, t in sorted(group.target.items())},
+        # Every live member, an empty list for those whose target holds no shard (not listed in it).
+        "target_assignment": {
+            m.member_id: [str(s) for s in sorted(group.target.get(m.member_id, ()))]
+            for m in sorted(group.live_members(), key=lambda m: m.member_id)
+        },
         "pending_revocations": pending,
         "unreleased_shards": unreleased,
         # In a member's target, owned by nobody: it is granted on that member's next heartbeat.

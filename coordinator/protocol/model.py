@@ -315,6 +315,8 @@ class Group:
     created_at_ms: int
     group_epoch: int = 0
     assignment_epoch: int = 0
+    # member id -> its target: the live members whose target holds shards (never an empty entry);
+    # every other live member's target is empty. Use target.get(member_id, frozenset()).
     target: Mapping[str, frozenset[Shard]] = field(default_factory=dict)
     members: Mapping[str, Member] = field(default_factory=dict)
     drained: frozenset[Shard] = frozenset()

@@ -51,10 +51,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -275,40 +277,19 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
     )
 
 
-# A header lists only the members whose target holds shards when the target's members are exactly the
-# live members (as every bump makes them) and "target_rest" says so: each other live member's target is
-# empty. A 10,000-member group on 64 shards then stores 64 entries, not 10,000. A target of any other
-# shape (some entry for a member that is not live, a live member without one) is written whole, and so
-# is one where every entry holds shards (nothing to leave out: the same bytes as before this rule).
+# A header lists only the members whose target holds shards, as the core's target does (model.Group):
+# each other live member's target is empty. A 10,000-member group on 64 shards stores 64 entries, not
+# 10,000. "target_rest": "live" says so to the version that wrote every live member's entry (it
+# completes the target with the live members); a header that version wrote whole reads the same, its
+# empty entries dropped.
 TARGET_REST_LIVE = "live"
 _NO_SHARDS: frozenset[Shard] = frozenset()
-
-
-def _target_view(group: Group) -> tuple[dict[str, list[str]], bool]:
-    """The header's target entries, and whether they are the compact form (only the non-empty ones)."""
-    target = group.target
-    explicit = {m: sorted(map(str, t)) for m, t in target.items() if t}
-    if len(explicit) == len(target):
-        return explicit, False
-    live = [m for m, x in group.members.items() if x.state.is_live]
-    if len(live) == len(target) and target.keys() == set(live):
-        return explicit, True
-    return {m: sorted(map(str, t)) if t else [] for m, t in target.items()}, False
-
-
-def _target_with_rest(
-    explicit: Mapping[str, frozenset[Shard]], members: Mapping[str, Member]
-) -> dict[str, frozenset[Shard]]:
-    """The whole target of a compact header: every live member, with no shards unless listed."""
-    live = [m for m, x in members.items() if x.state.is_live]
-    return {m: explicit.get(m, _NO_SHARDS) for m in sorted(dict.fromkeys([*explicit, *live]))}
 
 
 def encode_group_header(group: Group) -> bytes:
     """The group document of format 2: everything but the members (config, epochs, target, drained)."""
     c = group.config
-    target, compact = _target_view(group)
-    rest = {"target_rest": TARGET_REST_LIVE} if compact else {}
+    target = {m: sorted(map(str, t)) for m, t in group.target.items() if t}
     return orjson.dumps(
         {
             "format": GROUP_FORMAT,
@@ -325,7 +306,7 @@ def encode_group_header(group: Group) -> bytes:
             "group_epoch": group.group_epoch,
             "assignment_epoch": group.assignment_epoch,
             "target": target,
-            **rest,
+            "target_rest": TARGET_REST_LIVE,
             "drained": sorted(str(s) for s in group.drained),
         },
         option=orjson.OPT_SORT_KEYS,
@@ -377,13 +358,11 @@ def decode_group_cached(
     the others are taken from ``known`` without looking at them. None: every member is compared."""
     raw = text if isinstance(text, bytes) else text.encode()
     same_document = known is not None and known.raw == raw
-    compact = False  # a compact target to complete with the live members (decoded afresh only)
     if same_document:
         assert known is not None
         header, form = known.group, known.format
     else:
         d = orjson.loads(raw)
-        compact = d.get("target_rest") == TARGET_REST_LIVE
         form = 1 if "members" in d else GROUP_FORMAT
         if form == 1:
             if records:
@@ -416,6 +395,7 @@ def decode_group_cached(
                 del recorded[mid]
                 unchanged = False
         added = any(m not in members for m in scan)
+        ordered = len(members)  # the kept ones, in document order; the added ones are appended below
     else:
         members, recorded = {}, {}
         unchanged = same_document and len(texts) == len(kept_members)
@@ -439,14 +419,37 @@ def decode_group_cached(
             recorded[mid] = md["last_heartbeat_ms"]
             member = _decode_member(mid, md, lease, ttl)
         members[mid] = member
-    if added:  # in the order of the records (a whole read's)
-        members = {m: members[m] for m in texts}
+    if added:  # in the order of the records (a whole read's: sorted member ids)
+        members = in_key_order(members, ordered)
     if unchanged:
         assert known is not None
         return known  # nothing moved: the very same state
-    if compact:
-        header = replace(header, target=_target_with_rest(header.target, members))
     return DecodedGroup(raw, form, replace(header, members=members), recorded, dict(records))
+
+
+_V = TypeVar("_V")
+# More keys appended than this: sorted whole instead (bisecting each one would cost more).
+_MERGED_AT_MOST = 64
+
+
+def in_key_order(mapping: Mapping[str, _V], ordered: int) -> dict[str, _V]:
+    """``mapping`` as a dict in key order, given that its first ``ordered`` keys are in key order
+    already and the rest were appended (a group that members joined): each appended key is put where a
+    sort would put it. At 10,000 members a sort of the keys and a dict built key by key cost about a
+    millisecond, and pairs of (key, value) made per member wake the garbage collector over every
+    object of the group; this bisects for each appended key and builds the dict in C from the keys."""
+    keys = list(mapping)
+    appended = sorted(keys[ordered:])
+    if len(appended) > _MERGED_AT_MOST:
+        keys.sort()
+    else:
+        keys = keys[:ordered]
+        at = 0
+        for key in appended:
+            at = bisect_left(keys, key, at)
+            keys.insert(at, key)
+            at += 1
+    return dict(zip(keys, map(mapping.__getitem__, keys), strict=True))
 
 
 def in_document_order(group: Group, read: Group | None, touched: Collection[str]) -> Group:
@@ -455,20 +458,27 @@ def in_document_order(group: Group, read: Group | None, touched: Collection[str]
     would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
     are in that order already, so only what differs from it (``touched``: the members that are not
     ``read``'s very objects) is put in order."""
-    if read is None or read.members.keys() != group.members.keys():
-        members = {}
-        for m in sorted(group.members):
-            x = group.members[m]
-            members[m] = _assigned_in_document_order(x) if read is None or m in touched else x
-    else:
+    if read is None:
+        members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
+        return replace(group, members=members, target=_target_in_order(group, None))
+    kept = len(read.members)
+    if read.members.keys() == group.members.keys():
         members = dict(group.members)
-        for m in touched:
-            if m in members:
-                members[m] = _assigned_in_document_order(members[m])
+    elif len(group.members) > kept and list(islice(group.members, kept)) == list(read.members):
+        members = in_key_order(group.members, kept)  # members joined: appended after read's, in order
+    else:
+        members = {m: group.members[m] for m in sorted(group.members)}
+    for m in touched:
+        if m in members:
+            members[m] = _assigned_in_document_order(members[m])
+    return replace(group, members=members, target=_target_in_order(group, read))
+
+
+def _target_in_order(group: Group, read: Group | None) -> Mapping[str, frozenset[Shard]]:
     target = group.target
     if read is None or target is not read.target:
         target = {m: target[m] for m in sorted(target)}
-    return replace(group, members=members, target=target)
+    return target
 
 
 def _assigned_in_document_order(member: Member) -> Member:
@@ -489,7 +499,9 @@ def _decode_group_document(d: Mapping[str, Any], members: dict[str, Member]) -> 
         created_at_ms=d["created_at_ms"],
         group_epoch=d["group_epoch"],
         assignment_epoch=d["assignment_epoch"],
-        target={m: frozenset(_shard(s) for s in t) for m, t in d["target"].items()},
+        # Only the entries that hold shards (a header written whole by an earlier version lists every
+        # live member; "target_rest" says a header lists only these).
+        target={m: frozenset(_shard(s) for s in t) for m, t in d["target"].items() if t},
         drained=frozenset(_shard(s) for s in d["drained"]),
         members=members,
     )

@@ -2,8 +2,8 @@
 --
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:lr, the members' own lease renewals
--- ARGV[1]  whose leases: "*" every member's, or one member id: that member's and those of the members
---          whose records are returned (a heartbeat decides on its own lease only)
+-- ARGV[1]  whose leases: "*" every member's, or member ids separated by spaces: those members' and those
+--          of the members whose records are returned (a heartbeat decides on its own lease only)
 -- ARGV[2]  k, then k triples: group, seq, token: the groups the caller knows, as they were at that
 --          position of the change log (change_log.lua); the others are read whole
 -- then     "*" for every group of the prefix, or the names of the groups to load
@@ -15,7 +15,7 @@
 --   whole 1: the member ids are every member of the group (ml:), with their records and revisions;
 --   whole 0: the caller's position was still valid: only the members whose records were written or
 --            deleted since are listed (a record false: deleted), the caller knows the others;
---   leases: of every member with "*", else of the one member and the members listed.
+--   leases: of every member with "*", else of the members named and the members listed.
 -- (a rev of "" means "absent"; the members rev is gm#:<g>, counted up by every commit that writes member
 -- records only). A member's record is false in a group document of format 1 (the members are inside
 -- it). A member's lease deadline is the later of its l: field and its own renewal record, when that
@@ -28,7 +28,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local topo = redis.call('HGET', meta, 't')
 local trev = redis.call('HGET', meta, 't#') or ''
-local lease_of = ARGV[1]
+local lease_of = {}  -- the members named in ARGV[1], in order (empty for "*")
+local lease_named = {}
+if ARGV[1] ~= '*' then
+  for id in string.gmatch(ARGV[1], '%S+') do
+    lease_of[#lease_of + 1] = id
+    lease_named[id] = true
+  end
+end
 local known = {}  -- group -> {seq, token}
 local k = tonumber(ARGV[2])
 for j = 0, k - 1 do
@@ -156,12 +163,14 @@ for i, name in ipairs(names) do
       docs[n] = values[2 * n - 1]
       revs[n] = values[2 * n] or ''
     end
-    if lease_of == '*' then
+    if ARGV[1] == '*' then
       lease_ids = members()
     else
-      lease_ids = {lease_of}
+      for _, id in ipairs(lease_of) do
+        lease_ids[#lease_ids + 1] = id
+      end
       for _, id in ipairs(ids) do
-        if id ~= lease_of then
+        if not lease_named[id] then
           lease_ids[#lease_ids + 1] = id
         end
       end

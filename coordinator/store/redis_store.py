@@ -29,9 +29,9 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress
+from itertools import compress, islice
 from operator import is_not
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ from coordinator.protocol.commands import (
     CreateGroup,
     DeleteGroup,
     MemberHeartbeat,
+    MemberHeartbeats,
     Outcome,
     ReportDrained,
     SetMaxConcurrency,
@@ -84,6 +85,7 @@ from coordinator.protocol.model import (
 
 from . import clients, codec, instruments
 from .backlog import BacklogMixin
+from .batching import HeartbeatBatches
 from .dead_letters import DeadLetterMixin
 from .replies import text, translate_redis_errors
 from .retention import RetentionMixin
@@ -172,6 +174,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         # forked child, whose locks could have been copied held.
         self._deciding: dict[str, threading.RLock] = {}
         self._deciding_pid = os.getpid()
+        # Full-path heartbeats of a group that queue behind another decision are decided together.
+        self._heartbeats = HeartbeatBatches()
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -208,12 +212,34 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 if raw is not None:
                     path["path"] = "fast"
                     return dict(codec.loads(raw))
-            command = MemberHeartbeat(
-                stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb.validated()
-            )
-            outcome = self._execute(command, [consumer_group], lease_of=hb.member_id)
+            hb = hb.validated()
+            validate_identifier(stream_prefix, "stream_prefix")
+            validate_identifier(consumer_group, "consumer_group")
+
+            def decide(heartbeats: list[Heartbeat]) -> Sequence[HeartbeatResponse | CoordinatorError]:
+                return self._decide_heartbeats(stream_prefix, consumer_group, heartbeats)
+
+            response = self._heartbeats.decide(stream_prefix, consumer_group, hb, self._deciding_on, decide)
+            return codec.response_to_json(response, stream_prefix)
+
+    def _decide_heartbeats(
+        self, stream_prefix: str, consumer_group: str, heartbeats: list[Heartbeat]
+    ) -> Sequence[HeartbeatResponse | CoordinatorError]:
+        """One decision on full-path heartbeats of one group (batching.py): each heartbeat decides on its
+        member's own lease only, so only those leases are read."""
+        ids = [hb.member_id for hb in heartbeats]
+        if len(heartbeats) == 1:
+            hb = heartbeats[0]
+            one = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)
+            outcome = self._execute(one, [consumer_group], lease_of=ids)
             assert isinstance(outcome.result, HeartbeatResponse)
-            return codec.response_to_json(outcome.result, stream_prefix)
+            return [outcome.result]
+        many = MemberHeartbeats(
+            stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeats=tuple(heartbeats)
+        )
+        outcome = self._execute(many, [consumer_group], lease_of=ids)
+        assert isinstance(outcome.result, tuple)
+        return outcome.result
 
     @property
     def checks_credentials_in_script(self) -> bool:
@@ -557,11 +583,14 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         loaded = self._load(stream_prefix, groups)
         return loaded.now_ms, loaded.state
 
-    def _load(self, stream_prefix: str, groups: list[str] | None, lease_of: str | None = None) -> _Loaded:
+    def _load(
+        self, stream_prefix: str, groups: list[str] | None, lease_of: str | Collection[str] | None = None
+    ) -> _Loaded:
         """Read the topology and ``groups`` (None: every group), each group a delta of what this store
-        knows of it when it can (docs/store.md, "Delta loads"). ``lease_of``: read only that member's
-        lease (and those of the members whose records changed): the others keep the leases this store
-        last saw, which only a heartbeat of that member may decide on; None: every member's lease."""
+        knows of it when it can (docs/store.md, "Delta loads"). ``lease_of``: read only the lease of
+        that member (or those members), and those of the members whose records changed: the others keep
+        the leases this store last saw, which only heartbeats of those members may decide on; None:
+        every member's lease."""
         known = {
             name: decoded
             for (prefix, name), decoded in list(self._decoded.items())
@@ -570,7 +599,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             and decoded.format == codec.GROUP_FORMAT
             and decoded.position is not None
         }
-        args: list[str | bytes | int] = ["*" if lease_of is None else lease_of, len(known)]
+        whose = "*" if lease_of is None else lease_of if isinstance(lease_of, str) else " ".join(lease_of)
+        args: list[str | bytes | int] = [whose, len(known)]
         for name, decoded in known.items():
             assert decoded.position is not None
             args += [name, decoded.position[0], decoded.position[1]]
@@ -664,10 +694,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         command: Command,
         groups: list[str] | None,
         before_commit: Callable[[PrefixState], None] | None = None,
-        lease_of: str | None = None,
+        lease_of: Collection[str] | None = None,
     ) -> Outcome:
         """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group. ``lease_of``:
-        the command is that member's heartbeat, which decides on no other member's lease (_load)."""
+        the command is those members' heartbeats, which decide on no other member's lease (_load)."""
         delay_s = 0.001
         for _attempt in range(self.max_attempts):
             with self._deciding_on(command.stream_prefix):
@@ -1113,6 +1143,11 @@ def _touched(before: Group | None, after: Group | None) -> set[str]:
         ids = set(compress(now, map(is_not, now.values(), was.values())))
         if len(ids) <= _TOUCHED_EXACT_ABOVE:
             return ids
+    elif len(now) > len(was) and list(islice(now, len(was))) == list(was):
+        # Members joined: the core appends them after the others, in the same order (checked), so the
+        # others compare pairwise in C, exactly.
+        ids = set(compress(now, map(is_not, now.values(), was.values())))
+        return ids | set(islice(now, len(was), None))
     get = was.get
     ids = {m for m, member in now.items() if get(m) is not member}
     return ids | (was.keys() - now.keys())
@@ -1120,11 +1155,13 @@ def _touched(before: Group | None, after: Group | None) -> set[str]:
 
 def _targets_moved(before: Group | None, after: Group | None) -> set[str]:
     """The members whose target entry differs between the two groups: a bump may move the targets of
-    members the command did not touch, and their derived fields and schedule follow their target."""
+    members the command did not touch, and their derived fields and schedule follow their target. A
+    target lists only the members with shards (model.Group.target): this is in proportion to the
+    shards, not to the members."""
     if before is None or after is None or before.target is after.target:
         return set()
-    had, has = before.target.get, after.target.get
-    return {m for m in after.members if had(m) != has(m)}
+    had, has = before.target, after.target
+    return {m for m in had.keys() | has.keys() if had.get(m) != has.get(m)}
 
 
 def _ends_nobody(before: Group | None, after: Group | None, touched: set[str]) -> bool:
@@ -1155,19 +1192,19 @@ def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Gro
 
 def _patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
     """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
-    applied (None: the member is gone): ``kept`` itself when nothing changed, in the order a whole read
-    gives (sorted member ids) when a member was added."""
+    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
+    and compared, never iterated for their order (the members' order comes from the documents:
+    codec.in_document_order, codec.decode_group_cached), so an added member is simply added: keeping
+    them in key order cost a sort of every member at every join."""
     if not changes:
         return kept
     out = dict(kept)
-    added = False
     for mid, value in changes.items():
         if value is None:
             out.pop(mid, None)
         else:
-            added = added or mid not in out
             out[mid] = value
-    return {m: out[m] for m in sorted(out)} if added else out
+    return out
 
 
 @dataclass(slots=True)

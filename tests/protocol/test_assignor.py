@@ -29,15 +29,17 @@ def test_balanced_complete_and_sticky(
     if not members:
         assert result == {}
         return
-    assert set(result) == members
-    every = [s for t in result.values() for s in t]
+    # Only members that get shards are listed; every other member's target is empty.
+    assert set(result) <= members and all(result.values())
+    target = {m: result.get(m, frozenset()) for m in members}
+    every = [s for t in target.values() for s in t]
     assert sorted(every) == sorted(shards)  # each shard exactly once
-    sizes = [len(t) for t in result.values()]
+    sizes = [len(t) for t in target.values()]
     assert max(sizes) - min(sizes) <= 1
     # Sticky: a surviving member keeps as many of its previous shards as its quota allows.
     for m in members:
         still_there = previous.get(m, frozenset()) & shards
-        assert len(result[m] & still_there) == min(len(still_there), len(result[m]))
+        assert len(target[m] & still_there) == min(len(still_there), len(target[m]))
     assert assign(sorted(members, reverse=True), shards, previous) == result  # deterministic
 
 
@@ -45,20 +47,21 @@ def test_a_new_member_takes_only_the_surplus() -> None:
     shards = {Shard(version=1, index=i) for i in range(6)}
     first = assign(["a", "b"], shards, {})
     second = assign(["a", "b", "c"], shards, first)
-    moved = sum(len(first[m] - second[m]) for m in ("a", "b"))
+    moved = sum(len(first[m] - second.get(m, frozenset())) for m in ("a", "b"))
     assert moved == 2 and len(second["c"]) == 2
 
 
 def test_no_members_no_assignment_and_no_shards_empty_targets() -> None:
     assert assign([], {Shard(version=1, index=0)}, {}) == {}
-    assert assign(["a"], set(), {}) == {"a": frozenset()}
+    assert assign(["a"], set(), {}) == {}  # "a"'s target is empty: not listed
 
 
 def reference_assign(
     member_ids: set[str] | list[str], shards: set[Shard], previous: dict[str, frozenset[Shard]]
 ) -> dict[str, frozenset[Shard]]:
-    """The assignor as first written, every member handled alike (assign() does per-member work only
-    for members that keep or get a shard): the two must agree exactly, key order included."""
+    """The assignor as first written, every member handled alike and listed (assign() does per-member
+    work only for members that keep or get a shard, and lists only those that get one): the two must
+    agree exactly on those, key order included."""
     members = sorted(set(member_ids))
     all_shards = frozenset(shards)
     if not members:
@@ -98,4 +101,5 @@ def test_the_same_target_as_the_reference_assignor_in_the_same_order(
     members: set[str], shards: set[Shard], previous: dict[str, frozenset[Shard]]
 ) -> None:
     result = assign(members, shards, previous)
-    assert list(result.items()) == list(reference_assign(members, shards, previous).items())
+    reference = reference_assign(members, shards, previous)
+    assert list(result.items()) == [(m, t) for m, t in reference.items() if t]

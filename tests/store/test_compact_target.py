@@ -1,13 +1,14 @@
-"""The group header lists only the targets that hold shards when the target's members are exactly the
-live members (codec.encode_group_header, docs/store.md): a group larger than its shard count stores a
-header the size of its shard count, and reads back the whole target."""
+"""The target lists only the members whose target holds shards (model.Group.target), and so does the
+group header (codec.encode_group_header, docs/store.md): a group larger than its shard count stores and
+reads a header the size of its shard count; a header an earlier version wrote whole reads the same."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
-from coordinator.protocol.model import EndReason, MemberState, Shard
+import orjson
+
+from coordinator.protocol.model import Shard
 from coordinator.store import MetadataStore, codec
 
 from .conftest import GROUP, PREFIX, create
@@ -29,25 +30,26 @@ def test_a_group_larger_than_its_shard_count_stores_only_the_targets_with_shards
     assert fresh is not None
     group = fresh.groups[GROUP]
     assert group.target == kept.target and list(group.target) == sorted(group.target)
-    assert set(group.target) == {m.member_id for m in group.live_members()}
-    assert sum(1 for t in group.target.values() if not t) == 37
+    assert len(group.target) == 3 and all(group.target.values())
+    # Operators still see every live member's target, the empty ones included.
+    view = store.describe_group(PREFIX, GROUP)["target_assignment"]
+    assert len(view) == 40 and sum(1 for t in view.values() if not t) == 37
 
 
-def test_a_target_of_any_other_shape_is_written_whole(store: MetadataStore) -> None:
-    create(store, shard_count=8)
-    _steady(store, ["a", "b"])
-    header = json.loads(store.client.hget(META, f"g:{GROUP}"))
-    assert "target_rest" not in header and set(header["target"]) == {"a", "b"}  # every entry holds shards
+def test_a_header_written_whole_by_an_earlier_version_reads_the_same(store: MetadataStore) -> None:
+    create(store, shard_count=2, max_members=100)
+    _steady(store, ["a", "b", "c"])
     state = store._load(PREFIX, None).state
     assert state is not None
     group = state.groups[GROUP]
-    # A target entry for a member that is not live, and an empty one: nothing may be left out.
-    b = replace(group.members["b"], state=MemberState.LEFT, ended_at_ms=1, end_reason=EndReason.LEFT)
-    odd = replace(group, members={**group.members, "b": b}, target={"a": group.target["a"], "b": frozenset()})
-    raw = codec.encode_group_header(odd)
-    assert json.loads(raw)["target"] == {"a": sorted(map(str, group.target["a"])), "b": []}
-    records = {m: codec.encode_member(x) for m, x in odd.members.items()}
-    leases = {m: x.lease_deadline_ms for m, x in odd.members.items()}
-    decoded = codec.decode_group_cached(raw, records, leases, None).group
-    assert decoded.target == odd.target
+    raw = store.client.hget(META, f"g:{GROUP}")
+    whole = orjson.loads(raw)
+    # As the version before wrote it when every live member had an entry: the empty ones too, no marker.
+    whole["target"] = {m: whole["target"].get(m, []) for m in ("a", "b", "c")}
+    del whole["target_rest"]
+    records = {m: codec.encode_member(x) for m, x in group.members.items()}
+    leases = {m: x.lease_deadline_ms for m, x in group.members.items()}
+    decoded = codec.decode_group_cached(orjson.dumps(whole), records, leases, None).group
+    assert decoded.target == group.target and len(decoded.target) == 2
     assert all(isinstance(s, Shard) for t in decoded.target.values() for s in t)
+    assert decoded == group
