@@ -71,7 +71,7 @@ def _setup_worker(url: str, jobs: list[tuple[str, str]], members: int, out: Any)
                 hb = Heartbeat(member_id=mid, member_epoch=view["member_epoch"], owned=owned)
                 views[mid] = store.heartbeat(prefix, group, hb)
             if all(v["member_state"] == "STABLE" for v in views.values()) and (
-                len({v["member_epoch"] for v in views.values()}) == 1
+                len({v["assignment_epoch"] for v in views.values()}) == 1
             ):
                 break
         found += [

@@ -145,6 +145,12 @@ def lease_index_key(stream_prefix: str) -> str:
     return f"rsc:{{{stream_prefix}}}:lz"
 
 
+def turn_key(stream_prefix: str) -> str:
+    """String with expiry: the token of the coordinator process whose decision on the prefix has the
+    turn while processes contend (turns.py). Not metadata: it expires by itself."""
+    return f"rsc:{{{stream_prefix}}}:turn"
+
+
 def schedule_index_key(stream_prefix: str) -> str:
     """Sorted set ``<group>:<member>`` scored by when the tick must next look at that live member for its
     revocation (:func:`coordinator.protocol.group.revocation_schedule_ms`: 0 when its revocation clock

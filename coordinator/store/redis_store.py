@@ -89,6 +89,7 @@ from .batching import HeartbeatBatches
 from .dead_letters import DeadLetterMixin
 from .replies import text, translate_redis_errors
 from .retention import RetentionMixin
+from .turns import Turns
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
@@ -176,6 +177,8 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._deciding_pid = os.getpid()
         # Full-path heartbeats of a group that queue behind another decision are decided together.
         self._heartbeats = HeartbeatBatches()
+        # Across processes, decisions on a prefix take turns while they contend (turns.py).
+        self._turns = Turns(client)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -699,8 +702,9 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group. ``lease_of``:
         the command is those members' heartbeats, which decide on no other member's lease (_load)."""
         delay_s = 0.001
+        prefix = command.stream_prefix
         for _attempt in range(self.max_attempts):
-            with self._deciding_on(command.stream_prefix):
+            with self._deciding_on(prefix), self._turns.turn(prefix, DECISION_WAIT_S):
                 loaded = self._load(command.stream_prefix, groups, lease_of)
                 outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
                 if outcome.state is None and loaded.state is not None:
@@ -716,6 +720,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
                     return outcome
             instruments.count(self.client, cas_conflicts=1)
+            self._turns.contended(prefix)
             time.sleep(random.uniform(0, delay_s))
             delay_s = min(delay_s * 2, 0.05)
         raise ConcurrentUpdate(
