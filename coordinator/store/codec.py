@@ -569,12 +569,15 @@ def derived_fields(state: PrefixState) -> dict[str, str]:
     return fields
 
 
-def group_fields(group: Group, *, with_schedule: bool = True) -> dict[str, str]:
+def group_fields(group: Group, *, with_schedule: bool = True, with_members: bool = True) -> dict[str, str]:
     """The derived fields of a group. Without ``with_schedule`` the ``ts:`` value is left empty (its key
-    is present): the commit rewrites ``ts:`` every time, so the value it replaces is never needed."""
+    is present): the commit rewrites ``ts:`` every time, so the value it replaces is never needed.
+    Without ``with_members`` there is no ``ml:`` (a commit that keeps the member set keeps it: at
+    10,000 members it is a sort and 100 KB to write)."""
     name = group.consumer_group
+    members = {f"ml:{name}": " ".join(sorted(group.members))} if with_members else {}
     return {
-        f"ml:{name}": " ".join(sorted(group.members)),
+        **members,
         f"lt:{name}": str(group.config.lease_ttl_ms),
         # The group's epochs, which the fast path writes into the stored response it answers (a bump
         # that leaves a member's target alone leaves its s: and r: as they are: docs/store.md).

@@ -974,8 +974,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         old_fields: dict[str, str] = {}
         new_fields: dict[str, str] = {}
         if not same_group_fields:
-            old_fields = codec.group_fields(before, with_schedule=False) if before else {}
-            new_fields = codec.group_fields(after) if after else {}
+            # ml: lists the member ids: written when the member set changed (the old value is needed
+            # only to delete it with the group).
+            moved = before is None or after is None or before.members.keys() != after.members.keys()
+            if before is not None:
+                old_fields = codec.group_fields(before, with_schedule=False, with_members=after is None)
+            new_fields = codec.group_fields(after, with_members=moved) if after else {}
         for mid in ids:
             if before is not None and old is not None and mid in before.members:
                 old_fields.update(
