@@ -173,12 +173,15 @@ def _large_group_lines(large: dict[str, Any]) -> list[str]:
         "heartbeating each at the interval from then on, as the runtime does (a due heartbeat before the "
         "next join). "
     )
+    conflicts = ""
+    if "form_cas_conflicts" in large:
+        conflicts = f", {large['form_cas_conflicts']:,} compare-and-set conflicts on the way"
     if not large["formed"]:
         return [
             intro + f"It did **not** form within the bench's limit of {large['form_limit_s']:.0f} s: by then "
             f"{large['joined']:,} members had joined and {large['settled']:,} of them were last answered "
             f"STABLE; the server spent {large['form_server_cpu_s']:.1f} s of CPU on it "
-            f"({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average)."
+            f"({large['form_server_cpu_s'] / large['form_seconds']:.2f} cores on average{conflicts})."
         ]
     stayed = (
         "still STABLE at the same assignment epoch at the end"
@@ -188,7 +191,8 @@ def _large_group_lines(large: dict[str, Any]) -> list[str]:
     return [
         intro + f"It formed (every member joined and answered STABLE, owning its target, at assignment "
         f"epoch {large['group_epoch']}) in "
-        f"**{large['form_seconds']:.1f} s** ({large['form_server_cpu_s']:.1f} s of server CPU), then stayed "
+        f"**{large['form_seconds']:.1f} s** ({large['form_server_cpu_s']:.1f} s of server CPU{conflicts}), "
+        "then stayed "
         f"for {large['seconds']:.0f} s: {_fmt(large['per_second'])} heartbeats/s (offered "
         f"{_fmt(large['offered_per_second'])}), p50 {_fmt(large['p50_ms'], 2)} ms, p99 "
         f"{_fmt(large['p99_ms'], 2)} ms, {_fmt(large['server_cpu_us_per_request'], 0)} µs of server CPU per "
