@@ -111,7 +111,8 @@ class HeartbeatDoor:
         # Django's request writes the decoded path back into the environ it is given: a copy, so the
         # wrapped application gets the environ exactly as the server made it.
         request = WSGIRequest(environ.copy())
-        if fastpath.plain_token(request) is None:
+        token = fastpath.plain_token(request)
+        if token is None:
             return None  # the body is not read: Django reads it from the untouched input
         try:
             request.get_host()
@@ -123,7 +124,9 @@ class HeartbeatDoor:
             return None
         environ["wsgi.input"] = io.BytesIO(body)  # read once here; the wrapped application reads it again
         try:
-            response = fastpath.steady_answer(request, match["prefix"], match["group"], cached_only=True)
+            response = fastpath.steady_answer(
+                request, match["prefix"], match["group"], cached_only=True, token=token
+            )
         except Exception:  # a bug: Django's handler answers (and reports) the same request
             log.exception("heartbeat door failed on %s; Django answers it", request.path)
             return None

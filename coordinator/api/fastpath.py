@@ -76,12 +76,18 @@ def heartbeat(request: HttpRequest, stream_prefix: str, consumer_group: str) -> 
 
 
 def steady_answer(
-    request: HttpRequest, stream_prefix: str, consumer_group: str, *, cached_only: bool = False
+    request: HttpRequest,
+    stream_prefix: str,
+    consumer_group: str,
+    *,
+    cached_only: bool = False,
+    token: str | None = None,
 ) -> HttpResponse | None:
     """The answer to a plainly steady heartbeat (its stored response, or the floor's refusal), or None
     when the DRF view must decide; then ``FAST_TRIED`` is set on the request if the script ran.
-    ``cached_only``: answer only from this process's cached credentials (never a database read)."""
-    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group, cached_only)
+    ``cached_only``: answer only from this process's cached credentials (never a database read).
+    ``token``: what :func:`plain_token` returned for this request, when the caller has it already."""
+    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group, cached_only, token)
     if steady is None:
         return None
     hb, generation = steady
@@ -115,11 +121,12 @@ def _finalize(response: HttpResponse) -> HttpResponse:
 
 
 def _plain_steady_heartbeat(
-    request: HttpRequest, stream_prefix: str, consumer_group: str, cached_only: bool
+    request: HttpRequest, stream_prefix: str, consumer_group: str, cached_only: bool, token: str | None
 ) -> tuple[Heartbeat, bytes | None] | None:
     """The heartbeat (with its sender's identity) if the request is plainly a steady heartbeat, and the
     credentials generation to check in the script (None: authenticated afresh), else None."""
-    token = plain_token(request)
+    if token is None:
+        token = plain_token(request)
     if token is None:
         return None
     try:
@@ -187,9 +194,12 @@ def _heartbeat_of(body: Any) -> Heartbeat | None:
     if owned is not None:
         if not isinstance(owned, list) or len(owned) > MAX_OWNED_SHARDS:
             return None
-        if not all(isinstance(s, str) for s in owned):
+        # Shard.parse refuses anything but a string (CoordinatorError); a list or an object inside is
+        # not hashable for the cache (TypeError): DRF words either.
+        try:
+            shards = _parsed(tuple(owned))
+        except TypeError:
             return None
-        shards = _parsed(tuple(owned))  # ValueError / CoordinatorError: DRF words it
     return Heartbeat(member_id=member_id, member_epoch=epoch, owned=shards, capacity=capacity)
 
 
