@@ -665,7 +665,7 @@ def main() -> None:
         help="compared HTTP servers ('' none)",
     )
     parser.add_argument("--large-members", default="2000,10000", help="section 5's groups ('' none)")
-    parser.add_argument("--large-form-limit-s", type=float, default=180.0, help="give a group up after")
+    parser.add_argument("--large-form-limit-s", type=float, default=300.0, help="give a group up after")
     parser.add_argument("--large-interval-ms", type=int, default=KAFKA_HEARTBEAT_INTERVAL_MS)
     parser.add_argument("--large-lease-ms", type=int, default=KAFKA_SESSION_TIMEOUT_MS)
     parser.add_argument("--large-clients", type=int, default=32)
