@@ -69,8 +69,9 @@ from coordinator.store.codec import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
 
-# One encoded event, in produce.lua's order: event_id, partition_key, content_type, payload, headers.
-_Event = tuple[str, bytes, str, bytes, str]
+# One encoded event: its event_id, its partition key (routing) and produce.lua's value for it (the packed
+# envelope without the two numbers the script adds: coordinator/protocol/envelope.py).
+_Event = tuple[str, bytes, bytes]
 # One script call: (shard index, indices of its events) per stream, in the order they are appended.
 _Call = list[tuple[int, list[int]]]
 
@@ -124,7 +125,7 @@ class _Target:
         self.version_arg = str(route.version)
         self.count_arg = str(route.shard_count)
         self.index_args = tuple(str(i) for i in range(route.shard_count))
-        # EVALSHA's arguments before the event's five values, for a single send to each shard.
+        # EVALSHA's arguments before the event's value, for a single send to each shard.
         self.single_heads = tuple(
             (2, self.meta, key, self.version_arg, self.count_arg, index, 1)
             for key, index in zip(self.keys, self.index_args, strict=True)
@@ -179,7 +180,7 @@ class Producer:
         for _attempt in range(self.max_retries + 1):
             index = shard_index(event[1], target.route.shard_count)
             key = target.keys[index]
-            reply = self._evalsha(self.client, target.single_heads[index] + event, stream_prefix)
+            reply = self._evalsha(self.client, (*target.single_heads[index], event[2]), stream_prefix)
             if reply[0] in _OK:
                 return SendResult(
                     stream_key=key,
@@ -328,8 +329,7 @@ class Producer:
             flat += (target.version_arg, target.count_arg)
             for index, indices in call:
                 flat += (target.index_args[index], len(indices))
-                for i in indices:
-                    flat += events[i]
+                flat += (events[i][2] for i in indices)
             return tuple(flat)
 
         if len(calls) == 1:
@@ -480,6 +480,8 @@ class _Linger:
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _VERSION_4_MASK = ~((0xF000 << 64) | (0xC000 << 48))
 _VERSION_4_BITS = (0x4000 << 64) | (0x8000 << 48)
+_JSON = JSON.encode()
+_OCTET_STREAM = OCTET_STREAM.encode()
 
 
 def _event_id() -> str:
@@ -488,18 +490,23 @@ def _event_id() -> str:
 
 
 def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
-    """What ``encode_event`` makes, as ``produce.lua``'s five values. The common call (a ``str`` key, no
-    headers, no content type) is encoded here directly; everything else goes through ``encode_event``."""
+    """What ``encode_event`` makes, packed for ``produce.lua``. The common call (a ``str`` key, no
+    headers, no content type) is encoded here directly, in one formatting of the packed layout
+    (``pack_producer_part`` with a 32-character event id and ``{}`` headers); everything else goes
+    through ``encode_event``."""
     if type(partition_key) is str and headers is None and content_type is None:
         if type(payload) is bytes:
-            return (_event_id(), partition_key.encode(), OCTET_STREAM, payload, "{}")
-        try:
-            data = _dumps(payload).encode()
-        except (TypeError, ValueError) as e:
-            raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
-        return (_event_id(), partition_key.encode(), JSON, data, "{}")
+            data, kind = payload, _OCTET_STREAM
+        else:
+            try:
+                data, kind = _dumps(payload).encode(), _JSON
+            except (TypeError, ValueError) as e:
+                raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
+        event_id, key = _event_id(), partition_key.encode()
+        part = b"32 %d %d 2\n%b%b%b{}%b" % (len(key), len(kind), event_id.encode(), key, kind, data)
+        return (event_id, key, part)
     e = encode_event(partition_key, payload, headers, content_type)
-    return (e.event_id, e.partition_key, e.content_type, e.payload, e.headers)
+    return (e.event_id, e.partition_key, e.producer_part())
 
 
 def _encode_item(item: Sequence[Any]) -> _Event:

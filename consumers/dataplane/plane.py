@@ -52,7 +52,7 @@ from coordinator.store import clients
 from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
 from . import checks, connection, scripts
-from .envelope import Delivery, Entry, decode_entries
+from .envelope import Delivery, Entry, decode_entries, decode_fetched
 
 MAX_ERROR_CHARS = 1000  # a dead letter's dlq_error (docs/protocol.md, "Dead-letter entry format")
 
@@ -402,7 +402,7 @@ def _fetch_result(part: list[Any], shard: Shard) -> FetchResult:
     status, acked = _status(part), int(part[1]) >= 0
     if len(part) < 4:
         return FetchResult(status, acked, [])
-    return FetchResult(status, acked, decode_entries(part[2], shard, Delivery.NEW), _text(part[3]))
+    return FetchResult(status, acked, decode_fetched(part[2], shard), _text(part[3]))
 
 
 def _token(reply: list[Any], at: int) -> str:
