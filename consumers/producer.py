@@ -13,9 +13,10 @@ are one script.
 
 Three paths, one script:
 
-* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent with ``execute_command``: no
-  batch planning, no redis-py ``Script`` object (whose call path costs more than the command itself),
-  the stream keys and shards of the cached route precomputed once per route.
+* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent through
+  :class:`coordinator.store.clients.HotScript` (connections kept out of the pool between calls: redis-py's
+  command path costs more than the command itself): no batch planning, the stream keys and shards of
+  the cached route precomputed once per route.
 * ``send_batch``: the entries are grouped by shard and packed into calls of at most
   ``max_entries_per_call`` entries, several shards per call (``produce.lua`` takes several streams of
   one prefix: they share its hash tag). Up to 500 entries are one script call; more go in one pipeline.
@@ -64,7 +65,7 @@ from consumers.errors import (
 )
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.clients import is_cluster, run_evalsha
+from coordinator.store.clients import HotScript, is_cluster, run_evalsha
 from coordinator.store.codec import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
@@ -115,7 +116,7 @@ class _Target:
     """A cached route with everything a send needs precomputed: the keys, shards and script arguments
     of every shard of the version (built once per route, not once per send)."""
 
-    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single_heads", "version_arg")
+    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single", "version_arg")
 
     def __init__(self, stream_prefix: str, route: Route) -> None:
         self.route = route
@@ -125,9 +126,9 @@ class _Target:
         self.version_arg = str(route.version)
         self.count_arg = str(route.shard_count)
         self.index_args = tuple(str(i) for i in range(route.shard_count))
-        # EVALSHA's arguments before the event's value, for a single send to each shard.
-        self.single_heads = tuple(
-            (2, self.meta, key, self.version_arg, self.count_arg, index, 1)
+        # A single send to each shard: the script's KEYS, and its ARGV before the event's value.
+        self.single = tuple(
+            ((self.meta, key), (self.version_arg, self.count_arg, index, 1))
             for key, index in zip(self.keys, self.index_args, strict=True)
         )
 
@@ -154,6 +155,7 @@ class Producer:
         self.linger_ms = linger_ms
         self._script = scripts.script_text("produce")
         self._sha = client.register_script(self._script).sha  # SHA1 of the text; loads nothing
+        self._hot = HotScript(client, self._script)  # the single send's call (loads on NOSCRIPT, as below)
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self._linger = _Linger(self, linger_ms / 1000) if linger_ms is not None else None
@@ -180,7 +182,12 @@ class Producer:
         for _attempt in range(self.max_retries + 1):
             index = shard_index(event[1], target.route.shard_count)
             key = target.keys[index]
-            reply = self._evalsha(self.client, (*target.single_heads[index], event[2]), stream_prefix)
+            keys, head = target.single[index]
+            try:
+                reply = self._hot(keys, (*head, event[2]))
+            except redis.RedisError as e:
+                with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+                    raise e
             if reply[0] in _OK:
                 return SendResult(
                     stream_key=key,
