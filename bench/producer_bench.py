@@ -13,10 +13,12 @@ What is compared (docs/producer.md, "Performance"):
 
 Fairness: both sides do the same encoding work *inside* the timed loop, with the standard library only
 (no project helper on the raw side): a fresh key string, the payload through ``json.dumps``, a uuid4 hex
-``event_id``, the key's bytes and ``{}`` headers. The raw side also writes the two fields the producer's
-script adds (``routing_version``, ``produced_at_ms`` from the client's clock), so the entries are the
-same seven fields of the same size. The raw side picks its stream round-robin; the producer pays for its
-routing (murmur2 of the key) and for the sealed-version check inside Redis: that is the price measured.
+``event_id``, the key's bytes and ``{}`` headers, packed into the one ``envelope`` field
+(docs/producer.md, "Envelope") by one bytes formatting. The raw side also writes the two numbers the
+producer's script puts in front (``routing_version``, ``produced_at_ms`` from the client's clock), in
+that same formatting, so the entries are the same one field of the same size. The raw side picks its
+stream round-robin; the producer pays for its routing (murmur2 of the key) and for the sealed-version
+check inside Redis: that is the price measured.
 
 Per case and repetition: messages per second (wall clock), client CPU µs per message
 (``time.process_time``) and Redis CPU µs per message (``INFO cpu`` used_cpu_sys + used_cpu_user
@@ -58,7 +60,7 @@ PREFIX = "pbench"
 SHARDS = 8
 RAW_STREAMS = [f"raw:{{{PREFIX}}}:{i}" for i in range(SHARDS)]
 PRODUCER_STREAMS = [f"rsc:{{{PREFIX}}}:v1:{i}" for i in range(SHARDS)]
-JSON = "application/json"
+JSON = b"application/json"
 
 
 def payload_for(i: int) -> dict[str, Any]:
@@ -67,17 +69,21 @@ def payload_for(i: int) -> dict[str, Any]:
 
 
 def raw_fields(i: int) -> dict[str, Any]:
-    """The envelope the producer writes, encoded here with the standard library."""
-    key = f"customer-{i % 1000}"
-    return {
-        "event_id": uuid.uuid4().hex,
-        "partition_key": key.encode(),
-        "routing_version": b"1",
-        "produced_at_ms": str(int(time.time() * 1000)),
-        "content_type": JSON,
-        "payload": json.dumps(payload_for(i), separators=(",", ":"), ensure_ascii=False).encode(),
-        "headers": "{}",
-    }
+    """The packed envelope the producer writes, encoded here with the standard library."""
+    key = f"customer-{i % 1000}".encode()
+    event_id = uuid.uuid4().hex.encode()
+    payload = json.dumps(payload_for(i), separators=(",", ":"), ensure_ascii=False).encode()
+    envelope = b"1 %d %d %d %d 2\n%b%b%b{}%b" % (
+        int(time.time() * 1000),
+        len(event_id),
+        len(key),
+        len(JSON),
+        event_id,
+        key,
+        JSON,
+        payload,
+    )
+    return {"envelope": envelope}
 
 
 class Probe:

@@ -45,10 +45,10 @@ def render(results: dict[str, Any]) -> str:
         f"One private Redis {results.get('redis', '')}, a stream prefix of {settings['shards']} shards; "
         f"{settings['single_messages']:,} single sends and {settings['batches']:,} batches of {size} per "
         f"side and repetition, {settings['repetitions']} repetitions, medians. Both sides encode the same "
-        "seven-field envelope inside the timed loop (the raw side with the standard library); the two sides "
-        "of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU time; Redis "
-        "CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is `INFO commandstats` of "
-        "the top-level command (`EVALSHA` or `XADD`).",
+        "packed envelope (one field) inside the timed loop (the raw side with the standard library); the "
+        "two sides of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU "
+        "time; Redis CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is "
+        "`INFO commandstats` of the top-level command (`EVALSHA` or `XADD`).",
         "",
         "| case | msgs/s | client CPU µs/msg | Redis CPU µs/msg | command µs/msg | command calls |",
         "|---|---:|---:|---:|---:|---:|",

@@ -15,9 +15,11 @@ each series carries ``stream_prefix``, ``consumer_group`` and ``member_id``.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,8 +51,9 @@ SHARDS = Gauge("rsc_member_shards", "Shards the member is consuming.", LABELS)
 @dataclass(frozen=True, slots=True)
 class MemberMetrics:
     """The series of one member. The per-entry series are bound once (a labelled child is a lock and a
-    dict lookup away otherwise): a handled entry costs one histogram observation, and its count is added
-    once per batch (:meth:`count`)."""
+    dict lookup away otherwise), and added to once per batch: the handled count (:meth:`count`) and the
+    handler latencies (:meth:`observe_batch`: one observation per handler call, as :meth:`observe` would
+    make them, but with one lock per histogram bucket touched instead of two per call)."""
 
     stream_prefix: str
     consumer_group: str
@@ -68,6 +71,30 @@ class MemberMetrics:
     def observe(self, seconds: float) -> None:
         """One handler call's latency (returned or raised)."""
         self._seconds.observe(seconds)
+
+    def observe_batch(self, seconds: Sequence[float]) -> None:
+        """Handler calls' latencies, each observed as :meth:`observe` does, at the cost of one (C) bisect
+        per call. prometheus-client has no public call for many values: this adds to the child's own
+        bucket and sum values (the ones its ``observe`` adds to; in multiprocess mode too), and falls back
+        to ``observe`` per value on a version that keeps them elsewhere."""
+        child = self._seconds
+        bounds = getattr(child, "_upper_bounds", None)
+        buckets = getattr(child, "_buckets", None)
+        total = getattr(child, "_sum", None)
+        if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+            for value in seconds:
+                child.observe(value)
+            return
+        if not seconds:
+            return
+        # observe() counts a value in the first bucket whose upper bound is >= it: bisect_left's index.
+        counts = [0] * len(bounds)
+        for value in seconds:
+            counts[bisect.bisect_left(bounds, value)] += 1
+        for bucket, calls in zip(buckets, counts, strict=True):
+            if calls:
+                bucket.inc(calls)
+        total.inc(sum(seconds))
 
     def count(self, handled: int, failed: int) -> None:
         """A batch's entries whose handler returned / raised."""

@@ -13,9 +13,10 @@ are one script.
 
 Three paths, one script:
 
-* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent with ``execute_command``: no
-  batch planning, no redis-py ``Script`` object (whose call path costs more than the command itself),
-  the stream keys and shards of the cached route precomputed once per route.
+* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent through
+  :class:`coordinator.store.clients.HotScript` (connections kept out of the pool between calls: redis-py's
+  command path costs more than the command itself): no batch planning, the stream keys and shards of
+  the cached route precomputed once per route.
 * ``send_batch``: the entries are grouped by shard and packed into calls of at most
   ``max_entries_per_call`` entries, several shards per call (``produce.lua`` takes several streams of
   one prefix: they share its hash tag). Up to 500 entries are one script call; more go in one pipeline.
@@ -64,13 +65,14 @@ from consumers.errors import (
 )
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.clients import is_cluster, run_evalsha
+from coordinator.store.clients import HotScript, is_cluster, run_evalsha
 from coordinator.store.codec import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
 
-# One encoded event, in produce.lua's order: event_id, partition_key, content_type, payload, headers.
-_Event = tuple[str, bytes, str, bytes, str]
+# One encoded event: its event_id, its partition key (routing) and produce.lua's value for it (the packed
+# envelope without the two numbers the script adds: coordinator/protocol/envelope.py).
+_Event = tuple[str, bytes, bytes]
 # One script call: (shard index, indices of its events) per stream, in the order they are appended.
 _Call = list[tuple[int, list[int]]]
 
@@ -114,7 +116,7 @@ class _Target:
     """A cached route with everything a send needs precomputed: the keys, shards and script arguments
     of every shard of the version (built once per route, not once per send)."""
 
-    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single_heads", "version_arg")
+    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single", "version_arg")
 
     def __init__(self, stream_prefix: str, route: Route) -> None:
         self.route = route
@@ -124,9 +126,9 @@ class _Target:
         self.version_arg = str(route.version)
         self.count_arg = str(route.shard_count)
         self.index_args = tuple(str(i) for i in range(route.shard_count))
-        # EVALSHA's arguments before the event's five values, for a single send to each shard.
-        self.single_heads = tuple(
-            (2, self.meta, key, self.version_arg, self.count_arg, index, 1)
+        # A single send to each shard: the script's KEYS, and its ARGV before the event's value.
+        self.single = tuple(
+            ((self.meta, key), (self.version_arg, self.count_arg, index, 1))
             for key, index in zip(self.keys, self.index_args, strict=True)
         )
 
@@ -153,6 +155,7 @@ class Producer:
         self.linger_ms = linger_ms
         self._script = scripts.script_text("produce")
         self._sha = client.register_script(self._script).sha  # SHA1 of the text; loads nothing
+        self._hot = HotScript(client, self._script)  # the single send's call (loads on NOSCRIPT, as below)
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self._linger = _Linger(self, linger_ms / 1000) if linger_ms is not None else None
@@ -179,7 +182,12 @@ class Producer:
         for _attempt in range(self.max_retries + 1):
             index = shard_index(event[1], target.route.shard_count)
             key = target.keys[index]
-            reply = self._evalsha(self.client, target.single_heads[index] + event, stream_prefix)
+            keys, head = target.single[index]
+            try:
+                reply = self._hot(keys, (*head, event[2]))
+            except redis.RedisError as e:
+                with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+                    raise e
             if reply[0] in _OK:
                 return SendResult(
                     stream_key=key,
@@ -328,8 +336,7 @@ class Producer:
             flat += (target.version_arg, target.count_arg)
             for index, indices in call:
                 flat += (target.index_args[index], len(indices))
-                for i in indices:
-                    flat += events[i]
+                flat += (events[i][2] for i in indices)
             return tuple(flat)
 
         if len(calls) == 1:
@@ -480,6 +487,8 @@ class _Linger:
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _VERSION_4_MASK = ~((0xF000 << 64) | (0xC000 << 48))
 _VERSION_4_BITS = (0x4000 << 64) | (0x8000 << 48)
+_JSON = JSON.encode()
+_OCTET_STREAM = OCTET_STREAM.encode()
 
 
 def _event_id() -> str:
@@ -488,18 +497,23 @@ def _event_id() -> str:
 
 
 def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
-    """What ``encode_event`` makes, as ``produce.lua``'s five values. The common call (a ``str`` key, no
-    headers, no content type) is encoded here directly; everything else goes through ``encode_event``."""
+    """What ``encode_event`` makes, packed for ``produce.lua``. The common call (a ``str`` key, no
+    headers, no content type) is encoded here directly, in one formatting of the packed layout
+    (``pack_producer_part`` with a 32-character event id and ``{}`` headers); everything else goes
+    through ``encode_event``."""
     if type(partition_key) is str and headers is None and content_type is None:
         if type(payload) is bytes:
-            return (_event_id(), partition_key.encode(), OCTET_STREAM, payload, "{}")
-        try:
-            data = _dumps(payload).encode()
-        except (TypeError, ValueError) as e:
-            raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
-        return (_event_id(), partition_key.encode(), JSON, data, "{}")
+            data, kind = payload, _OCTET_STREAM
+        else:
+            try:
+                data, kind = _dumps(payload).encode(), _JSON
+            except (TypeError, ValueError) as e:
+                raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
+        event_id, key = _event_id(), partition_key.encode()
+        part = b"32 %d %d 2\n%b%b%b{}%b" % (len(key), len(kind), event_id.encode(), key, kind, data)
+        return (event_id, key, part)
     e = encode_event(partition_key, payload, headers, content_type)
-    return (e.event_id, e.partition_key, e.content_type, e.payload, e.headers)
+    return (e.event_id, e.partition_key, e.producer_part())
 
 
 def _encode_item(item: Sequence[Any]) -> _Event:

@@ -14,7 +14,8 @@ from coordinator.protocol.errors import CoordinatorError
 from coordinator.protocol.model import validate_identifier, validate_member_id
 
 MAX_COUNT = 10_000
-_ENTRY_ID_RE = re.compile(r"^\d+-\d+$")
+_ENTRY_ID_RE = re.compile(r"[0-9]+-[0-9]+")  # ASCII digits: Python's \d takes others, Redis does not
+_ENTRY_IDS_RE = re.compile(r"[0-9]+-[0-9]+(?: [0-9]+-[0-9]+)*")  # ids joined by single spaces
 
 
 def identifier(value: Any, what: str) -> str:
@@ -42,6 +43,21 @@ def count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
         raise InvalidRequest(f"count must be an integer in [1, {MAX_COUNT}]; got {value!r}", field="count")
     return value
+
+
+def entry_ids(values: Any, what: str) -> list[str]:
+    """A list of entry ids, each checked as :func:`entry_id` does. The common case (``str`` ids, all
+    well formed: the ids a read returned) is checked with one regular-expression match over all of them
+    joined by spaces (an id holds no space: ``n`` ids make exactly ``n - 1`` of them); anything else
+    id by id, for the error."""
+    ids = list(values)
+    try:
+        joined = " ".join(ids)
+    except TypeError:  # not all str (bytes ids are allowed): one by one
+        joined = ""
+    if ids and joined.count(" ") == len(ids) - 1 and _ENTRY_IDS_RE.fullmatch(joined):
+        return ids
+    return [entry_id(value, what) for value in ids]
 
 
 def entry_id(value: Any, what: str) -> str:

@@ -1,7 +1,7 @@
-"""The entry envelope: how a producer encodes an event into stream-entry fields, and how a consumer
-decodes them back into an :class:`Entry` (docs/producer.md, "Envelope").
+"""The entry envelope: how a producer encodes an event into a stream entry, and how a consumer decodes it
+back into an :class:`Entry` (docs/producer.md, "Envelope").
 
-Fields of every entry (all Redis strings):
+An entry's envelope fields (each a byte string):
 
 =================  ==========================================================================
 ``event_id``       uuid4 hex, made by the producer; the same on a duplicate made by a retry
@@ -13,19 +13,24 @@ Fields of every entry (all Redis strings):
 ``headers``        a JSON object of string to string
 =================  ==========================================================================
 
+The producer writes them packed into one stream field, ``envelope`` (the layout is in
+:mod:`coordinator.protocol.envelope`); entries written before that have the seven as fields of their
+own, and are decoded all the same.
+
 Besides the fields, an :class:`Entry` carries how it reached the member (``delivery``: new, re-read
 from its own pending list, or claimed from a previous owner) and Redis's delivery count
 (``deliveries``), which the opt-in ``on_error="redeliver"`` policy compares with ``max_deliveries``.
 
 Decoding is lenient, because one undecodable entry must not wedge a shard (there is no dead-letter
 queue in the default mode): an entry not written by :class:`consumers.producer.Producer` is delivered
-with defaults for what it lacks, and a JSON payload that does not parse is delivered as raw bytes with
-content type ``application/octet-stream`` (a warning is logged).
+with defaults for what it lacks, an ``envelope`` field that does not unpack is delivered as the payload
+(raw bytes, ``application/octet-stream``) and a JSON payload that does not parse is delivered as raw
+bytes with content type ``application/octet-stream`` (a warning is logged for either).
 
 Decoding is lazy, because most of it is wasted on a handler that reads one field: a read decodes, per
-entry, only its id; the fields are mapped the first time one is read, ``payload`` and ``headers``
-parsed the first time the handler touches them, and kept (so a payload that does not parse logs its
-warning then, once).
+entry, only its id; the envelope is unpacked the first time a field is read, ``payload`` and
+``headers`` parsed the first time the handler touches them, and kept (so a payload that does not parse
+logs its warning then, once).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from consumers.errors import InvalidRequest
+from coordinator.protocol import envelope as packed
 from coordinator.protocol.model import Shard
 
 log = logging.getLogger(__name__)
@@ -59,13 +65,14 @@ _UNSET: Any = object()
 class Entry:
     """One delivered entry: read-only, fields decoded on demand.
 
-    A member decodes nothing it does not need: ``entry_id`` is decoded at once (acks need it); Redis's
-    flat field list is kept as it came and turned into a mapping, once, when the first field is read;
-    the other envelope fields are decoded when read, the payload and headers (JSON) the first time the
-    handler touches them, and then kept. A handler that reads nothing costs no decoding at all.
+    A member decodes nothing it does not need: ``entry_id`` is decoded at once (acks need it); what
+    Redis returned for the entry (the packed envelope, or its flat field list) is kept as it came and
+    turned into a mapping, once, when the first field is read; the other envelope fields are decoded
+    when read, the payload and headers (JSON) the first time the handler touches them, and then kept. A
+    handler that reads nothing costs no decoding at all.
     """
 
-    __slots__ = ("_fields", "_flat", "_headers", "_payload", "deliveries", "delivery", "entry_id", "shard")
+    __slots__ = ("_fields", "_headers", "_payload", "_raw", "deliveries", "delivery", "entry_id", "shard")
 
     entry_id: str
     shard: Shard
@@ -74,14 +81,13 @@ class Entry:
     # what XPENDING says after that read (it also counts reads whose handling never started).
     deliveries: int
 
-    def __init__(
-        self, entry_id: str, shard: Shard, flat: Sequence[Any], delivery: str, deliveries: int = 1
-    ) -> None:
+    def __init__(self, entry_id: str, shard: Shard, raw: Any, delivery: str, deliveries: int = 1) -> None:
         self.entry_id = entry_id
         self.shard = shard
         self.delivery = delivery
         self.deliveries = deliveries
-        self._flat = flat  # [field, value, ...] as Redis returned them
+        # The packed envelope (bytes, from fetch.lua) or [field, value, ...] as Redis returned them.
+        self._raw = raw
         self._fields: dict[bytes, Any] | None = None
         self._payload: Any = _UNSET
         self._headers: dict[str, str] | None = None
@@ -93,11 +99,10 @@ class Entry:
         )
 
     def _get(self, name: bytes, default: Any = None) -> Any:
-        """A field's raw value; the first call maps every field, in one pass (a repeated field: the
-        last value wins)."""
+        """A field's raw value; the first call maps every field, in one pass
+        (:func:`coordinator.protocol.envelope.fields_of`)."""
         if self._fields is None:
-            flat = self._flat
-            self._fields = dict(zip(flat[::2], flat[1::2], strict=False))
+            self._fields = _fields_of(self._raw, self.entry_id)
         return self._fields.get(name, default)
 
     @property
@@ -168,8 +173,16 @@ class EncodedEvent:
     payload: bytes
     headers: str
 
-    def script_args(self) -> list[bytes | str]:
-        return [self.event_id, self.partition_key, self.content_type, self.payload, self.headers]
+    def producer_part(self) -> bytes:
+        """``produce.lua``'s value for this event: the packed envelope without the two numbers the script
+        puts in front (:func:`coordinator.protocol.envelope.pack_producer_part`)."""
+        return packed.pack_producer_part(
+            self.event_id.encode(),
+            self.partition_key,
+            self.content_type.encode(),
+            self.headers.encode(),
+            self.payload,
+        )
 
 
 def encode_event(
@@ -252,6 +265,23 @@ def decode_entries(
         Entry(item[0].decode(), shard, item[1], kind, _int(deliveries[i] if i < len(deliveries) else 1, 1))
         for i, item in enumerate(raw)
     ]
+
+
+def decode_fetched(flat: Sequence[Any], shard: Shard) -> list[Entry]:
+    """Decode ``fetch.lua``'s ``[id, envelope, id, envelope, ...]`` (each envelope the packed value, or
+    the entry's flat field list when it is not one packed field): new entries, delivered once."""
+    kind = str(Delivery.NEW)
+    return [Entry(flat[i].decode(), shard, flat[i + 1], kind) for i in range(0, len(flat), 2)]
+
+
+def _fields_of(raw: Any, entry_id: str) -> dict[bytes, Any]:
+    try:
+        return packed.fields_of(raw)
+    except packed.MalformedEnvelope:
+        log.warning("entry %s: its envelope does not unpack; delivered as octet-stream bytes", entry_id)
+        if not isinstance(raw, bytes):
+            raw = dict(zip(raw[::2], raw[1::2], strict=False)).get(packed.FIELD, b"")
+        return {b"payload": raw, b"content_type": OCTET_STREAM.encode()}
 
 
 def _int(value: Any, default: int) -> int:

@@ -22,8 +22,12 @@
 --   status, -1                    the fence refused the shard (NOT_OWNER, STALE_EPOCH): nothing acked
 --   status, acked                 acked (XACK's count), then the read was refused: NOT_READABLE (held back
 --                                 by strict ordering) or NOT_OWNER (being revoked: ack only)
---   'OK', acked, entries, token   acked, then XREADGROUP ... '>' of this shard (entries as in
---                                 read_new.lua: first deliveries) and its redeliver token ('0': none)
+--   'OK', acked, entries, token   acked, then XREADGROUP ... '>' of this shard (first deliveries) and
+--                                 its redeliver token ('0': none); entries flat, two values per entry:
+--                                 {id, envelope, id, envelope, ...}, the envelope being the value of the
+--                                 entry's one field `envelope` (coordinator/protocol/envelope.py), or,
+--                                 for an entry with other fields (one written before that layout),
+--                                 its {field, value, ...} as read_new.lua returns them
 -- A shard without news is not reported, so that idle shards cost (almost) no reply: its fence passed,
 -- its acks were applied and, when it was read, nothing new was there and its token is the known one.
 -- Raises a script error, before any write, if a stream key is not its shard's, KEYS[2] is not the
@@ -98,10 +102,23 @@ local by_key = {}
 for _, stream in ipairs(redis.call(unpack(args)) or {}) do
   by_key[stream[1]] = stream[2]
 end
+-- Flat entries: one Lua table per shard for Redis to turn into a reply, not two per entry, and the
+-- packed envelope without its field name.
 for j, i in ipairs(readers) do
   local entries, token = by_key[KEYS[2 + i]], tokens[j] or '0'
   if entries or token ~= ARGV[at[i] + 3] then
-    reports[#reports + 1] = {i, 'OK', acked[i], entries or {}, token}
+    local flat, m = {}, 0
+    for _, entry in ipairs(entries or {}) do
+      local fields = entry[2]
+      flat[m + 1] = entry[1]
+      if fields[1] == 'envelope' and fields[3] == nil then
+        flat[m + 2] = fields[2]
+      else
+        flat[m + 2] = fields
+      end
+      m = m + 2
+    end
+    reports[#reports + 1] = {i, 'OK', acked[i], flat, token}
   end
 end
 return {'OK', reports}

@@ -52,7 +52,7 @@ from coordinator.store import clients
 from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
 from . import checks, connection, scripts
-from .envelope import Delivery, Entry, decode_entries
+from .envelope import Delivery, Entry, decode_entries, decode_fetched
 
 MAX_ERROR_CHARS = 1000  # a dead letter's dlq_error (docs/protocol.md, "Dead-letter entry format")
 
@@ -217,7 +217,7 @@ class DataPlane:
                 raise InvalidRequest(f"shards must hold ShardFetch values; got {item!r}", field="shards")
             if isinstance(item.ack_ids, str | bytes):
                 raise InvalidRequest("ack_ids must be a list of entry ids, not one id", field="ack_ids")
-            ids = [checks.entry_id(i, "ack_ids") for i in item.ack_ids]
+            ids = checks.entry_ids(item.ack_ids, "ack_ids")
             wire, key = self._shard_keys(item.shard)
             keys.append(key)
             known = "" if item.token is None else item.token
@@ -380,7 +380,15 @@ class DataPlane:
         return reply
 
 
+# A reply's status, as Redis sends it (bytes), to the member: a dict lookup, not an Enum call per reply.
+_STATUSES: dict[Any, FenceStatus] = {s.value.encode(): s for s in FenceStatus}
+
+
 def _status(reply: list[Any]) -> FenceStatus:
+    first = reply[0]
+    status = _STATUSES.get(first) if isinstance(first, bytes) else None
+    if status is not None:
+        return status
     try:
         return FenceStatus(_text(reply[0]))
     except ValueError as e:
@@ -402,7 +410,7 @@ def _fetch_result(part: list[Any], shard: Shard) -> FetchResult:
     status, acked = _status(part), int(part[1]) >= 0
     if len(part) < 4:
         return FetchResult(status, acked, [])
-    return FetchResult(status, acked, decode_entries(part[2], shard, Delivery.NEW), _text(part[3]))
+    return FetchResult(status, acked, decode_fetched(part[2], shard), _text(part[3]))
 
 
 def _token(reply: list[Any], at: int) -> str:

@@ -332,30 +332,30 @@ class ShardUnit:
         # The lease check of every handler call, against the deadline as of now: one lock per batch, not
         # per entry. A renewal during the batch only ends it early; the unit then checks and goes on.
         deadline = self.host.lease_deadline_ms(self.incarnation)
-        clock_ms, metrics = self.host.clock_ms, self.metrics
+        clock_ms, handler, stopping = self.host.clock_ms, self.handler, self._stopping
+        seconds: list[float] = []  # each call's latency, observed once the batch is over
         try:
             for entry in entries:
-                if self._stopping.is_set() or deadline is None or clock_ms() >= deadline:
+                if stopping.is_set() or deadline is None or clock_ms() >= deadline:
                     break
                 batch.attempted += 1
                 started = time.perf_counter()
                 try:
-                    self.handler(entry)
+                    handler(entry)
                 except Exception as e:
-                    if metrics is not None:
-                        metrics.observe(time.perf_counter() - started)
+                    seconds.append(time.perf_counter() - started)
                     batch.failed.append(entry.entry_id)
                     self._log_failure(entry)
                     if self.failures.stops_batch:
                         batch.failure = (entry, f"{type(e).__name__}: {e}")
                         break
                 else:
-                    if metrics is not None:
-                        metrics.observe(time.perf_counter() - started)
+                    seconds.append(time.perf_counter() - started)
                     batch.handled.append(entry.entry_id)
         finally:
-            if metrics is not None:
-                metrics.count(len(batch.handled), len(batch.failed))
+            if self.metrics is not None:
+                self.metrics.observe_batch(seconds)
+                self.metrics.count(len(batch.handled), len(batch.failed))
             self.host.record(handled=len(batch.handled), failed=len(batch.failed))
             self._run_hooks()
         return batch

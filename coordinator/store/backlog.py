@@ -34,6 +34,7 @@ action changes nothing and an action racing a group deletion leaves nothing behi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Iterable
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from redis.commands.core import Script
 
+from coordinator.protocol import envelope
 from coordinator.protocol.commands import ReleaseDrain
 from coordinator.protocol.describe import shard_assignment
 from coordinator.protocol.errors import (
@@ -108,10 +110,14 @@ def operator_script(store: Any, name: str) -> Script:
 
 
 def decode_fields(flat_or_pairs: Iterable[Any]) -> dict[str, str]:
-    """Entry fields for people: UTF-8 with replacement characters, each value cut at 4096 characters."""
+    """Entry fields for people: a packed ``envelope`` field unpacked into the envelope's fields (left as it
+    is if it does not unpack), UTF-8 with replacement characters, each value cut at 4096 characters."""
     items = list(flat_or_pairs)
     pairs = zip(items[0::2], items[1::2], strict=True) if items and not isinstance(items[0], tuple) else items
-    return {text(k): text(v)[:MAX_FIELD_CHARS] for k, v in pairs}
+    fields = dict(pairs)
+    with contextlib.suppress(envelope.MalformedEnvelope):
+        fields = envelope.fields_of(fields)
+    return {text(k): text(v)[:MAX_FIELD_CHARS] for k, v in fields.items()}
 
 
 def require_group(state: PrefixState | None, stream_prefix: str, consumer_group: str) -> Group:

@@ -30,6 +30,7 @@ from typing import Any
 
 import redis
 
+from coordinator.protocol import envelope
 from coordinator.protocol.errors import (
     ConcurrentUpdate,
     DeadLetterNotFound,
@@ -69,6 +70,14 @@ def dead_letter_view(entry_id: Any, raw: dict[Any, Any]) -> dict[str, Any]:
     view["partition_key"] = fields.get("partition_key")
     view["fields"] = fields
     return view
+
+
+def _partition_key(raw: dict[Any, Any]) -> bytes:
+    """A dead letter's partition key, from its packed envelope or its own field (b"" if neither)."""
+    try:
+        return bytes(envelope.fields_of(raw).get(b"partition_key", b""))
+    except envelope.MalformedEnvelope:
+        return b""
 
 
 def _int_or_none(value: str | None) -> int | None:
@@ -151,7 +160,7 @@ class DeadLetterMixin:
         if missing:
             raise _not_found(consumer_group, missing)
         # Entries are immutable and ids never reused: the keys read here are the ones the script appends.
-        keys = [row[0][1].get(b"partition_key", b"") for row in rows]
+        keys = [_partition_key(row[0][1]) for row in rows]
         for _attempt in range(self.replay_attempts):
             version, count = _route(route, stream_prefix)
             shards = [Shard(version=version, index=shard_index(k, count)) for k in keys]

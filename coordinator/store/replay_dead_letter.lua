@@ -14,10 +14,13 @@
 -- ARGV[3]  shard count the store routed with (decimal)
 -- ARGV[4..] two values per dead letter: its id in KEYS[2], the target shard index (decimal)
 --
--- Each replayed entry gets the original envelope fields present in the dead letter, in produce.lua's
--- order: event_id (kept, so handlers can de-duplicate), partition_key, routing_version = ARGV[2] and
--- produced_at_ms = Redis TIME (both set anew), content_type, payload, headers. Other fields (the dlq_*
--- bookkeeping, anything foreign) are not copied.
+-- Each replayed entry gets the original envelope, with routing_version = ARGV[2] and produced_at_ms =
+-- Redis TIME (both set anew) and everything else kept (event_id too, so handlers can de-duplicate): a
+-- dead letter of a packed envelope (field `envelope`, coordinator/protocol/envelope.py) is appended as
+-- one field `envelope`, its first two numbers replaced; one of an entry written before that layout gets
+-- the seven fields present in it, in their order: event_id, partition_key, routing_version,
+-- produced_at_ms, content_type, payload, headers. Other fields (the dlq_* bookkeeping, anything
+-- foreign) are not copied.
 --
 -- Returns
 --   {'OK', {new entry id, ...}}  every dead letter appended (in ARGV order) and deleted from KEYS[2]
@@ -43,7 +46,8 @@ if active ~= ARGV[2] or count ~= ARGV[3] then
 end
 local base = string.sub(KEYS[1], 1, -5) .. 'v' .. active .. ':'
 local envelope = {'event_id', 'partition_key', 'content_type', 'payload', 'headers'}
-local wanted = {event_id = true, partition_key = true, content_type = true, payload = true, headers = true}
+local wanted = {event_id = true, partition_key = true, content_type = true, payload = true, headers = true,
+  envelope = true}
 
 local letters = {}
 local missing = {}
@@ -81,16 +85,23 @@ local ids = {}
 for _, letter in ipairs(letters) do
   local fields = letter[3]
   local args = {}
-  for _, name in ipairs(envelope) do
-    if fields[name] ~= nil then
-      args[#args + 1] = name
-      args[#args + 1] = fields[name]
-    end
-    if name == 'partition_key' then
-      args[#args + 1] = 'routing_version'
-      args[#args + 1] = active
-      args[#args + 1] = 'produced_at_ms'
-      args[#args + 1] = now
+  local packed = fields.envelope
+  if packed then
+    -- "<routing version> <produced_at_ms> <the rest>": the rest starts after the second space
+    local second = string.find(packed, ' ', (string.find(packed, ' ', 1, true) or #packed) + 1, true)
+    args = {'envelope', active .. ' ' .. now .. ' ' .. string.sub(packed, (second or #packed) + 1)}
+  else
+    for _, name in ipairs(envelope) do
+      if fields[name] ~= nil then
+        args[#args + 1] = name
+        args[#args + 1] = fields[name]
+      end
+      if name == 'partition_key' then
+        args[#args + 1] = 'routing_version'
+        args[#args + 1] = active
+        args[#args + 1] = 'produced_at_ms'
+        args[#args + 1] = now
+      end
     end
   end
   ids[#ids + 1] = redis.call('XADD', letter[2], '*', unpack(args))

@@ -13,6 +13,7 @@ import pytest
 
 from consumers.listener import ErrorPolicy, Listener, ListenerConfigError, ListenerRegistry, OnError, listener
 from consumers.member.policy import Decision, FailurePolicy, KeptEntries, Next
+from coordinator.protocol.envelope import fields_of
 from coordinator.store.codec import dead_letter_key, redeliver_key
 from tests.consumers.harness import GROUP, PREFIX, Cluster, Recorder, eventually
 
@@ -185,7 +186,8 @@ def test_redeliver_with_dead_letter_moves_the_entry_after_max_deliveries(cluster
     assert handler.of(1) == [(1, "new", 1, False), (1, "pending", 2, False), (1, "pending", 3, False)]
     assert handler.ns() == [0, 1, 1, 1, 2, 3, 4, 5]  # the later entries waited for the give-up
     assert not cluster.pending("v1:3")
-    ((_, fields),) = cluster.client.xrange(DLQ)
+    ((_, raw),) = cluster.client.xrange(DLQ)
+    fields = fields_of(raw)  # the entry's packed envelope, unpacked, and the dlq_* fields
     assert fields[b"dlq_source_shard"] == b"v1:3" and fields[b"dlq_source_id"] == bad.encode()
     assert fields[b"dlq_deliveries"] == b"3" and fields[b"dlq_error"] == b"RuntimeError: poison 1"
     assert fields[b"dlq_member_id"] == m.member_id.encode()

@@ -426,7 +426,7 @@ def test_a_failure_inside_a_resync_is_retried_there_and_needs_no_second_resync(u
 
     plane.lose = 1  # the next read with entries: lost, so a resync ...
     plane.lose_pending = 1  # ... whose first page is lost as well
-    later = h.produce(V1_0, 1, 2, start=1)
+    later = h.produce(V1_0, 1, 2, start=1, together=True)  # one read takes both (the one lost)
     eventually(lambda: calls.ids() == [bad, *later], what="the lost read's entries, after the resync")
     (last,) = h.produce(V1_0, 1, 1, start=3)  # read only once any further resync is over
     eventually(lambda: calls.ids() == [bad, *later, last], what="a newer entry handled")

@@ -116,10 +116,16 @@ class Harness:
                     return key
         raise AssertionError(f"no key for {shard}")
 
-    def produce(self, shard: Shard, shard_count: int, n: int, start: int = 0) -> list[str]:
-        """Append ``n`` events to ``shard`` (of the active version); returns their entry ids."""
+    def produce(
+        self, shard: Shard, shard_count: int, n: int, start: int = 0, *, together: bool = False
+    ) -> list[str]:
+        """Append ``n`` events to ``shard`` (of the active version); returns their entry ids.
+        ``together``: in one script call, so that a read sees all of them or none."""
         key = self.key_for(shard, shard_count)
-        results = [self.producer.send(self.prefix, key, {"n": start + i}) for i in range(n)]
+        if together:
+            results = self.producer.send_batch(self.prefix, [(key, {"n": start + i}) for i in range(n)])
+        else:
+            results = [self.producer.send(self.prefix, key, {"n": start + i}) for i in range(n)]
         assert {r.shard for r in results} == {shard}
         return [r.entry_id for r in results]
 

@@ -1,4 +1,5 @@
-"""Decoding entries (consumers/dataplane/envelope.py): fields parsed once, the payload when touched."""
+"""Decoding entries (consumers/dataplane/envelope.py): fields parsed once, the payload when touched; the
+packed envelope (coordinator/protocol/envelope.py) and the seven-field entries written before it."""
 
 from __future__ import annotations
 
@@ -7,17 +8,107 @@ import logging
 import pytest
 
 from consumers.dataplane import Delivery, Entry
-from consumers.dataplane.envelope import decode_entries, encode_event
+from consumers.dataplane.envelope import decode_entries, decode_fetched, encode_event
+from coordinator.protocol import envelope
 from coordinator.protocol.model import Shard
 
 V2_3 = Shard(2, 3)
+FIELDS = (
+    "event_id",
+    "partition_key",
+    "routing_version",
+    "produced_at_ms",
+    "content_type",
+    "payload",
+    "headers",
+)
 
 
 def raw_entry(entry_id: bytes, **fields: bytes) -> list[object]:
     return [entry_id, [x for kv in fields.items() for x in (kv[0].encode(), kv[1])]]
 
 
-def test_an_encoded_event_decodes_back_to_what_was_sent() -> None:
+def test_an_encoded_event_packs_and_decodes_back_to_what_was_sent() -> None:
+    event = encode_event("k-1", {"a": [1, 2]}, headers={"trace": "t"})
+    value = envelope.pack(2, 1700000000001, event.producer_part())  # what produce.lua appends
+    assert value.startswith(b"2 1700000000001 32 3 16 13\n" + event.event_id.encode() + b"k-1")
+    fetched = decode_fetched([b"1700000000000-5", value], V2_3)  # fetch.lua: the value alone
+    read = decode_entries([[b"1700000000000-5", [b"envelope", value]]], V2_3, Delivery.PENDING, [b"3"])
+    for entry in (*fetched, *read):
+        assert entry.entry_id == "1700000000000-5" and entry.shard == V2_3
+        assert (entry.event_id, entry.partition_key, entry.partition_key_bytes) == (
+            event.event_id,
+            "k-1",
+            b"k-1",
+        )
+        assert (entry.routing_version, entry.produced_at_ms) == (2, 1700000000001)
+        assert (entry.content_type, entry.payload, entry.headers) == (
+            "application/json",
+            {"a": [1, 2]},
+            {"trace": "t"},
+        )
+    assert (fetched[0].delivery, fetched[0].deliveries) == ("new", 1)
+    assert (read[0].delivery, read[0].deliveries) == ("pending", 3)
+
+
+def test_packed_fields_may_hold_spaces_newlines_and_any_bytes() -> None:
+    event = encode_event(b"a b\n\x00\xff", b"\n1 2 3\n\x00", {"k y": "v\nw"}, "text/plain; charset=utf-8")
+    value = envelope.pack(7, 12, event.producer_part())
+    assert envelope.unpack(value) == {
+        b"event_id": event.event_id.encode(),
+        b"partition_key": b"a b\n\x00\xff",
+        b"routing_version": b"7",
+        b"produced_at_ms": b"12",
+        b"content_type": b"text/plain; charset=utf-8",
+        b"payload": b"\n1 2 3\n\x00",
+        b"headers": event.headers.encode(),
+    }
+    (entry,) = decode_fetched([b"12-0", value], V2_3)
+    assert (entry.partition_key_bytes, entry.payload, entry.headers) == (
+        b"a b\n\x00\xff",
+        "\n1 2 3\n\x00",
+        {"k y": "v\nw"},
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b"no newline at all",
+        b"1 2 3 4 5\nfive numbers, not six",
+        b"1 2 3 4 5 6 7\nseven numbers",
+        b"1 2 x 0 0 0\nnot a number",
+        b"1 2 -1 0 0 0\na sign",
+        b"1 2 30 0 0 0\nshorter than 30",
+    ],
+)
+def test_a_value_that_is_not_a_packed_envelope_is_refused_by_unpack(value: bytes) -> None:
+    with pytest.raises(envelope.MalformedEnvelope):
+        envelope.unpack(value)
+
+
+def test_an_envelope_that_does_not_unpack_is_delivered_as_bytes(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="consumers.dataplane.envelope"):
+        fetched, read = (
+            *decode_fetched([b"7-0", b"garbage\n"], V2_3),
+            *decode_entries([[b"7-1", [b"envelope", b"garbage\n"]]], V2_3, Delivery.NEW),
+        )
+        assert caplog.records == []  # nothing unpacked yet
+        for entry in (fetched, read):
+            assert (entry.payload, entry.content_type, entry.event_id) == (
+                b"garbage\n",
+                "application/octet-stream",
+                "",
+            )
+    assert [r.getMessage() for r in caplog.records] == [
+        "entry 7-0: its envelope does not unpack; delivered as octet-stream bytes",
+        "entry 7-1: its envelope does not unpack; delivered as octet-stream bytes",
+    ]
+
+
+def test_an_entry_in_the_seven_field_format_of_before_the_packed_envelope_still_decodes() -> None:
+    """Entries appended before the upgrade stay in their streams: they decode to the same Entry."""
     event = encode_event("k-1", {"a": [1, 2]}, headers={"trace": "t"})
     raw = raw_entry(
         b"1700000000000-5",
@@ -29,8 +120,10 @@ def test_an_encoded_event_decodes_back_to_what_was_sent() -> None:
         payload=event.payload,
         headers=event.headers.encode(),
     )
+    (fetched,) = decode_fetched(raw, V2_3)  # fetch.lua returns such an entry's field list
     (entry,) = decode_entries([raw], V2_3, Delivery.PENDING, [b"3"])
-    assert isinstance(entry, Entry)
+    assert isinstance(entry, Entry) and isinstance(fetched, Entry)
+    assert [getattr(fetched, f) for f in FIELDS] == [getattr(entry, f) for f in FIELDS]
     assert (entry.entry_id, entry.shard, entry.delivery, entry.deliveries) == (
         "1700000000000-5",
         V2_3,

@@ -145,6 +145,14 @@ def test_fetch_checks_its_arguments(harness: Harness) -> None:
     assert h.plane.fetch("m1", [], 10) == []
     with pytest.raises(InvalidRequest):
         h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch, ["not-an-id"])], 10)
+    # every id is checked, however they are checked together: a space inside one, an empty one, a
+    # newline, another type, digits that are not ASCII
+    for bad in (["1-0 2-0"], ["1-0", "", "2-0 3-0"], ["1-0\n"], ["1-0", 7], ["\u0661-0"], ["1-0", "2-0 "]):
+        with pytest.raises(InvalidRequest):
+            h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch, bad)], 10)
+    before = h.snapshot(V1_0)
+    (acked,) = h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch, ["1-0", b"2-0", "3-0"], read=False)], 10)
+    assert acked.ok and acked.acked and h.snapshot(V1_0) == before  # well formed (bytes too); none pending
     with pytest.raises(InvalidRequest):
         h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch, "1-0")], 10)  # type: ignore[arg-type]
     with pytest.raises(InvalidRequest):

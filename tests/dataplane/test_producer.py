@@ -12,6 +12,7 @@ import redis
 from consumers.dataplane import DataPlane, Delivery
 from consumers.errors import ErrorCode, InvalidRequest, RoutingUnstable, StreamPrefixNotFound
 from consumers.producer import Producer, Route, SendResult
+from coordinator.protocol.envelope import fields_of
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store.codec import meta_key
@@ -31,7 +32,8 @@ def test_routing_is_shard_index_over_the_active_version(harness: Harness) -> Non
     for key, r in zip(keys, results, strict=True):
         assert r.shard == Shard(1, shard_index(key, 4)) and r.routing_version == 1
         assert r.stream_key == f"rsc:{{{h.prefix}}}:v1:{r.shard.index}"
-        ((_, fields),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        ((_, raw),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        fields = fields_of(raw)
         assert fields[b"partition_key"] == key.encode() and fields[b"event_id"] == r.event_id.encode()
     assert len({r.event_id for r in results}) == len(keys)
     assert h.producer.route(h.prefix) == Route(version=1, shard_count=4)
@@ -120,7 +122,8 @@ def test_a_batch_with_a_stale_route_is_rerouted_whole_and_keeps_per_key_order(ha
     assert {s: h.xlen(s) for s in V1} == sealed
     for (key, payload, headers), r in zip(items, results, strict=True):
         assert r.shard == Shard(2, shard_index(key, 3))
-        ((_, fields),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        ((_, raw),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        fields = fields_of(raw)
         assert fields[b"payload"] == f'{{"seq":{payload["seq"]}}}'.encode()
         assert fields[b"headers"] == f'{{"i":"{headers["i"]}"}}'.encode()
     for k in range(7):
@@ -166,7 +169,8 @@ def test_batches_racing_a_resharding_lose_nothing_and_never_write_the_sealed_ver
     assert {s: h.xlen(s) for s in V1} == sealed  # nothing appended after the seal committed
     stored = {}
     for shard in V1 + V2:
-        for entry_id, fields in h.client.xrange(h.stream(shard)):
+        for entry_id, raw in h.client.xrange(h.stream(shard)):
+            fields = fields_of(raw)
             stored[fields[b"event_id"].decode()] = (shard, entry_id.decode(), int(fields[b"routing_version"]))
     assert len(stored) == len(sent) == sum(h.xlen(s) for s in V1 + V2)
     assert {r.event_id: (r.shard, r.entry_id, r.routing_version) for r in sent} == stored

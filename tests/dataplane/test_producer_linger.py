@@ -15,6 +15,7 @@ import pytest
 from consumers.dataplane import redis_client, scripts
 from consumers.errors import DataPlaneUnavailable, InvalidRequest, StreamPrefixNotFound
 from consumers.producer import Producer, SendResult
+from coordinator.protocol.envelope import fields_of
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
 from tests.dataplane.harness import Harness
@@ -71,7 +72,8 @@ def test_concurrent_senders_share_one_script_call_and_get_their_own_results(harn
     assert all(isinstance(r, SendResult) for r in results), results
     for i, r in enumerate(results):
         assert r.shard == Shard(1, shard_index(f"customer-{i}", 4)) and r.routing_version == 1
-        ((_, fields),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        ((_, raw),) = h.client.xrange(r.stream_key, r.entry_id, r.entry_id)
+        fields = fields_of(raw)
         assert fields[b"payload"] == f'{{"n":{i}}}'.encode() and fields[b"event_id"] == r.event_id.encode()
     assert sum(h.xlen(Shard(1, i)) for i in range(4)) == 8
 

@@ -2,7 +2,8 @@
 
 The dead letters are written here by hand, with XADD, in the exact format the data plane's
 ``dead_letter.lua`` writes (docs/protocol.md section 14): the source entry's fields in order, then the
-``dlq_*`` bookkeeping.
+``dlq_*`` bookkeeping. The source entry is one packed ``envelope`` field (what the producer writes:
+``packed_dead_letter``) or the seven fields of the entries written before that (``dead_letter``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.protocol import envelope
 from coordinator.protocol.errors import DeadLetterNotFound, GroupNotFound, InvalidRequest
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
@@ -66,6 +68,23 @@ def dead_letter(
     return str(entry_id.decode())
 
 
+BOOKKEEPING = [
+    ("dlq_source_shard", "v1:2"),
+    ("dlq_source_id", "1700000000000-0"),
+    ("dlq_deliveries", "5"),
+    ("dlq_error", "ValueError: bad order"),
+    ("dlq_member_id", "worker-1"),
+    ("dlq_at_ms", "1700000001000"),
+]
+
+
+def packed_dead_letter(store: Any, key: bytes, *, event_id: bytes = b"ev-9", payload: bytes = b"{}") -> str:
+    """XADD one dead letter of an entry the producer packed (its one field, then the bookkeeping)."""
+    part = envelope.pack_producer_part(event_id, key, b"application/json", b'{"trace":"t-9"}', payload)
+    fields = [("envelope", envelope.pack(1, 1700000000000, part)), *BOOKKEEPING]
+    return str(store.client.xadd(codec.dead_letter_key(PREFIX, GROUP), dict(fields)).decode())
+
+
 def entry(store: Any, shard: str, entry_id: str) -> dict[str, str]:
     ((_, fields),) = store.client.xrange(codec.stream_key(PREFIX, Shard.parse(shard)), entry_id, entry_id)
     return {k.decode(): v.decode() for k, v in fields.items()}
@@ -111,6 +130,25 @@ def test_list_pages_through_dead_letters_oldest_first(dl_store: Any) -> None:
         },
     }
     assert dl_store.dead_letter(PREFIX, GROUP, ids[1]) == page["entries"][1]
+
+
+def test_a_packed_dead_letter_shows_the_envelopes_fields(dl_store: Any) -> None:
+    create(dl_store, shard_count=1)
+    letter = packed_dead_letter(dl_store, b"customer 42\n", payload=b'{"order":9}')
+
+    view = dl_store.dead_letter(PREFIX, GROUP, letter)
+
+    assert (view["event_id"], view["partition_key"], view["deliveries"]) == ("ev-9", "customer 42\n", 5)
+    assert view["fields"] == {
+        "event_id": "ev-9",
+        "partition_key": "customer 42\n",
+        "routing_version": "1",
+        "produced_at_ms": "1700000000000",
+        "content_type": "application/json",
+        "payload": '{"order":9}',
+        "headers": '{"trace":"t-9"}',
+    }
+    assert dl_store.dead_letters(PREFIX, GROUP)["entries"] == [view]
 
 
 def test_inspect_and_list_refuse_what_does_not_exist_or_is_malformed(dl_store: Any) -> None:
@@ -164,6 +202,29 @@ def test_replay_appends_the_original_event_to_the_active_shard_and_removes_the_d
         key = codec.stream_key(PREFIX, Shard.parse(shards[0]))
         got = dl_store.client.xreadgroup(group, "m", {key: ">"})
         assert [e[1][b"event_id"] for e in got[0][1]] == [b"ev-1"]
+
+
+def test_replay_of_a_packed_dead_letter_appends_its_envelope_with_a_new_head(dl_store: Any) -> None:
+    create(dl_store, shard_count=4)
+    dl_store.change_shard_count(PREFIX, 8, OrderingMode.STRICT)  # version 2 is the active one
+    key = b"customer \xff 7"
+    letter = packed_dead_letter(dl_store, key, payload=b"\x00 raw\n")
+    ((_, dead),) = dl_store.client.xrange(codec.dead_letter_key(PREFIX, GROUP))
+
+    (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter])["replayed"]
+
+    assert replayed["shard"] == f"v2:{shard_index(key, 8)}"
+    stream = codec.stream_key(PREFIX, Shard.parse(replayed["shard"]))
+    ((_, fields),) = dl_store.client.xrange(stream, replayed["entry_id"], replayed["entry_id"])
+    assert list(fields) == [b"envelope"]  # the bookkeeping is not copied
+    now_ms = dl_store.describe_group(PREFIX, GROUP)["now_ms"]
+    old, new = envelope.unpack(dead[b"envelope"]), envelope.unpack(fields[b"envelope"])
+    assert new[b"routing_version"] == b"2" and 0 <= now_ms - int(new[b"produced_at_ms"]) < 60_000
+    assert {k: v for k, v in new.items() if k not in (b"routing_version", b"produced_at_ms")} == {
+        k: v for k, v in old.items() if k not in (b"routing_version", b"produced_at_ms")
+    }
+    assert (new[b"event_id"], new[b"partition_key"], new[b"payload"]) == (b"ev-9", key, b"\x00 raw\n")
+    assert dl_store.dead_letters(PREFIX, GROUP)["length"] == 0
 
 
 def test_replay_during_a_migration_goes_to_the_new_version(dl_store: Any) -> None:

@@ -1,0 +1,108 @@
+"""The packed entry envelope: one stream field, ``envelope``, that holds every envelope field of an event
+(docs/producer.md, "Envelope"). Shared knowledge of the producer, the data plane and the store's
+dead-letter and operator views, so it lives here, with no I/O.
+
+Why one field: a member's reads run inside a Lua script (the fence), and Redis converts every string of
+every entry into a Lua value and back. Seven fields were fifteen strings and two tables per entry;
+one field is three strings (id, name, value), and ``fetch.lua`` returns just two (id, value). That
+conversion was most of what a fenced read cost Redis beyond a plain ``XREADGROUP`` (docs/benchmarks.md).
+
+Layout of the value (bytes)::
+
+    <routing_version> <produced_at_ms> <len event_id> <len partition_key> <len content_type> <len headers>\n
+    <event_id><partition_key><content_type><headers><payload>
+
+one line of six decimal numbers separated by single spaces, a newline, then the five byte strings back
+to back (the payload is the rest, so it needs no length). The producer writes the part from the third
+number on (:func:`pack_producer_part`); ``produce.lua`` puts ``"<routing_version> <produced_at_ms> "``
+in front of it inside Redis, atomically with its route check, as it set those two fields before.
+
+Entries written before this layout have seven fields of their own (``event_id``, ``partition_key``,
+``routing_version``, ``produced_at_ms``, ``content_type``, ``payload``, ``headers``) and are still read:
+:func:`fields_of` maps either layout to those seven names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+FIELD = b"envelope"  # the stream field that holds the packed envelope
+FIELD_NAMES = (
+    b"event_id",
+    b"partition_key",
+    b"routing_version",
+    b"produced_at_ms",
+    b"content_type",
+    b"payload",
+    b"headers",
+)
+
+
+class MalformedEnvelope(ValueError):
+    """An ``envelope`` value that does not follow the layout in this module's docstring."""
+
+
+def pack_producer_part(
+    event_id: bytes, partition_key: bytes, content_type: bytes, headers: bytes, payload: bytes
+) -> bytes:
+    """What the producer sends ``produce.lua`` for one event: the value without its first two numbers."""
+    return b"%d %d %d %d\n%b%b%b%b%b" % (
+        len(event_id),
+        len(partition_key),
+        len(content_type),
+        len(headers),
+        event_id,
+        partition_key,
+        content_type,
+        headers,
+        payload,
+    )
+
+
+def pack(routing_version: int, produced_at_ms: int, producer_part: bytes) -> bytes:
+    """The whole value, as ``produce.lua`` writes it (for tests and for benchmarks' raw sides)."""
+    return b"%d %d %b" % (routing_version, produced_at_ms, producer_part)
+
+
+def unpack(value: bytes) -> dict[bytes, bytes]:
+    """The seven envelope fields of a packed value, by name; :class:`MalformedEnvelope` if it is not one."""
+    head, newline, body = value.partition(b"\n")
+    parts = head.split(b" ")
+    if not newline or len(parts) != 6 or not all(p.isdigit() for p in parts):
+        raise MalformedEnvelope(f"not a packed envelope: {value[:80]!r}")
+    routing_version, produced_at_ms = parts[0], parts[1]
+    e, k, c, h = (int(p) for p in parts[2:])
+    if e + k + c + h > len(body):
+        raise MalformedEnvelope(f"packed envelope shorter than its lengths: {value[:80]!r}")
+    k += e
+    c += k
+    h += c
+    return {
+        b"event_id": body[:e],
+        b"partition_key": body[e:k],
+        b"routing_version": routing_version,
+        b"produced_at_ms": produced_at_ms,
+        b"content_type": body[k:c],
+        b"payload": body[h:],
+        b"headers": body[c:h],
+    }
+
+
+def fields_of(raw: Any) -> dict[bytes, Any]:
+    """An entry's fields by name, from what Redis returned for it: the packed value itself (``bytes``, as
+    ``fetch.lua`` returns an entry whose only field is ``envelope``), the flat ``[name, value, ...]``
+    list, or a mapping of names to values. An ``envelope`` field is unpacked into the seven fields, in
+    its place; other fields (an old seven-field entry's, a dead letter's ``dlq_*``) are kept as they
+    are; a name seen twice keeps the later value. :class:`MalformedEnvelope` if the envelope does not
+    unpack."""
+    if isinstance(raw, bytes):
+        return unpack(raw)
+    pairs = raw.items() if isinstance(raw, Mapping) else zip(raw[::2], raw[1::2], strict=False)
+    fields: dict[bytes, Any] = {}
+    for name, value in pairs:
+        if name == FIELD:
+            fields.update(unpack(value))
+        else:
+            fields[name] = value
+    return fields
