@@ -14,8 +14,11 @@ from coordinator.protocol.errors import CoordinatorError
 from coordinator.protocol.model import validate_identifier, validate_member_id
 
 MAX_COUNT = 10_000
-_ENTRY_ID_RE = re.compile(r"[0-9]+-[0-9]+")  # ASCII digits: Python's \d takes others, Redis does not
-_ENTRY_IDS_RE = re.compile(r"[0-9]+-[0-9]+(?: [0-9]+-[0-9]+)*")  # ids joined by single spaces
+MAX_ID_PART = 2**64 - 1  # both parts of a stream entry id are unsigned 64-bit integers in Redis
+_ENTRY_ID_RE = re.compile(r"([0-9]+)-([0-9]+)")  # ASCII digits: Python's \d takes others, Redis does not
+# The fast path: ids joined by single spaces, each part at most 19 digits (so below 2**64 without a
+# conversion; a real id's ms part has 13). A 20-digit part goes id by id, where it is compared.
+_ENTRY_IDS_RE = re.compile(r"[0-9]{1,19}-[0-9]{1,19}(?: [0-9]{1,19}-[0-9]{1,19})*")
 
 
 def identifier(value: Any, what: str) -> str:
@@ -61,7 +64,14 @@ def entry_ids(values: Any, what: str) -> list[str]:
 
 
 def entry_id(value: Any, what: str) -> str:
-    text = value.decode() if isinstance(value, bytes) else value
-    if not isinstance(text, str) or not _ENTRY_ID_RE.fullmatch(text):
-        raise InvalidRequest(f"{what}: a stream entry id is written '<ms>-<seq>'; got {value!r}", field=what)
+    """``<ms>-<seq>``, both parts at most 2**64 - 1 (what Redis accepts: a larger one would fail inside a
+    script, after the writes before it)."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    match = _ENTRY_ID_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None or int(match[1]) > MAX_ID_PART or int(match[2]) > MAX_ID_PART:
+        raise InvalidRequest(
+            f"{what}: a stream entry id is written '<ms>-<seq>', each part at most {MAX_ID_PART}; "
+            f"got {value!r}",
+            field=what,
+        )
     return text
