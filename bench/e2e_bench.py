@@ -496,7 +496,9 @@ def bench_rebalance(stack: Stack, shards: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="", help="also write the JSON result to this file")
-    parser.add_argument("--messages", type=int, default=20_000, help="entries per repetition and side")
+    # 100,000: each side then consumes for 1-3 s; with 20,000 a run lasted 0.3-0.4 s and its start and
+    # end (the SIGCONT, the 10 ms progress polls) moved single figures by up to a third.
+    parser.add_argument("--messages", type=int, default=100_000, help="entries per repetition and side")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (medians are reported)")
     parser.add_argument(
         "--faststream-messages", type=int, default=4000, help="FastStream reads the last N of each backlog"
@@ -504,7 +506,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="entries per read, every side alike")
     parser.add_argument("--shard-counts", default="8,64")
     parser.add_argument("--member-counts", default="1,4")
-    parser.add_argument("--latency-seconds", type=float, default=8.0)
+    parser.add_argument("--latency-seconds", type=float, default=8.0, help="0: no latency and kill -9 runs")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--skip-rebalance", action="store_true", help="no rebalance section")
     args = parser.parse_args()
@@ -531,7 +533,8 @@ def main() -> None:
             "throughput"
         ]
         rate = rows[0]["e2e"]["msgs_per_s"] / 2
-        results.update(bench_latency_and_kill(stack, 8, args.latency_seconds, rate))
+        if args.latency_seconds > 0:  # 0: no latency and kill -9 sections
+            results.update(bench_latency_and_kill(stack, 8, args.latency_seconds, rate))
         if not args.skip_rebalance:
             results["rebalance_3_to_6"] = bench_rebalance(stack, 12)
             print(f"rebalance 3 -> 6: {results['rebalance_3_to_6']}", flush=True)
