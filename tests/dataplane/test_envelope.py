@@ -13,15 +13,7 @@ from coordinator.protocol import envelope
 from coordinator.protocol.model import Shard
 
 V2_3 = Shard(2, 3)
-FIELDS = (
-    "event_id",
-    "partition_key",
-    "routing_version",
-    "produced_at_ms",
-    "content_type",
-    "payload",
-    "headers",
-)
+FIELDS = tuple(name.decode() for name in envelope.FIELD_NAMES)  # the envelope's fields, in order
 
 
 def raw_entry(entry_id: bytes, **fields: bytes) -> list[object]:
