@@ -130,12 +130,13 @@ def freeze_holding_unhandled(
 ) -> tuple[int, set[tuple[str, str]]]:
     """SIGSTOP ``proc`` at a moment when it holds at least ``at_least`` read-but-unhandled entries (its
     pending list minus what its handler logged) - on each of ``shards`` if ``on_every_shard``. Returns
-    (the SIGSTOP's monotonic ns, its pending list).
+    (the monotonic ns once every thread of it has stopped, its pending list).
 
     The pending list is read while the process is stopped, so it is exactly what it had read and not
     acked. If it holds too few, it is resumed at once (far below its lease) and tried again."""
     for _attempt in range(500):
         proc.signal(signal.SIGSTOP)
+        proc.wait_stopped()  # every thread: none may start a handler call after stopped_ns
         stopped_ns = time.monotonic_ns()
         pending = pending_for(stack, member_id, shards)
         unhandled = pending - {ref(r) for r in logs.refresh() if r["pid"] == proc.pid}

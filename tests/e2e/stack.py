@@ -85,6 +85,22 @@ class Proc:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signum)
 
+    def wait_stopped(self, timeout_s: float = 5.0) -> None:
+        """Until every thread of the process is stopped (after a SIGSTOP). kill() returns once the signal
+        is sent; a thread running on the other core may go on for a moment, so a timestamp taken right
+        after it is not yet "frozen": a handler call could still start after it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = []
+            for task in os.listdir(f"/proc/{self.pid}/task"):
+                path = f"/proc/{self.pid}/task/{task}/stat"
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError), open(path) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            if states and all(state in ("T", "t") for state in states):
+                return
+            assert time.monotonic() < deadline, f"{self.name} not stopped after {timeout_s} s: {states}"
+            time.sleep(0.001)
+
     def wait(self, timeout_s: float) -> int:
         return self.process.wait(timeout=timeout_s)
 
