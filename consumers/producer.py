@@ -63,6 +63,7 @@ from consumers.errors import (
     RoutingUnstable,
     StreamPrefixNotFound,
 )
+from coordinator.protocol.envelope import pack_producer_part
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store.clients import HotScript, is_cluster, run_evalsha
@@ -498,9 +499,8 @@ def _event_id() -> str:
 
 def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
     """What ``encode_event`` makes, packed for ``produce.lua``. The common call (a ``str`` key, no
-    headers, no content type) is encoded here directly, in one formatting of the packed layout
-    (``pack_producer_part`` with a 32-character event id and ``{}`` headers); everything else goes
-    through ``encode_event``."""
+    headers, no content type) is encoded here directly (``{}`` headers); everything else goes through
+    ``encode_event``. Both pack with :func:`coordinator.protocol.envelope.pack_producer_part`."""
     if type(partition_key) is str and headers is None and content_type is None:
         if type(payload) is bytes:
             data, kind = payload, _OCTET_STREAM
@@ -510,8 +510,7 @@ def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -
             except (TypeError, ValueError) as e:
                 raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
         event_id, key = _event_id(), partition_key.encode()
-        part = b"32 %d %d 2\n%b%b%b{}%b" % (len(key), len(kind), event_id.encode(), key, kind, data)
-        return (event_id, key, part)
+        return (event_id, key, pack_producer_part(event_id.encode(), key, kind, b"{}", data))
     e = encode_event(partition_key, payload, headers, content_type)
     return (e.event_id, e.partition_key, e.producer_part())
 

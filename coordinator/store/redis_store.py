@@ -705,7 +705,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         prefix = command.stream_prefix
         for _attempt in range(self.max_attempts):
             with self._deciding_on(prefix), self._turns.turn(prefix, DECISION_WAIT_S):
-                loaded = self._load(command.stream_prefix, groups, lease_of)
+                loaded = self._load(prefix, groups, lease_of)
                 outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
                 if outcome.state is None and loaded.state is not None:
                     # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
@@ -717,7 +717,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 elif before_commit is not None:
                     with translate_redis_errors():
                         before_commit(outcome.state)
-                if outcome.state is not None and self._commit(command.stream_prefix, loaded, outcome.state):
+                if outcome.state is not None and self._commit(prefix, loaded, outcome.state):
                     return outcome
             instruments.count(self.client, cas_conflicts=1)
             self._turns.contended(prefix)
@@ -976,10 +976,10 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         if not same_group_fields:
             # ml: lists the member ids: written when the member set changed (the old value is needed
             # only to delete it with the group).
-            moved = before is None or after is None or before.members.keys() != after.members.keys()
+            ids_changed = before is None or after is None or before.members.keys() != after.members.keys()
             if before is not None:
                 old_fields = codec.group_fields(before, with_schedule=False, with_members=after is None)
-            new_fields = codec.group_fields(after, with_members=moved) if after else {}
+            new_fields = codec.group_fields(after, with_members=ids_changed) if after else {}
         for mid in ids:
             if before is not None and old is not None and mid in before.members:
                 old_fields.update(
