@@ -18,15 +18,20 @@ give; anything else, and anything it is unsure of, goes to the wrapped applicati
 * Django's own checks first, by Django's own code: the host (``request.get_host()`` against
   ``ALLOWED_HOSTS``), the HTTPS redirect and the disallowed user agents (the request hooks of the
   middleware in ``_RUN``); any of them not passing, Django answers;
-* then fastpath.steady_answer with ``cached_only``: the credentials must be in this process's cache
+* then fastpath.steady_body with ``cached_only``: the credentials must be in this process's cache
   (the door never reads the database), and the script checks the cache's generation atomically with
   the renewal (docs/protocol.md section 12, "Credential changes").
 
 The answer goes through the response hooks of the middleware in ``_RUN``, in Django's order, so its
-headers are Django's; a 4xx is logged as Django logs it. Not steady after the script ran: the environ is
-marked (``fastpath.DOOR_TRIED``) so the view does not run the script (and count the floor) again. The
-body is read once and handed on in the environ. tests/api/test_door.py sends a corpus of requests through
-the door and through Django alone and compares status, headers and body.
+headers are Django's; a 4xx is logged as Django logs it. A steady member's answer (a 200 with the stored
+response's bytes) does so once per ``request.is_secure()``: what those hooks add to it depends on the
+settings and that alone, so later answers reuse the headers they learnt, with their own Content-Length
+(``_Setup.steady_response``; learnt again after a settings change).
+
+Not steady after the script ran: the environ is marked (``fastpath.DOOR_TRIED``) so the view does not
+run the script (and count the floor) again. The body is read once and handed on in the environ.
+tests/api/test_door.py sends a corpus of requests through the door and through Django alone and
+compares status, headers and body, and one door's answers, one after another, with Django's.
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ import io
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
+from django.core.signals import setting_changed
 from django.http import HttpResponse
 from django.urls import get_script_prefix, reverse
 from django.utils.log import log_response
@@ -50,6 +56,7 @@ from coordinator.protocol.model import IDENTIFIER_RE
 from coordinator.store import get_store
 
 from . import fastpath
+from .parsers import JSON_MEDIA_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +102,14 @@ class HeartbeatDoor:
             and environ.get("PATH_INFO", "").endswith("/heartbeat")
             and "HTTP_COOKIE" not in environ
         ):
-            response = self._answer(environ)
-            if response is not None:
-                start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
-                return [response.content]
+            answer = self._answer(environ)
+            if answer is not None:
+                status, headers, body = answer
+                start_response(status, headers)
+                return [body]
         return self.app(environ, start_response)
 
-    def _answer(self, environ: dict[str, Any]) -> HttpResponse | None:
+    def _answer(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes] | None:
         setup = self._setup
         if setup is None:
             return None
@@ -116,35 +124,91 @@ class HeartbeatDoor:
             return None  # the body is not read: Django reads it from the untouched input
         try:
             request.get_host()
-            for hook in setup.hooks:
-                if hasattr(hook, "process_request") and hook.process_request(request) is not None:
+            for hook in setup.request_hooks:
+                if hook(request) is not None:
                     return None  # a redirect: Django's to give
             body = request.body
         except Exception:  # a disallowed host or user agent, an unreadable body: Django answers
             return None
         environ["wsgi.input"] = io.BytesIO(body)  # read once here; the wrapped application reads it again
         try:
-            response = fastpath.steady_answer(
+            answer = fastpath.steady_body(
                 request, match["prefix"], match["group"], cached_only=True, token=token
             )
         except Exception:  # a bug: Django's handler answers (and reports) the same request
             log.exception("heartbeat door failed on %s; Django answers it", request.path)
             return None
-        if response is None:
+        if answer is None:
             if getattr(request, fastpath.FAST_TRIED, False):
                 environ[fastpath.DOOR_TRIED] = True
             return None
-        for hook in reversed(setup.hooks):
-            response = hook.process_response(request, response)
-        if response.status_code >= 400:
-            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
-        return response
+        if isinstance(answer, bytes):
+            return setup.steady_response(request, answer)
+        return _through_hooks(setup, request, answer)
 
 
-@dataclass(frozen=True, slots=True)
+def _through_hooks(
+    setup: _Setup, request: WSGIRequest, response: HttpResponse
+) -> tuple[str, list[tuple[str, str]], bytes]:
+    """The response after the response hooks of the middleware in _RUN, in Django's order, logged as
+    Django logs a 4xx."""
+    for hook in setup.response_hooks:
+        response = hook(request, response)
+    if response.status_code >= 400:
+        log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+    return f"{response.status_code} {response.reason_phrase}", list(response.items()), response.content
+
+
+# Bumped by any settings change (django.test.signals.setting_changed: tests, override_settings): the
+# headers the door learnt from the hooks (_Setup.steady_response) are learnt again.
+_settings_changes = 0
+
+
+def _forget_learnt_headers(**kwargs: Any) -> None:
+    global _settings_changes
+    _settings_changes += 1
+
+
+setting_changed.connect(_forget_learnt_headers)
+
+
+@dataclass(slots=True)
 class _Setup:
     path: re.Pattern[str]  # the heartbeat URL, with groups "prefix" and "group"
     hooks: list[Any]  # instances of the middleware in _RUN, in settings.MIDDLEWARE order
+    request_hooks: list[Any] = field(init=False)  # their process_request, in order
+    response_hooks: list[Any] = field(init=False)  # their process_response, in reverse order
+    # The headers of a steady answer, by request.is_secure(), with the index of Content-Length in them:
+    # learnt from the first answer the hooks finalized, made anew after a settings change.
+    learnt: dict[bool, tuple[int, list[tuple[str, str]], int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.request_hooks = [h.process_request for h in self.hooks if hasattr(h, "process_request")]
+        self.response_hooks = [h.process_response for h in reversed(self.hooks)]
+
+    def steady_response(self, request: WSGIRequest, body: bytes) -> tuple[str, list[tuple[str, str]], bytes]:
+        """A steady member's answer (the stored response's bytes) as Django would send it.
+
+        What the hooks in _RUN add to a 200 answer of the heartbeat view depends on the settings (read
+        when the hooks were made, and X_FRAME_OPTIONS on every call) and on request.is_secure() (HSTS)
+        only; Content-Length is the body's length. So the hooks finalize the first such answer, per
+        is_secure(), and later ones reuse its headers with their own Content-Length: the same headers
+        in the same order (tests/api/test_door.py compares them with Django's, answer after answer)."""
+        secure = request.is_secure()
+        learnt = self.learnt.get(secure)
+        if learnt is not None and learnt[0] == _settings_changes:
+            _changes, headers, at = learnt
+            headers = headers.copy()
+            headers[at] = ("Content-Length", str(len(body)))
+            return "200 OK", headers, body
+        changes = _settings_changes
+        status, headers, content = _through_hooks(
+            self, request, fastpath.finalized(HttpResponse(body, content_type=JSON_MEDIA_TYPE))
+        )
+        length = ("Content-Length", str(len(body)))
+        if status == "200 OK" and content == body and headers.count(length) == 1:
+            self.learnt[secure] = (changes, headers.copy(), headers.index(length))
+        return status, headers, content
 
 
 def _set_up() -> _Setup | None:

@@ -40,7 +40,7 @@ from django.views.decorators.csrf import csrf_exempt
 from coordinator.protocol.errors import CoordinatorError, HeartbeatTooFrequent
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import MAX_CAPACITY, Shard, validate_identifier
-from coordinator.store import CredentialsChanged, get_store
+from coordinator.store import CredentialsChanged, MetadataStore, get_store
 from coordinator.store.instruments import HEARTBEAT_SECONDS
 
 from . import errors
@@ -54,7 +54,9 @@ log = logging.getLogger(__name__)
 
 _FIELDS = frozenset({"member_id", "member_epoch", "owned_shards", "capacity"})
 # What DRF adds to every response of HeartbeatView (APIView.finalize_response and ApiView's own).
-_DRF_HEADERS = {"Allow": "POST", "Cache-Control": "no-store"}
+DRF_HEADERS = {"Allow": "POST", "Cache-Control": "no-store"}
+_FAST_SECONDS = HEARTBEAT_SECONDS.labels("fast")
+_REFUSED_SECONDS = HEARTBEAT_SECONDS.labels("refused")
 
 _drf_view = HeartbeatView.as_view()
 
@@ -87,25 +89,42 @@ def steady_answer(
     when the DRF view must decide; then ``FAST_TRIED`` is set on the request if the script ran.
     ``cached_only``: answer only from this process's cached credentials (never a database read).
     ``token``: what :func:`plain_token` returned for this request, when the caller has it already."""
-    steady = _plain_steady_heartbeat(request, stream_prefix, consumer_group, cached_only, token)
+    answer = steady_body(request, stream_prefix, consumer_group, cached_only=cached_only, token=token)
+    if isinstance(answer, bytes):
+        return finalized(HttpResponse(answer, content_type=JSON_MEDIA_TYPE))
+    return answer
+
+
+def steady_body(
+    request: HttpRequest,
+    stream_prefix: str,
+    consumer_group: str,
+    *,
+    cached_only: bool = False,
+    token: str | None = None,
+) -> bytes | HttpResponse | None:
+    """As :func:`steady_answer`, with a steady member's answer as the stored response's bytes (the body
+    of a 200 ``application/json`` response with :data:`DRF_HEADERS`), not yet an HttpResponse."""
+    store = get_store()
+    steady = _plain_steady_heartbeat(request, store, stream_prefix, consumer_group, cached_only, token)
     if steady is None:
         return None
     hb, generation = steady
     started = time.perf_counter()
     try:
-        raw = get_store().fast_heartbeat(
+        raw = store.fast_heartbeat(
             stream_prefix, consumer_group, hb, heartbeat_floor(), credentials_generation=generation
         )
     except HeartbeatTooFrequent as refused:
-        HEARTBEAT_SECONDS.labels("refused").observe(time.perf_counter() - started)
-        return _finalize(errors.exception_handler(refused, {"request": request}))
+        _REFUSED_SECONDS.observe(time.perf_counter() - started)
+        return finalized(errors.exception_handler(refused, {"request": request}))
     except (CoordinatorError, CredentialsChanged):
         return None  # nothing was written: DRF authenticates afresh and words any error
     if raw is None:
         setattr(request, FAST_TRIED, True)
         return None
-    HEARTBEAT_SECONDS.labels("fast").observe(time.perf_counter() - started)
-    return _finalize(HttpResponse(raw, content_type=JSON_MEDIA_TYPE))
+    _FAST_SECONDS.observe(time.perf_counter() - started)
+    return raw
 
 
 # The URL's view is this function; drf-spectacular (and anything else that inspects views) finds the DRF
@@ -114,14 +133,20 @@ heartbeat.cls = HeartbeatView  # type: ignore[attr-defined]
 heartbeat.initkwargs = {}  # type: ignore[attr-defined]
 
 
-def _finalize(response: HttpResponse) -> HttpResponse:
-    for name, value in _DRF_HEADERS.items():
+def finalized(response: HttpResponse) -> HttpResponse:
+    """The response with the headers DRF adds to every answer of HeartbeatView."""
+    for name, value in DRF_HEADERS.items():
         response[name] = value
     return response
 
 
 def _plain_steady_heartbeat(
-    request: HttpRequest, stream_prefix: str, consumer_group: str, cached_only: bool, token: str | None
+    request: HttpRequest,
+    store: MetadataStore,
+    stream_prefix: str,
+    consumer_group: str,
+    cached_only: bool,
+    token: str | None,
 ) -> tuple[Heartbeat, bytes | None] | None:
     """The heartbeat (with its sender's identity) if the request is plainly a steady heartbeat, and the
     credentials generation to check in the script (None: authenticated afresh), else None."""
@@ -138,7 +163,7 @@ def _plain_steady_heartbeat(
             return None
         # From the cache, checked against the shared generation inside the script (no GET of it here),
         # where one Redis holds both; else as DRF authenticates.
-        cached = match_token_cached(token) if get_store().checks_credentials_in_script else None
+        cached = match_token_cached(token) if store.checks_credentials_in_script else None
         if cached is None:
             if cached_only:
                 return None

@@ -157,6 +157,9 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
+        # One Redis, not a cluster (where the generation key lives in another slot than the prefix's
+        # keys): fast_heartbeat can check the credentials generation in its script. Asked per heartbeat.
+        self.checks_credentials_in_script = not clients.is_cluster(client)
         # The lease readers start with the lease-record rule (lease_record.lua).
         lease_rule = codec.lease_record_lua() + "\n"
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
@@ -243,12 +246,6 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         outcome = self._execute(many, [consumer_group], lease_of=ids)
         assert isinstance(outcome.result, tuple)
         return outcome.result
-
-    @property
-    def checks_credentials_in_script(self) -> bool:
-        """Whether :meth:`fast_heartbeat` can check ``credentials_generation`` in its script: one Redis
-        only (in a cluster the generation key lives in another slot than the prefix's keys)."""
-        return not clients.is_cluster(self.client)
 
     def fast_heartbeat(
         self,

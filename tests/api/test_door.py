@@ -302,3 +302,44 @@ def test_the_project_wsgi_application_has_the_door() -> None:
     from config.wsgi import application
 
     assert isinstance(application.wrapped, door.HeartbeatDoor)  # type: ignore[attr-defined]
+
+
+def test_later_steady_answers_carry_the_headers_django_gives(steady: int, api: Api, settings: Any) -> None:
+    """One door answers steady heartbeat after heartbeat: the headers it learnt from the middleware hooks
+    on the first answer (per http / https) are Django's on every later one, and a settings change is
+    learnt again."""
+    settings.RSC_HEARTBEAT_FLOOR_MS = 0
+    settings.SECURE_HSTS_SECONDS = 3600
+    behind = Recorder()
+    app = door.HeartbeatDoor(behind)
+    django = WSGIHandler()
+    auth.match_token(MEMBER_TOKEN)
+    # Two steady members with answers of different lengths (each is its own Content-Length).
+    joined = api.join("a-member-with-a-longer-id")
+    bodies = []
+    for member_id in ("m1", "a-member-with-a-longer-id"):
+        view = joined if member_id != "m1" else api.heartbeat(member_id="m1", member_epoch=steady).json()
+        for _ in range(10):  # reconciled to its share of the shards, settled
+            owned = [s["shard"] for s in view.get("shards", [])]
+            body = {"member_id": member_id, "member_epoch": view["member_epoch"], "owned_shards": owned}
+            answer = api.heartbeat(**body)
+            assert answer.status_code == 200, answer.content
+            view = answer.json()
+            if view["member_state"] == "STABLE" and [s["shard"] for s in view["shards"]] == owned:
+                break
+        steady_body = {"member_id": member_id, "member_epoch": view["member_epoch"]}
+        bodies += [steady_body, {**steady_body, "owned_shards": owned}]
+    https = {"wsgi.url_scheme": "https", "SERVER_PORT": "443"}
+    seen = []
+    for frame_options in ("DENY", "SAMEORIGIN"):
+        settings.X_FRAME_OPTIONS = frame_options
+        for meta in ({}, https, {}, https):
+            for body in bodies:
+                through_door = call(app, environ_of(body, MEMBER_TOKEN, **meta))
+                alone = call(django, environ_of(body, MEMBER_TOKEN, **meta))
+                assert comparable(through_door) == comparable(alone), (frame_options, meta, body)
+                seen.append(dict(through_door[1]))
+    assert behind.calls == []  # every one answered by the door
+    assert {h["X-Frame-Options"] for h in seen} == {"DENY", "SAMEORIGIN"}
+    assert sum("Strict-Transport-Security" in h for h in seen) == len(seen) // 2
+    assert len({h["Content-Length"] for h in seen}) == 2
