@@ -10,7 +10,8 @@ directly, for deployments next to it), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the 
 
 SIGTERM / SIGINT: every member stops reading, finishes its in-flight entries, acks them and leaves its
 group, bounded by ``--shutdown-timeout``; a second signal exits at once. Between batches each worker
-closes stale database connections (``django.db.close_old_connections``), as Django does per request.
+closes stale database connections (``django.db.close_old_connections``), as Django does per request;
+a thread that never opened one skips the search (consumers/dbconnections.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
 
 from consumers import metrics as consumers_metrics
 from consumers.checks import IN_PROCESS
 from consumers.client import CoordinatorClient, HttpCoordinatorClient, StoreCoordinatorClient
+from consumers.dbconnections import close_old_connections
 from consumers.errors import ConsumersError
 from consumers.listener import Listener, apply_concurrency_overrides, autodiscover_listeners
 from consumers.process import ConsumerProcess, dataplane_factory_for, redis_client_for
