@@ -612,11 +612,13 @@ ROW_KEYS = ("per_second", "p50_ms", "p99_ms", "server_cpu_us_per_request", "clie
 def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
     """Steady heartbeats of 100 members through each installed candidate server: median of 3 runs."""
     rows: dict[str, Any] = {}
-    for kind in args.servers.split(","):
+    for row in args.servers.split(","):
+        kind, _, threads = row.partition("@")  # granian@4: granian with 4 threads per worker
+        group = row.replace("@", "-t")  # a group of its own
         port = free_port()
-        argv = server_argv(kind, port, args.workers, args.threads)
+        argv = server_argv(kind, port, args.workers, int(threads or args.threads))
         if argv is None:
-            rows[kind] = {"skipped": "not installed"}
+            rows[row] = {"skipped": "not installed"}
             continue
         server_env = {**env, "RSC_HEARTBEAT_DOOR": "false"} if kind.endswith("-no-door") else env
         proc = start_server(argv, port, server_env)
@@ -624,20 +626,20 @@ def compare_servers(env: dict[str, str], args: argparse.Namespace) -> dict[str, 
             if kind.endswith("-floor"):  # any request gets {}: the members are only names
                 members = [(f"bench-{i}", 1, []) for i in range(100)]
             else:
-                members = setup_group(port, "servers", kind, 100, shards=64)
+                members = setup_group(port, "servers", group, 100, shards=64)
             runs = []
             for _ in range(3):
                 cpu0 = group_cpu_s([proc.pid])
                 load = run_load(
-                    _heartbeat_worker, (port, "servers", kind, members, args.seconds), args.clients
+                    _heartbeat_worker, (port, "servers", group, members, args.seconds), args.clients
                 )
                 cpu = group_cpu_s([proc.pid]) - cpu0
                 runs.append({**load, "server_cpu_us_per_request": 1e6 * cpu / max(1, load["requests"])})
         finally:
             stop_server(proc)
-        rows[kind] = {key: statistics.median(run[key] for run in runs) for key in ROW_KEYS}
-        rows[kind]["runs"] = runs
-        print(f"{kind}: {rows[kind]}", flush=True)
+        rows[row] = {key: statistics.median(run[key] for run in runs) for key in ROW_KEYS}
+        rows[row]["runs"] = runs
+        print(f"{row}: {rows[row]}", flush=True)
     return rows
 
 
@@ -655,14 +657,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sizes", default="1,100,1000")
-    parser.add_argument("--threads", type=int, default=4, help="threads per server worker process")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="threads per server worker process (config/serve.py's default)"
+    )
     parser.add_argument(
         "--servers",
         default=(
-            "granian,granian-no-door,granian-floor,gunicorn-gthread,gunicorn-gthread-floor,"
-            "gunicorn-gevent,uvicorn-asgi"
+            "granian,granian@1,granian@4,granian-no-door,granian-floor,gunicorn-gthread,"
+            "gunicorn-gthread-floor,gunicorn-gevent,uvicorn-asgi"
         ),
-        help="compared HTTP servers ('' none)",
+        help="compared HTTP servers ('' none); KIND@N: N threads per worker instead of --threads",
     )
     parser.add_argument("--large-members", default="2000,10000", help="section 5's groups ('' none)")
     parser.add_argument("--large-form-limit-s", type=float, default=300.0, help="give a group up after")

@@ -39,7 +39,7 @@ def _fmt(value: Any, digits: int = 1) -> str:
 # Why the product runs what it runs; the table above it is measured on every `make bench`.
 SERVER_DECISION = [
     "**Decision: granian** (`python -m config.serve`, config/serve.py: granian's WSGI interface, 2 worker "
-    "processes x 4 threads), in production (compose.yaml, docs/production.env), in `make run` (with "
+    "processes x 2 threads), in production (compose.yaml, docs/production.env), in `make run` (with "
     "`--reload`) and in the end-to-end tests. The criteria, in order: heartbeats per second and server "
     "CPU per heartbeat at the same number of worker processes, then operability.",
     "",
@@ -48,6 +48,14 @@ SERVER_DECISION = [
     "what is left is the door's own work, one script call and the server: each `-floor` row is the "
     "server alone answering `{}`. gunicorn's floor is a large part of a heartbeat's CPU; granian's HTTP "
     "layer is Rust and costs a fraction of it.",
+    "* **Threads per worker: 2**, chosen on the `granian@1` and `granian@4` rows and their ratio lines "
+    "above. A steady heartbeat is CPU under Python's GIL around one Redis round trip: threads beyond that "
+    "in one process mostly take the GIL from each other (more server CPU per heartbeat), while a single "
+    "thread leaves its worker idle during the round trip. For more cores, more worker processes "
+    "(`--workers`), not threads. A join holds a thread for its decision, so while "
+    "`RSC_MAX_CONCURRENT_JOINS` (per process) is not below the threads per worker, a burst of joins can "
+    "hold every thread of a worker for a while; members renew their own leases in Redis meanwhile "
+    "(docs/protocol.md section 5), and docs/operations.md says when to lower the limit.",
     "* **gunicorn's gthread worker**, the previous choice, loses on the first criterion (its ratio line "
     "above). What kept it last time was that `/metrics` in multiprocess mode needs the "
     "server to report dead workers; that does not hold for the API: its only per-process metric is a "
@@ -142,7 +150,7 @@ def heartbeat_section(data: dict[str, Any]) -> list[str]:
             "`-no-door`: the same server and application with the heartbeat door off (`RSC_HEARTBEAT_DOOR="
             "false`, every heartbeat through Django's handler); `-floor`: the server serving "
             "`bench/floor_app.py`, which answers `{}` and does nothing else: the server's own cost per "
-            "request.",
+            f"request; `@N`: N threads per worker process instead of {servers['threads']}.",
         ]
         base_kind = servers["base"]  # the product's server (heartbeat_bench.PRODUCT_SERVER)
         base = rows.get(base_kind, {})

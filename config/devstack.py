@@ -116,7 +116,7 @@ def web_argv(host: str, port: int) -> tuple[str, ...]:
     multiprocess /metrics directory emptied at start), with ``--reload``. With DEBUG on (make run's
     default) config/urls.py serves the admin's static files."""
     return (
-        sys.executable, "-m", "config.serve", "--bind", f"{host}:{port}", "--workers", "2", "--threads", "4",
+        sys.executable, "-m", "config.serve", "--bind", f"{host}:{port}", "--workers", "2", "--threads", "2",
         "--reload", "--graceful-s", "5",
     )  # fmt: skip
 

@@ -35,7 +35,7 @@ def granian_argv(
     port: int,
     *,
     workers: int = 2,
-    threads: int = 4,
+    threads: int = 2,
     reload: bool = False,
     graceful_s: int = 30,
     python: str = sys.executable,
@@ -60,7 +60,7 @@ def parse(args: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m config.serve", description=__doc__.split("\n")[0])
     parser.add_argument("--bind", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="threads per worker (default 2)")
     parser.add_argument("--reload", action="store_true", help="restart the workers on code changes")
     parser.add_argument("--graceful-s", type=int, default=30, help="seconds to finish requests on stop")
     options = parser.parse_args(args)
