@@ -159,7 +159,7 @@ def _through_hooks(
     return f"{response.status_code} {response.reason_phrase}", list(response.items()), response.content
 
 
-# Bumped by any settings change (django.test.signals.setting_changed: tests, override_settings): the
+# Bumped by any settings change (django.core.signals.setting_changed: tests, override_settings): the
 # headers the door learnt from the hooks (_Setup.steady_response) are learnt again.
 _settings_changes = 0
 

@@ -105,7 +105,10 @@ def steady_body(
 ) -> bytes | HttpResponse | None:
     """As :func:`steady_answer`, with a steady member's answer as the stored response's bytes (the body
     of a 200 ``application/json`` response with :data:`DRF_HEADERS`), not yet an HttpResponse."""
-    store = get_store()
+    try:
+        store = get_store()
+    except CoordinatorError:  # no REDIS_URL: the DRF view words it
+        return None
     steady = _plain_steady_heartbeat(request, store, stream_prefix, consumer_group, cached_only, token)
     if steady is None:
         return None

@@ -272,3 +272,12 @@ def test_a_member_a_bump_left_settled_is_answered_fast_with_the_new_epochs(
     restore(store, start)
     slow = through(HeartbeatView.as_view(), body, MEMBER_TOKEN)
     assert comparable(fast) == comparable(slow)
+
+
+def test_no_store_configured_is_worded_by_drf(steady: int, drf_calls: list[str], settings: Any) -> None:
+    settings.REDIS_URL = ""  # get_store() refuses: the DRF view words it as a problem, no traceback
+    body = {"member_id": "m1", "member_epoch": steady}
+    drf_calls.clear()
+    response = through(fastpath.heartbeat, body, MEMBER_TOKEN)
+    assert drf_calls == [PATH]
+    assert response.status_code == 503 and response["Content-Type"] == "application/problem+json"
