@@ -677,7 +677,12 @@ def main() -> None:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    results: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds, "workers": args.workers}
+    results: dict[str, Any] = {
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "workers": args.workers,
+        "threads": args.threads,
+    }
     with RedisServer() as server:
         results["raw_redis_ping"] = run_load(_ping_worker, (server.url, args.seconds), args.clients)
         port = free_port()

@@ -81,12 +81,13 @@ SERVER_DECISION = [
 
 
 def heartbeat_section(data: dict[str, Any]) -> list[str]:
+    threads = data.get("threads") or data.get("servers", {}).get("threads", "?")
     lines = [
         "## Coordinator heartbeats (`bench/heartbeat_bench.py`)",
         "",
-        f"`python -m config.serve` (granian, the heartbeat door on), {data['workers']} worker processes x 4 "
-        f"threads; {data['clients']} client processes with keep-alive connections, {data['seconds']:.0f} s "
-        "per row, on the same machine.",
+        f"`python -m config.serve` (granian, the heartbeat door on), {data['workers']} worker processes x "
+        f"{threads} threads; {data['clients']} client processes with keep-alive connections, "
+        f"{data['seconds']:.0f} s per row, on the same machine.",
         "",
         "| load | requests/s | p50 ms | p99 ms | setup s |",
         "|---|---:|---:|---:|---:|",
