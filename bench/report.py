@@ -48,14 +48,14 @@ SERVER_DECISION = [
     "what is left is the door's own work, one script call and the server: each `-floor` row is the "
     "server alone answering `{}`. gunicorn's floor is a large part of a heartbeat's CPU; granian's HTTP "
     "layer is Rust and costs a fraction of it.",
-    "* **Threads per worker: 2**, chosen on the `granian@1` and `granian@4` rows and their ratio lines "
-    "above. A steady heartbeat is CPU under Python's GIL around one Redis round trip: threads beyond that "
-    "in one process mostly take the GIL from each other (more server CPU per heartbeat), while a single "
-    "thread leaves its worker idle during the round trip. For more cores, more worker processes "
-    "(`--workers`), not threads. A join holds a thread for its decision, so while "
-    "`RSC_MAX_CONCURRENT_JOINS` (per process) is not below the threads per worker, a burst of joins can "
-    "hold every thread of a worker for a while; members renew their own leases in Redis meanwhile "
-    "(docs/protocol.md section 5), and docs/operations.md says when to lower the limit.",
+    "* **Threads per worker: 2.** The three thread counts are close, and which one is ahead moves from run "
+    "to run (this run's `granian@1` and `granian@4` ratio lines). Over four runs of this table on one day "
+    '(docs/operations.md, "Sizing a group"), 4 threads cost more server CPU per heartbeat than 2 in '
+    "three without serving more: a steady heartbeat is CPU under Python's GIL around one Redis round "
+    "trip, and more threads in one process mostly take the GIL from each other. 1 thread cost the least, "
+    "but its worker serves nothing else while one request waits (a join's decision takes milliseconds at "
+    "10,000 members). For more cores, more worker processes (`--workers`), not threads. Revisit when "
+    "repeated `make bench` runs show another count ahead on both figures in every repetition.",
     "* **gunicorn's gthread worker**, the previous choice, loses on the first criterion (its ratio line "
     "above). What kept it last time was that `/metrics` in multiprocess mode needs the "
     "server to report dead workers; that does not hold for the API: its only per-process metric is a "
