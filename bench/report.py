@@ -49,13 +49,14 @@ SERVER_DECISION = [
     "server alone answering `{}`. gunicorn's floor is a large part of a heartbeat's CPU; granian's HTTP "
     "layer is Rust and costs a fraction of it.",
     "* **Threads per worker: 2.** The three thread counts are close, and which one is ahead moves from run "
-    "to run (this run's `granian@1` and `granian@4` ratio lines). Over four runs of this table on one day "
+    "to run (this run's `granian@1` and `granian@4` ratio lines). Over five runs of this table on one day "
     '(docs/operations.md, "Sizing a group"), 4 threads cost more server CPU per heartbeat than 2 in '
-    "three without serving more: a steady heartbeat is CPU under Python's GIL around one Redis round "
-    "trip, and more threads in one process mostly take the GIL from each other. 1 thread cost the least, "
-    "but its worker serves nothing else while one request waits (a join's decision takes milliseconds at "
-    "10,000 members). For more cores, more worker processes (`--workers`), not threads. Revisit when "
-    "repeated `make bench` runs show another count ahead on both figures in every repetition.",
+    "four without serving more: a steady heartbeat is CPU under Python's GIL around one Redis round "
+    "trip, and more threads in one process mostly take the GIL from each other. 1 thread cost about as "
+    "much as 2, and its worker serves nothing else while one request waits (a join's decision takes "
+    "milliseconds at 10,000 members). For more cores, more worker processes (`--workers`), not "
+    "threads. Revisit when repeated `make bench` runs show another count ahead on both figures in "
+    "every repetition.",
     "* **gunicorn's gthread worker**, the previous choice, loses on the first criterion (its ratio line "
     "above). What kept it last time was that `/metrics` in multiprocess mode needs the "
     "server to report dead workers; that does not hold for the API: its only per-process metric is a "

@@ -11,11 +11,14 @@ from typing import Any
 
 from consumers.errors import InvalidRequest
 from coordinator.protocol.errors import CoordinatorError
-from coordinator.protocol.model import validate_identifier, validate_member_id
+from coordinator.protocol.model import (
+    MAX_ENTRY_ID_PART,
+    is_entry_id,
+    validate_identifier,
+    validate_member_id,
+)
 
 MAX_COUNT = 10_000
-MAX_ID_PART = 2**64 - 1  # both parts of a stream entry id are unsigned 64-bit integers in Redis
-_ENTRY_ID_RE = re.compile(r"([0-9]+)-([0-9]+)")  # ASCII digits: Python's \d takes others, Redis does not
 # The fast path: ids joined by single spaces, each part at most 19 digits (so below 2**64 without a
 # conversion; a real id's ms part has 13). A 20-digit part goes id by id, where it is compared.
 _ENTRY_IDS_RE = re.compile(r"[0-9]{1,19}-[0-9]{1,19}(?: [0-9]{1,19}-[0-9]{1,19})*")
@@ -64,13 +67,11 @@ def entry_ids(values: Any, what: str) -> list[str]:
 
 
 def entry_id(value: Any, what: str) -> str:
-    """``<ms>-<seq>``, both parts at most 2**64 - 1 (what Redis accepts: a larger one would fail inside a
-    script, after the writes before it)."""
+    """An id Redis accepts (the protocol core's :func:`is_entry_id`), as ``str`` or UTF-8 ``bytes``."""
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    match = _ENTRY_ID_RE.fullmatch(text) if isinstance(text, str) else None
-    if match is None or int(match[1]) > MAX_ID_PART or int(match[2]) > MAX_ID_PART:
+    if not is_entry_id(text):
         raise InvalidRequest(
-            f"{what}: a stream entry id is written '<ms>-<seq>', each part at most {MAX_ID_PART}; "
+            f"{what}: a stream entry id is written '<ms>-<seq>', each part at most {MAX_ENTRY_ID_PART}; "
             f"got {value!r}",
             field=what,
         )

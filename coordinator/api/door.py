@@ -56,7 +56,6 @@ from coordinator.protocol.model import IDENTIFIER_RE
 from coordinator.store import get_store
 
 from . import fastpath
-from .parsers import JSON_MEDIA_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +201,7 @@ class _Setup:
             headers[at] = ("Content-Length", str(len(body)))
             return "200 OK", headers, body
         changes = _settings_changes
-        status, headers, content = _through_hooks(
-            self, request, fastpath.finalized(HttpResponse(body, content_type=JSON_MEDIA_TYPE))
-        )
+        status, headers, content = _through_hooks(self, request, fastpath.stored_response(body))
         length = ("Content-Length", str(len(body)))
         if status == "200 OK" and content == body and headers.count(length) == 1:
             self.learnt[secure] = (changes, headers.copy(), headers.index(length))

@@ -71,28 +71,10 @@ def heartbeat(request: HttpRequest, stream_prefix: str, consumer_group: str) -> 
     if request.META.get(DOOR_TRIED):
         setattr(request, FAST_TRIED, True)
         return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
-    answer = steady_answer(request, stream_prefix, consumer_group)
+    answer = steady_body(request, stream_prefix, consumer_group)
     if answer is None:
         return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
-    return answer
-
-
-def steady_answer(
-    request: HttpRequest,
-    stream_prefix: str,
-    consumer_group: str,
-    *,
-    cached_only: bool = False,
-    token: str | None = None,
-) -> HttpResponse | None:
-    """The answer to a plainly steady heartbeat (its stored response, or the floor's refusal), or None
-    when the DRF view must decide; then ``FAST_TRIED`` is set on the request if the script ran.
-    ``cached_only``: answer only from this process's cached credentials (never a database read).
-    ``token``: what :func:`plain_token` returned for this request, when the caller has it already."""
-    answer = steady_body(request, stream_prefix, consumer_group, cached_only=cached_only, token=token)
-    if isinstance(answer, bytes):
-        return finalized(HttpResponse(answer, content_type=JSON_MEDIA_TYPE))
-    return answer
+    return stored_response(answer) if isinstance(answer, bytes) else answer
 
 
 def steady_body(
@@ -103,8 +85,11 @@ def steady_body(
     cached_only: bool = False,
     token: str | None = None,
 ) -> bytes | HttpResponse | None:
-    """As :func:`steady_answer`, with a steady member's answer as the stored response's bytes (the body
-    of a 200 ``application/json`` response with :data:`DRF_HEADERS`), not yet an HttpResponse."""
+    """A plainly steady heartbeat's answer: the stored response's bytes (the body of a 200
+    ``application/json`` response with :data:`DRF_HEADERS`, not yet an HttpResponse) or the floor's
+    refusal; None when the DRF view must decide, and then ``FAST_TRIED`` is set on the request if the
+    script ran. ``cached_only``: answer only from this process's cached credentials (never a database
+    read). ``token``: what :func:`plain_token` returned for this request, when the caller has it."""
     try:
         store = get_store()
     except CoordinatorError:  # no REDIS_URL: the DRF view words it
@@ -134,6 +119,11 @@ def steady_body(
 # view behind it, as on the function DRF's as_view() returns.
 heartbeat.cls = HeartbeatView  # type: ignore[attr-defined]
 heartbeat.initkwargs = {}  # type: ignore[attr-defined]
+
+
+def stored_response(raw: bytes) -> HttpResponse:
+    """A steady member's answer, the stored response's bytes, as the DRF view would send it."""
+    return finalized(HttpResponse(raw, content_type=JSON_MEDIA_TYPE))
 
 
 def finalized(response: HttpResponse) -> HttpResponse:

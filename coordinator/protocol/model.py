@@ -62,7 +62,7 @@ def require_int_in_range(value: object, what: str, low: int, high: int) -> int:
 # Redis stream entry ids, as operators and the Admin API give them (docs/protocol.md section 14).
 ENTRY_ID_RE = re.compile(r"\d+-\d+", re.ASCII)  # not other scripts' digits: Redis takes ASCII only
 MAX_ENTRY_IDS = 1000  # per skip, replay or purge request
-_U64 = 2**64
+MAX_ENTRY_ID_PART = 2**64 - 1  # both parts of an id are unsigned 64-bit integers in Redis
 
 
 def entry_id_key(entry_id: str) -> tuple[int, int]:
@@ -71,15 +71,25 @@ def entry_id_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+def is_entry_id(value: object) -> bool:
+    """``<ms>-<seq>`` in ASCII digits, each part at most :data:`MAX_ENTRY_ID_PART`: an id Redis accepts
+    (any other fails a command, or a script midway, after the writes before it)."""
+    return (
+        isinstance(value, str)
+        and ENTRY_ID_RE.fullmatch(value) is not None
+        and max(entry_id_key(value)) <= MAX_ENTRY_ID_PART
+    )
+
+
 def validate_entry_ids(ids: object, field: str) -> list[str]:
-    """1..1000 stream ids ``<ms>-<seq>`` (fullmatch, each part < 2**64), in canonical form (Redis reads
+    """1..1000 stream ids (:func:`is_entry_id`), in canonical form (Redis reads
     ``05-0`` as ``5-0``: written once, an id cannot be listed twice or reported back differently);
     duplicates dropped, order kept. ``InvalidRequest`` naming ``field`` otherwise."""
     if not isinstance(ids, list | tuple) or not 1 <= len(ids) <= MAX_ENTRY_IDS:
         raise InvalidRequest(f"{field} must be a list of 1 to {MAX_ENTRY_IDS} entry ids", field=field)
     canonical: list[str] = []
     for value in ids:
-        if not isinstance(value, str) or not ENTRY_ID_RE.fullmatch(value) or max(entry_id_key(value)) >= _U64:
+        if not is_entry_id(value):
             raise InvalidRequest(
                 f"{field}: an entry id is written '<ms>-<seq>', like '1718000000000-0'; got {value!r}",
                 field=field,
