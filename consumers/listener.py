@@ -37,8 +37,22 @@ When the handler raises, the listener's *error policy* decides (:class:`ErrorPol
   group's dead-letter stream and acked (atomically); without, it stays pending and an ERROR is logged.
 
 These are validated here, at import time: ``max_deliveries`` 1..1000 (default 5),
-``redeliver_backoff_ms`` 10..600000 (default 1000), both only with ``on_error="redeliver"``, and
-``dead_letter=True`` only with ``on_error="redeliver"``.
+``redeliver_backoff_ms`` 10..600000 (default 1000), ``redeliver_backoff_max_ms`` (default 60000, at
+least ``redeliver_backoff_ms``) and ``redeliver_jitter`` 0..1 (default 0: each pause is shortened by a
+random part of up to that share), all only with ``on_error="redeliver"``, and ``dead_letter=True`` only
+with ``on_error="redeliver"``.
+
+``ordering`` says what may run at once inside one shard (docs/consumers.md, "Orderings"):
+
+* ``"shard"`` (the default): one batch of the shard at a time, in stream order;
+* ``"key"``: entries of one partition key one at a time, in stream order; entries of different keys of
+  the shard at once, up to the member's workers; each acked when its handler returns. An entry with an
+  empty partition key has no order with any other;
+* ``"none"`` (a share mode, like Kafka's share groups): any entry on any free worker, each acked on its own.
+
+``max_in_flight`` (1..10000, default 64; only with "key" and "none") bounds the entries of one shard a
+member holds between its read and its ack (queued, running, or waiting for a retry): the shard is not
+read again until a whole batch fits.
 
 Discovery: ``run_member`` imports each installed app's ``listeners`` module (like the admin's
 autodiscover); nothing is imported in ``AppConfig.ready()``.
@@ -87,10 +101,20 @@ class OnError(StrEnum):
     REDELIVER = "redeliver"  # stop the shard at the entry, back off, hand it out again (opt-in)
 
 
+class Ordering(StrEnum):
+    SHARD = "shard"  # one batch of a shard at a time (the default)
+    KEY = "key"  # one entry per partition key at a time; keys of a shard run at once
+    NONE = "none"  # any entry on any free worker (a share mode)
+
+
 _ON_ERROR = {mode.value: mode for mode in OnError}
+_ORDERING = {mode.value: mode for mode in Ordering}
+MAX_IN_FLIGHT_RANGE = (1, 10_000)
+DEFAULT_MAX_IN_FLIGHT = 64
 MAX_DELIVERIES_RANGE = (1, 1_000)
 REDELIVER_BACKOFF_RANGE_MS = (10, 600_000)
-REDELIVER_BACKOFF_CAP_MS = 60_000  # doubling stops here (a larger configured backoff is used as is)
+REDELIVER_BACKOFF_CAP_MS = 60_000  # doubling stops here by default (a larger first backoff is used as is)
+REDELIVER_BACKOFF_MAX_RANGE_MS = (10, 3_600_000)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,16 +125,21 @@ class ErrorPolicy:
     max_deliveries: int = 5
     dead_letter: bool = False
     redeliver_backoff_ms: int = 1_000
+    redeliver_backoff_max_ms: int = REDELIVER_BACKOFF_CAP_MS
+    redeliver_jitter: float = 0.0
 
     @property
     def redeliver(self) -> bool:
         return self.on_error is OnError.REDELIVER
 
-    def backoff_ms(self, failures: int) -> int:
-        """The pause before the ``failures``-th consecutive redelivery of one entry (1, 2, ...)."""
-        cap = max(REDELIVER_BACKOFF_CAP_MS, self.redeliver_backoff_ms)
+    def backoff_ms(self, failures: int, jitter: float = 0.0) -> int:
+        """The pause before the ``failures``-th redelivery of one entry (1, 2, ...): the first backoff
+        doubled per failure after the first, at most the maximum (a first backoff above it is used as
+        is), then shortened by ``jitter`` (a number in [0, 1) the caller draws) times the jitter share."""
+        cap = max(self.redeliver_backoff_max_ms, self.redeliver_backoff_ms)
         doublings = min(max(failures, 1) - 1, 30)
-        return min(self.redeliver_backoff_ms << doublings, cap)
+        pause = min(self.redeliver_backoff_ms << doublings, cap)
+        return pause - int(pause * self.redeliver_jitter * min(max(jitter, 0.0), 1.0))
 
 
 def parse_error_policy(
@@ -119,6 +148,8 @@ def parse_error_policy(
     max_deliveries: object = None,
     dead_letter: object = False,
     redeliver_backoff_ms: object = None,
+    redeliver_backoff_max_ms: object = None,
+    redeliver_jitter: object = None,
 ) -> ErrorPolicy:
     """Validate the listener options of an error policy; ``None`` means "not given" (the default)."""
     mode = _ON_ERROR.get(on_error) if isinstance(on_error, str) else None
@@ -129,26 +160,65 @@ def parse_error_policy(
     if not isinstance(dead_letter, bool):
         raise ListenerConfigError(f"{where}: dead_letter must be True or False; got {dead_letter!r}")
     if mode is OnError.KEEP:
-        _refuse_redeliver_options(where, max_deliveries, redeliver_backoff_ms, dead_letter)
+        given = (max_deliveries, redeliver_backoff_ms, redeliver_backoff_max_ms, redeliver_jitter)
+        _refuse_redeliver_options(where, *given, dead_letter)
         return ErrorPolicy()
     defaults = ErrorPolicy()
+    backoff = _int_option(where, "redeliver_backoff_ms", redeliver_backoff_ms, defaults.redeliver_backoff_ms,
+                          REDELIVER_BACKOFF_RANGE_MS)
+    low, high = REDELIVER_BACKOFF_MAX_RANGE_MS
+    backoff_max = _int_option(where, "redeliver_backoff_max_ms", redeliver_backoff_max_ms,
+                              max(defaults.redeliver_backoff_max_ms, backoff), (max(low, backoff), high))
     return ErrorPolicy(
         on_error=mode,
         max_deliveries=_int_option(where, "max_deliveries", max_deliveries, defaults.max_deliveries,
                                    MAX_DELIVERIES_RANGE),
         dead_letter=dead_letter,
-        redeliver_backoff_ms=_int_option(where, "redeliver_backoff_ms", redeliver_backoff_ms,
-                                         defaults.redeliver_backoff_ms, REDELIVER_BACKOFF_RANGE_MS),
+        redeliver_backoff_ms=backoff,
+        redeliver_backoff_max_ms=backoff_max,
+        redeliver_jitter=_ratio_option(where, "redeliver_jitter", redeliver_jitter,
+                                       defaults.redeliver_jitter),
     )  # fmt: skip
 
 
+def _ratio_option(where: str, what: str, value: object, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ListenerConfigError(f"{where}: {what} must be a number in [0, 1]; got {value!r}")
+    return float(value)
+
+
+def parse_ordering(where: str, ordering: object, max_in_flight: object) -> tuple[Ordering, int]:
+    """Validate ``ordering`` and ``max_in_flight`` (which means nothing under "shard")."""
+    mode = _ORDERING.get(ordering) if isinstance(ordering, str) else None
+    if mode is None:
+        raise ListenerConfigError(
+            f"{where}: ordering must be 'shard' (the default), 'key' or 'none'; got {ordering!r}"
+        )
+    if mode is Ordering.SHARD and max_in_flight is not None:
+        raise ListenerConfigError(
+            f"{where}: max_in_flight requires ordering='key' or 'none' (under 'shard' one batch of a "
+            "shard is in flight at a time)"
+        )
+    window = _int_option(where, "max_in_flight", max_in_flight, DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT_RANGE)
+    return mode, window
+
+
 def _refuse_redeliver_options(
-    where: str, max_deliveries: object, backoff_ms: object, dead_letter: bool
+    where: str,
+    max_deliveries: object,
+    backoff_ms: object,
+    backoff_max_ms: object,
+    jitter: object,
+    dead_letter: bool,
 ) -> None:
     """Options that do nothing under on_error='keep' are a mistake, not a silent no-op."""
     options = (
         ("max_deliveries", max_deliveries),
         ("redeliver_backoff_ms", backoff_ms),
+        ("redeliver_backoff_max_ms", backoff_max_ms),
+        ("redeliver_jitter", jitter),
         ("dead_letter=True", dead_letter or None),
     )
     given = [name for name, value in options if value is not None]
@@ -184,6 +254,10 @@ class Listener:
         max_deliveries: int | None = None,
         dead_letter: bool = False,
         redeliver_backoff_ms: int | None = None,
+        redeliver_backoff_max_ms: int | None = None,
+        redeliver_jitter: float | None = None,
+        ordering: str = "shard",
+        max_in_flight: int | None = None,
     ) -> None:
         if not callable(fn):
             raise ListenerConfigError(f"a listener wraps a function; got {fn!r}")
@@ -205,8 +279,10 @@ class Listener:
         self.consumer_group = consumer_group
         self.concurrency = parse_concurrency(concurrency, where)
         self.error_policy = parse_error_policy(
-            where, on_error, max_deliveries, dead_letter, redeliver_backoff_ms
-        )
+            where, on_error, max_deliveries, dead_letter, redeliver_backoff_ms, redeliver_backoff_max_ms,
+            redeliver_jitter,
+        )  # fmt: skip
+        self.ordering, self.max_in_flight = parse_ordering(where, ordering, max_in_flight)
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
 
@@ -219,8 +295,12 @@ class Listener:
         if policy.redeliver:
             extra = (
                 f", on_error='redeliver', max_deliveries={policy.max_deliveries}, "
-                f"dead_letter={policy.dead_letter}, redeliver_backoff_ms={policy.redeliver_backoff_ms}"
+                f"dead_letter={policy.dead_letter}, redeliver_backoff_ms={policy.redeliver_backoff_ms}, "
+                f"redeliver_backoff_max_ms={policy.redeliver_backoff_max_ms}, "
+                f"redeliver_jitter={policy.redeliver_jitter}"
             )
+        if self.ordering is not Ordering.SHARD:
+            extra += f", ordering={self.ordering.value!r}, max_in_flight={self.max_in_flight}"
         return (
             f"Listener({self.name!r}, stream_prefix={self.stream_prefix!r}, "
             f"consumer_group={self.consumer_group!r}, concurrency={self.concurrency}{extra})"
@@ -298,6 +378,10 @@ def listener(
     max_deliveries: int | None = None,
     dead_letter: bool = False,
     redeliver_backoff_ms: int | None = None,
+    redeliver_backoff_max_ms: int | None = None,
+    redeliver_jitter: float | None = None,
+    ordering: str = "shard",
+    max_in_flight: int | None = None,
     registry: ListenerRegistry | None = None,
 ) -> Callable[[Handler], Listener]: ...
 
@@ -314,6 +398,10 @@ def listener(
     max_deliveries: int | None = None,
     dead_letter: bool = False,
     redeliver_backoff_ms: int | None = None,
+    redeliver_backoff_max_ms: int | None = None,
+    redeliver_jitter: float | None = None,
+    ordering: str = "shard",
+    max_in_flight: int | None = None,
     registry: ListenerRegistry | None = None,
 ) -> Listener | Callable[[Handler], Listener]:
     """Declare a listener; see the module docstring. ``registry`` defaults to the process registry."""
@@ -337,6 +425,10 @@ def listener(
             max_deliveries=max_deliveries,
             dead_letter=dead_letter,
             redeliver_backoff_ms=redeliver_backoff_ms,
+            redeliver_backoff_max_ms=redeliver_backoff_max_ms,
+            redeliver_jitter=redeliver_jitter,
+            ordering=ordering,
+            max_in_flight=max_in_flight,
         )
         return target.register(declared)
 

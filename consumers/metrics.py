@@ -46,6 +46,21 @@ LEASE_RENEWALS = Counter(
 REBALANCES = Counter("rsc_member_rebalances", "Assignment changes applied (shards started, stopped).", LABELS)
 CONCURRENCY = Gauge("rsc_member_effective_concurrency", "Worker threads granted by the coordinator.", LABELS)
 SHARDS = Gauge("rsc_member_shards", "Shards the member is consuming.", LABELS)
+ACKS_FENCED = Counter(
+    "rsc_member_acks_fenced",
+    "Handled entries whose ack the fence refused (fenced, or the shard taken while they ran).",
+    LABELS,
+)
+PARKED_KEYS = Gauge(
+    "rsc_member_parked_keys",
+    'Lanes (ordering "key" or "none") waiting for the retry of a failed entry.',
+    LABELS,
+)
+IN_FLIGHT = Gauge(
+    "rsc_member_in_flight",
+    'Entries read and not yet finished, over the shards of ordering "key" or "none".',
+    LABELS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +129,24 @@ class MemberMetrics:
         REBALANCES.labels(*labels).inc()
         SHARDS.labels(*labels).set(shards)
 
+    def acks_fenced(self, entries: int) -> None:
+        ACKS_FENCED.labels(self.stream_prefix, self.consumer_group, self.member_id).inc(entries)
+
+    def window(self, in_flight: int, parked: int) -> None:
+        """Changes of one unit's window (deltas: the member's shards add up)."""
+        labels = (self.stream_prefix, self.consumer_group, self.member_id)
+        if in_flight:
+            IN_FLIGHT.labels(*labels).inc(in_flight)
+        if parked:
+            PARKED_KEYS.labels(*labels).inc(parked)
+
     def concurrency(self, threads: int) -> None:
         CONCURRENCY.labels(self.stream_prefix, self.consumer_group, self.member_id).set(threads)
 
     def forget(self) -> None:
         """A member that stopped: its gauges go (its counters stay, as Prometheus expects)."""
         labels = (self.stream_prefix, self.consumer_group, self.member_id)
-        for gauge in (CONCURRENCY, SHARDS):
+        for gauge in (CONCURRENCY, SHARDS, PARKED_KEYS, IN_FLIGHT):
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
 

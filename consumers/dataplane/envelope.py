@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ class Delivery(StrEnum):
 _UNSET: Any = object()
 
 
+_NOT_REVOKED = threading.Event()  # an entry not handed out by a member (never set)
+
+
 class Entry:
     """One delivered entry: read-only, fields decoded on demand.
 
@@ -72,7 +76,9 @@ class Entry:
     handler that reads nothing costs no decoding at all.
     """
 
-    __slots__ = ("_fields", "_headers", "_payload", "_raw", "deliveries", "delivery", "entry_id", "shard")
+    __slots__ = (
+        "_fields", "_headers", "_payload", "_raw", "deliveries", "delivery", "entry_id", "revoked", "shard"
+    )  # fmt: skip
 
     entry_id: str
     shard: Shard
@@ -80,12 +86,17 @@ class Entry:
     # Redis's delivery count, this delivery included: 1 for a new entry; for a re-read or claimed one,
     # what XPENDING says after that read (it also counts reads whose handling never started).
     deliveries: int
+    # Set once the member must give the shard up (revoked, shutting down, or fenced): a long handler may
+    # poll it (``entry.revoked.is_set()``, or ``entry.revoked.wait(s)`` instead of a sleep) and stop early.
+    # The member sets it on the entries it hands to the handler; read it, never set it.
+    revoked: threading.Event
 
     def __init__(self, entry_id: str, shard: Shard, raw: Any, delivery: str, deliveries: int = 1) -> None:
         self.entry_id = entry_id
         self.shard = shard
         self.delivery = delivery
         self.deliveries = deliveries
+        self.revoked = _NOT_REVOKED
         # The packed envelope (bytes, from fetch.lua) or [field, value, ...] as Redis returned them.
         self._raw = raw
         self._fields: dict[bytes, Any] | None = None

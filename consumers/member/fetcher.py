@@ -37,6 +37,13 @@ guarantees it:
   alone and the ticket goes back (``LEASE``), and the unit probes the fence as it always did;
 * the epoch of a ticket is the member's epoch for the unit's incarnation at the moment of the call.
 
+*Recall.* A unit that runs many entries of its shard at once (``ordering="key"`` or ``"none"``,
+:mod:`consumers.member.concurrent`) has work of its own while its ticket waits here: entries finished
+(to ack), a retry due, a failure to decide. It gives its ticket a ``recall`` event, which it sets (and
+:meth:`Fetcher.wake` s the fetcher) when such work comes, and a ``recall_at_s`` for its next retry: a
+waiting ticket that is recalled, or whose time came, goes back at once without a call (``RECALLED``),
+its acks unsent; the unit then does that work and hands in a new ticket with them.
+
 Connection errors are the units' to handle (each backs off and resyncs); anything else fails the units
 of that call, which stop with their traceback as a failed per-shard call did. Closing the fetcher (the
 member finishing) sends every waiting ticket back as ``STOPPED``.
@@ -45,6 +52,7 @@ member finishing) sends every waiting ticket back as ``STOPPED``.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -69,6 +77,7 @@ class Wake(Enum):
     LEASE = "lease"  # the lease is in doubt: acks sent (if any), nothing read
     UNAVAILABLE = "unavailable"  # ``error`` is the DataPlaneUnavailable: outcome unknown
     ERROR = "error"  # ``error`` is what the call raised
+    RECALLED = "recalled"  # the unit asked for it back (its ``recall``): nothing sent for it
 
 
 class FetcherHost(Protocol):
@@ -89,6 +98,8 @@ class Ticket:
     ack_ids: list[str]  # what the fetcher did not apply comes back here
     token: str | None  # the redeliver token the unit knows (None: not yet seen)
     stopping: threading.Event  # the unit's: set when it is told to stop
+    recall: threading.Event | None = None  # set by the unit: give the ticket back now (module docstring)
+    recall_at_s: float = math.inf  # time.monotonic() at which it goes back by itself
     idle_s: float = 0.0  # the current idle backoff: 0 until a read came back empty
     due_s: float = 0.0  # time.monotonic() at which it is sent
     wake: Wake | None = None
@@ -191,15 +202,16 @@ class Fetcher:
         its backoff (the caller then owns the next call)."""
         with self._cond:
             while not self._closed:
-                if any(t.stopping.is_set() for t in self._tickets):
-                    for ticket in (t for t in self._tickets if t.stopping.is_set()):
-                        _finish(ticket, Wake.STOPPED)  # back at once, without a call
-                    self._tickets = [t for t in self._tickets if not t.stopping.is_set()]
                 now = time.monotonic()
+                back = [t for t in self._tickets if _wanted_back(t, now)]
+                if back:
+                    for ticket in back:  # back at once, without a call
+                        _finish(ticket, Wake.STOPPED if ticket.stopping.is_set() else Wake.RECALLED)
+                    self._tickets = [t for t in self._tickets if t not in back]
                 if not self._sending and any(t.due_s <= now for t in self._tickets):
                     self._sending = True
                     return self._take_due(now)
-                due = min((t.due_s for t in self._tickets), default=now + 3600)
+                due = min((min(t.due_s, t.recall_at_s) for t in self._tickets), default=now + 3600)
                 self._cond.wait(None if self._sending else max(0.0, due - now))
             return None
 
@@ -299,6 +311,15 @@ class Fetcher:
                 return
         for ticket in tickets:
             _finish(ticket, Wake.STOPPED)
+
+
+def _wanted_back(ticket: Ticket, now: float) -> bool:
+    """Stopping, or recalled by its unit (module docstring)."""
+    return (
+        ticket.stopping.is_set()
+        or ticket.recall_at_s <= now
+        or (ticket.recall is not None and ticket.recall.is_set())
+    )
 
 
 def _finish(

@@ -37,7 +37,8 @@ from typing import Any
 from consumers import logcontext
 from consumers.client import CoordinatorClient, CoordinatorRequestError
 from consumers.errors import DataPlaneUnavailable
-from consumers.listener import ErrorPolicy
+from consumers.listener import DEFAULT_MAX_IN_FLIGHT, ErrorPolicy, Ordering
+from consumers.member.concurrent import ConcurrentUnit
 from consumers.member.fetcher import Fetcher
 from consumers.member.ids import host_address, make_member_id
 from consumers.member.pool import WorkerPool
@@ -51,6 +52,7 @@ from consumers.member.state import (
     MemberStateMachine,
     Phase,
 )
+from consumers.member.tasks import TaskPool
 from consumers.member.values import RENEWED, UNAVAILABLE
 from consumers.metrics import MemberMetrics
 from consumers.runtime import Runtime
@@ -116,7 +118,21 @@ class Member:
         self._cond = threading.Condition()
         self._units: dict[Shard, ShardUnit] = {}
         self.stats = MemberStats()
-        self.pool = WorkerPool(self.label)
+        # "shard" ordering: units run their batches on their own threads, the pool bounds how many at once;
+        # "key" / "none": the member's worker threads run single entries (consumers/member/concurrent.py).
+        self.ordering: Ordering = getattr(listener, "ordering", Ordering.SHARD)
+        self.max_in_flight: int = getattr(listener, "max_in_flight", DEFAULT_MAX_IN_FLIGHT)
+        # Its log lines carry these fields (consumers/logcontext.py).
+        self.log_fields = {
+            "member_id": self.member_id,
+            "consumer_group": self.consumer_group,
+            "stream_prefix": self.stream_prefix,
+        }
+        self.pool: WorkerPool | TaskPool
+        if self.ordering is Ordering.SHARD:
+            self.pool = WorkerPool(self.label)
+        else:
+            self.pool = TaskPool(self.label, self.log_fields)
         self.fetcher = Fetcher(host=self, dataplane=dataplane, runtime=runtime)
         client_info = {
             "host": host_address()[:255],
@@ -132,12 +148,6 @@ class Member:
         )
         self._sm = MemberStateMachine(config, clock_ms())
         self._incarnation = self._sm.incarnation
-        # Its log lines carry member_id, consumer_group and stream_prefix (consumers/logcontext.py).
-        self.log_fields = {
-            "member_id": self.member_id,
-            "consumer_group": self.consumer_group,
-            "stream_prefix": self.stream_prefix,
-        }
         self.metrics = MemberMetrics(self.stream_prefix, self.consumer_group, self.member_id)
         self._thread = threading.Thread(
             target=logcontext.bound(self._heartbeat_loop, **self.log_fields),
@@ -156,13 +166,14 @@ class Member:
 
     def start(self) -> None:
         log.info(
-            "%s: starting member %s of %s/%s (runtime max concurrency %d, on_error %s)",
+            "%s: starting member %s of %s/%s (runtime max concurrency %d, on_error %s, ordering %s)",
             self.label,
             self.member_id,
             self.stream_prefix,
             self.consumer_group,
             self.runtime.max_concurrency,
             self.error_policy.on_error,
+            self.ordering,
         )
         self.fetcher.start()
         self._thread.start()
@@ -354,6 +365,22 @@ class Member:
                 self.stats.heartbeats += 1
                 self._apply(self._sm.on_heartbeat_response(request, body, self._clock_ms()))
 
+    def _unit(self, **unit: Any) -> ShardUnit:
+        if self.ordering is Ordering.SHARD:
+            return ShardUnit(**unit)
+        return ConcurrentUnit(ordering=self.ordering, max_in_flight=self.max_in_flight, **unit)
+
+    def parked_keys(self) -> dict[str, dict[str, float]]:
+        """Per shard, the keys (lanes) waiting for the retry of a failed entry and in how many seconds
+        each is due (``ordering="key"`` / ``"none"`` with ``on_error="redeliver"``)."""
+        with self._cond:
+            units = list(self._units.items())
+        return {
+            str(shard): parked
+            for shard, unit in units
+            if isinstance(unit, ConcurrentUnit) and (parked := unit.parked_keys())
+        }
+
     def _apply(self, decisions: Decisions) -> None:
         """Carry out decisions (caller holds the lock). Everything here returns at once."""
         for notice in decisions.notices:
@@ -372,7 +399,7 @@ class Member:
             if unit is not None:
                 unit.stop(abandon=stop.abandon)
         for start in decisions.start:
-            unit = ShardUnit(
+            unit = self._unit(
                 host=self,
                 start=start,
                 dataplane=self.dataplane,

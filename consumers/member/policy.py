@@ -25,7 +25,8 @@ pending: a resync hands it out again, an at-least-once re-delivery like the one 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -85,9 +86,16 @@ class KeptEntries:
 class FailurePolicy:
     """The error policy of one unit, with what it remembers between failures (unit thread only)."""
 
-    def __init__(self, policy: ErrorPolicy, *, max_kept: int = MAX_KEPT_ENTRIES) -> None:
+    def __init__(
+        self,
+        policy: ErrorPolicy,
+        *,
+        max_kept: int = MAX_KEPT_ENTRIES,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self.policy = policy
         self.kept = KeptEntries(max_kept)
+        self.jitter = jitter  # draws the number in [0, 1) that redeliver_jitter scales (tests pin it)
         self._streak = ("", 0)  # (entry id, its consecutive failures): for the backoff
 
     @property
@@ -95,14 +103,21 @@ class FailurePolicy:
         """Does a failed entry stop its batch (so later entries wait for it)?"""
         return self.policy.redeliver
 
-    def decide(self, entry: Any) -> Decision:
-        """``on_error="redeliver"``: what to do about ``entry``, which has just failed."""
+    def decide(self, entry: Any, *, by_deliveries: bool = False) -> Decision:
+        """``on_error="redeliver"``: what to do about ``entry``, which has just failed.
+
+        The backoff doubles per consecutive failure of the entry: counted here, for a unit that handles
+        one entry at a time ("shard" ordering); or, with ``by_deliveries`` (units that run many entries
+        at once, which fail in any interleaving), taken from Redis's delivery count of the entry."""
         if deliveries(entry) >= self.policy.max_deliveries:
             return Decision(Next.DEAD_LETTER if self.policy.dead_letter else Next.GIVE_UP)
-        entry_id, failures = self._streak
-        failures = failures + 1 if entry_id == entry.entry_id else 1
-        self._streak = (entry.entry_id, failures)
-        return Decision(Next.REDELIVER, self.policy.backoff_ms(failures) / 1000)
+        if by_deliveries:
+            failures = deliveries(entry)
+        else:
+            entry_id, failures = self._streak
+            failures = failures + 1 if entry_id == entry.entry_id else 1
+            self._streak = (entry.entry_id, failures)
+        return Decision(Next.REDELIVER, self.policy.backoff_ms(failures, self.jitter()) / 1000)
 
     def what_next(self, entry: Any) -> str:
         """For the log line of a failure: what happens to ``entry`` now."""

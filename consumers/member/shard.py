@@ -76,7 +76,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,7 +86,7 @@ from consumers.errors import DataPlaneUnavailable
 from consumers.listener import ErrorPolicy
 from consumers.member.fetcher import Fetcher, Ticket, Wake
 from consumers.member.policy import FailurePolicy, Next, deliveries
-from consumers.member.pool import PoolClosed, WorkerPool
+from consumers.member.pool import PoolClosed
 from consumers.member.state import ShardStart
 from consumers.metrics import MemberMetrics
 from consumers.runtime import Runtime
@@ -135,6 +135,8 @@ class _Batch:
 
 
 class ShardUnit:
+    thread_role = "worker"  # this unit's thread runs the handler
+
     def __init__(
         self,
         *,
@@ -142,7 +144,7 @@ class ShardUnit:
         start: ShardStart,
         dataplane: Any,
         fetcher: Fetcher,
-        pool: WorkerPool,
+        pool: Any,  # a WorkerPool; a TaskPool for units of consumers.member.concurrent
         handler: Callable[[Any], Any],
         runtime: Runtime,
         policy: ErrorPolicy | None = None,
@@ -170,7 +172,7 @@ class ShardUnit:
         self._unavailable = 0  # consecutive DataPlaneUnavailable failures
         self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
         # The unit's thread runs the handler: "-worker-" says so in logs (and the e2e handler's label).
-        name = f"{host.label}-worker-{self.shard}"
+        name = f"{host.label}-{self.thread_role}-{self.shard}"
         fields = {**(log_fields or {}), "shard": str(self.shard)}
         self.thread = threading.Thread(target=logcontext.bound(self._run, **fields), name=name, daemon=True)
 
@@ -226,6 +228,7 @@ class ShardUnit:
         while True:
             if self._resync_needed:
                 self._resync("a call failed and its outcome is unknown")
+            self._before_read()
             result = self._fetch()
             if result is None:
                 continue  # refused, or failed: the fetch may have delivered entries (resync first)
@@ -236,13 +239,16 @@ class ShardUnit:
             if result.entries:
                 self._process(result.entries)
 
+    def _before_read(self) -> None:
+        """Nothing here: a batch was handled before this thread came back to read."""
+
     def _fetch(self) -> Any | None:
         """The next batch through the member's fetcher, which acks the ids handled so far in the same
         call; None when there is nothing to handle now (a refusal acted on, the lease in doubt, or a
         failed call: the unit is marked "resync needed" and has waited out the backoff)."""
         if not self.host.lease_valid(self.incarnation):
             self._call(_lease_confirmed)  # acks first, then probes until renewed (or raises _Stopped)
-        ticket = Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
+        ticket = self._ticket()
         self._unacked = []
         self.fetcher.fetch(ticket)
         self._unacked = ticket.ack_ids  # what was not acked comes back (an unknown outcome: again)
@@ -255,12 +261,16 @@ class ShardUnit:
         if ticket.wake is Wake.ERROR:
             raise ticket.error  # type: ignore[misc]
         self._available_again()
-        if ticket.result is None:  # Wake.LEASE: the next _fetch probes
+        if ticket.result is None:  # Wake.LEASE (the next _fetch probes), or Wake.RECALLED
             return None
         if ticket.result.ok:
             return ticket.result
         self._on_refusal(ticket.result.status, ack=False)
         return None
+
+    def _ticket(self) -> Ticket:
+        """The fetcher's ticket for the next read, carrying what was handled and not acked yet."""
+        return Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
 
     def _resync_claim_window(self, cursor: str, next_cursor: str) -> None:
         """A claim whose reply was lost made the entries it claimed our own pending ones. They lie in the
@@ -292,7 +302,7 @@ class ShardUnit:
         while True:
             result = self._call(self.dataplane.read_own_pending, self.runtime.batch_size, after)
             page = [e for e in result.entries if limit is None or entry_id_key(e.entry_id) < limit]
-            self._process([e for e in page if e.entry_id not in kept])
+            self._process(self._not_held(e for e in page if e.entry_id not in kept))
             still_kept += [e.entry_id for e in page if e.entry_id in kept]  # kept before, or just now
             if not page or len(page) < len(result.entries):
                 break
@@ -300,6 +310,12 @@ class ShardUnit:
         if complete:
             kept.retain(still_kept)
         self._resync_needed = False  # what failed during it was retried as it was (module docstring)
+
+    def _not_held(self, entries: Iterable[Any]) -> list[Any]:
+        """Of re-read pending entries, those this unit does not hold: all of them here (a batch runs on
+        this thread, so nothing is in flight during a re-read); a unit with a window keeps out what it
+        holds (:mod:`consumers.member.concurrent`)."""
+        return list(entries)
 
     # ---------------------------------------------------------------------------------------- batches
 
@@ -316,6 +332,8 @@ class ShardUnit:
                 raise _Stopped() from None  # the member is finishing: its pool is gone
             if batch.handled and not self._abandoned.is_set():
                 self._unacked += batch.handled  # acked by the next call (the fetch, in steady state)
+            elif batch.handled:
+                self._count_fenced_acks(batch.handled)
             entries = entries[batch.attempted :]
             if batch.failure is not None:
                 entries = self._after_failure(*batch.failure, entries)
@@ -339,6 +357,7 @@ class ShardUnit:
                 if stopping.is_set() or deadline is None or clock_ms() >= deadline:
                     break
                 batch.attempted += 1
+                entry.revoked = stopping
                 started = time.perf_counter()
                 try:
                     handler(entry)
@@ -388,18 +407,21 @@ class ShardUnit:
             self._dead_letter(entry, error)
             return rest
         if decision.next is Next.GIVE_UP:
-            self._keep([entry.entry_id])
-            log.error(
-                "%s: shard %s: entry %s (event %s) gave up after %d deliveries; it stays pending: skip it "
-                "or fix the handler",
-                self.host.label, self.shard, entry.entry_id, getattr(entry, "event_id", "?"),
-                deliveries(entry),
-            )  # fmt: skip
+            self._give_up(entry)
             return rest
         if self._stopping.wait(decision.backoff_s):
             raise _Stopped()  # the entry and the rest stay pending for the next owner
         again = self._reread(entry)
         return [again, *rest] if again is not None else rest
+
+    def _give_up(self, entry: Any) -> None:
+        """``max_deliveries`` reached without ``dead_letter``: the entry stays pending, kept."""
+        self._keep([entry.entry_id])
+        log.error(
+            "%s: shard %s: entry %s (event %s) gave up after %d deliveries; it stays pending: skip it "
+            "or fix the handler",
+            self.host.label, self.shard, entry.entry_id, getattr(entry, "event_id", "?"), deliveries(entry),
+        )  # fmt: skip
 
     def _keep(self, entry_ids: list[str]) -> None:
         """Leave ``entry_ids`` pending on purpose: a resync does not hand them out again (within a bound:
@@ -448,9 +470,15 @@ class ShardUnit:
 
     # ---------------------------------------------------------------------------------------- data plane
 
+    def _collect_handled(self) -> bool:
+        """Move what other threads handled into ``_unacked``; True if anything moved. Nothing here: this
+        unit's handler runs on its own thread (:mod:`consumers.member.concurrent` overrides it)."""
+        return False
+
     def _flush_acks(self) -> None:
         """Ack what was handled and not acked yet, with a plain fenced ack (retried until it goes through,
         is refused, or the unit is abandoned); what could not be acked stays for the next try."""
+        self._collect_handled()
         if not self._unacked:
             return
         ids, self._unacked = self._unacked, []
@@ -466,6 +494,21 @@ class ShardUnit:
         may release the shard; an abandoned (fenced) one acks nothing."""
         with contextlib.suppress(_Stopped):  # abandoned meanwhile, or refused: nothing to ack with
             self._flush_acks()
+        self._count_fenced_acks(self._unacked)
+        self._unacked = []
+
+    def _count_fenced_acks(self, entry_ids: Sequence[str]) -> None:
+        """Entries handled whose ack the fence refused (the member was fenced, or the revocation timeout
+        passed while they ran): the next owner handles them again. Counted and logged."""
+        if not entry_ids:
+            return
+        if self.metrics is not None:
+            self.metrics.acks_fenced(len(entry_ids))
+        log.warning(
+            "%s: shard %s: %d handled entries were not acked (the member was fenced or the shard taken "
+            "away while they ran); the next owner handles them again",
+            self.host.label, self.shard, len(entry_ids),
+        )  # fmt: skip
 
     def _call(
         self,
@@ -489,7 +532,7 @@ class ShardUnit:
 
         Any other call first acks what was handled (``settle``): a re-read must not hand it out again.
         """
-        if settle and self._unacked:
+        if settle and (self._unacked or self._collect_handled()):
             self._flush_acks()
         while True:
             if self._abandoned.is_set() or (self._stopping.is_set() and not ack):

@@ -214,13 +214,34 @@ class Cluster:
 
 def assert_no_overlap_per_shard(calls: list[Call]) -> None:
     """No two handler calls of one shard overlapped in time (whichever members made them)."""
-    by_shard: dict[str, list[Call]] = {}
+    _assert_no_overlap(calls, lambda c: c.shard, "shard")
+
+
+def assert_no_overlap_per_key(calls: list[Call]) -> None:
+    """No two handler calls of one partition key overlapped in time (whichever members made them)."""
+    _assert_no_overlap(calls, lambda c: c.key, "key")
+
+
+def _assert_no_overlap(calls: list[Call], group: Callable[[Call], str], what: str) -> None:
+    groups: dict[str, list[Call]] = {}
     for c in calls:
-        by_shard.setdefault(c.shard, []).append(c)
-    for shard, items in by_shard.items():
+        groups.setdefault(group(c), []).append(c)
+    for name, items in groups.items():
         items.sort(key=lambda c: c.started)
         for a, b in itertools.pairwise(items):
-            assert a.ended <= b.started, f"shard {shard}: {a} overlaps {b}"
+            assert a.ended <= b.started, f"{what} {name}: {a} overlaps {b}"
+
+
+def overlapped(calls: list[Call], group: Callable[[Call], str]) -> bool:
+    """Did any two calls of one group (a shard, a key) run at the same time?"""
+    groups: dict[str, list[Call]] = {}
+    for c in calls:
+        groups.setdefault(group(c), []).append(c)
+    for items in groups.values():
+        items.sort(key=lambda c: c.started)
+        if any(a.ended > b.started for a, b in itertools.pairwise(items)):
+            return True
+    return False
 
 
 def assert_per_key_order(calls: list[Call]) -> None:

@@ -246,3 +246,38 @@ def test_redelivery_counts_survive_a_restart_of_the_member(cluster: Cluster) -> 
     ((_, fields),) = cluster.client.xrange(DLQ)
     assert fields[b"dlq_deliveries"] == b"3"
     assert len(second.snapshot()) == 2  # deliveries 2 (claimed) and 3: the count went on from A's
+
+
+def test_the_backoff_has_a_maximum_and_a_jitter_and_both_are_validated() -> None:
+    def handle(entry: Any) -> None: ...
+
+    def declare(**options: Any) -> Listener:
+        return Listener(handle, stream_prefix="orders", consumer_group="billing", **options)
+
+    policy = declare(on_error="redeliver", redeliver_backoff_ms=100, redeliver_backoff_max_ms=500,
+                     redeliver_jitter=0.5).error_policy  # fmt: skip
+    assert [policy.backoff_ms(n) for n in (1, 2, 3, 4, 10)] == [100, 200, 400, 500, 500]
+    # The jitter shortens a pause by up to its share: the caller draws the number in [0, 1).
+    assert [policy.backoff_ms(3, jitter) for jitter in (0.0, 0.5, 0.999)] == [400, 300, 201]
+    assert declare(on_error="redeliver").error_policy.backoff_ms(2, 0.9) == 2_000  # no jitter unless asked
+    refused = [
+        ({"on_error": "redeliver", "redeliver_backoff_ms": 100, "redeliver_backoff_max_ms": 99},
+         "redeliver_backoff_max_ms must be an integer in [100, 3600000]"),
+        ({"on_error": "redeliver", "redeliver_backoff_max_ms": 3_600_001}, "redeliver_backoff_max_ms must be"),
+        ({"on_error": "redeliver", "redeliver_jitter": 1.5}, "redeliver_jitter must be a number in [0, 1]"),
+        ({"on_error": "redeliver", "redeliver_jitter": True}, "redeliver_jitter must be a number in [0, 1]"),
+        ({"redeliver_jitter": 0.1}, "redeliver_jitter requires on_error='redeliver'"),
+        ({"redeliver_backoff_max_ms": 1000}, "redeliver_backoff_max_ms requires on_error='redeliver'"),
+    ]  # fmt: skip
+    for options, message in refused:
+        with pytest.raises(ListenerConfigError, match=re.escape("listener 'handle': " + message)):
+            declare(**options)
+
+
+def test_units_that_run_many_entries_take_the_backoff_from_the_delivery_count() -> None:
+    """Entries of one shard fail in any interleaving under ordering "key" / "none": the n-th delivery's
+    failure waits the n-th backoff, whatever failed in between."""
+    policy = FailurePolicy(ErrorPolicy(on_error=OnError.REDELIVER, redeliver_backoff_ms=100, max_deliveries=9))
+    a1, b1, a2 = SimpleNamespace(entry_id="1-0", deliveries=1), SimpleNamespace(entry_id="2-0", deliveries=1), \
+        SimpleNamespace(entry_id="1-0", deliveries=2)  # fmt: skip
+    assert [policy.decide(e, by_deliveries=True).backoff_s for e in (a1, b1, a2)] == [0.1, 0.1, 0.2]

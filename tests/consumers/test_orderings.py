@@ -1,0 +1,218 @@
+"""``ordering="key"`` and ``ordering="none"`` on a real Redis (consumers/member/concurrent.py): entries of
+one shard run at once, per-key order holds under "key", every entry is acked on its own, the window is
+bounded, a failing key parks only its own lane, long jobs are not delivered twice, and a revoke waits
+for running jobs. Every wait is a bounded poll for a condition; no sleep is an assertion."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from consumers.listener import ListenerConfigError
+from consumers.runtime import Runtime
+from tests.consumers.harness import (
+    GROUP,
+    PREFIX,
+    Cluster,
+    Recorder,
+    assert_no_overlap_per_key,
+    assert_per_key_order,
+    eventually,
+    overlapped,
+)
+
+WIDE = Runtime(max_concurrency=8, batch_size=4, idle_backoff_min_ms=2, idle_backoff_max_ms=20)
+
+
+def _sleeping(seconds: float) -> Any:
+    def handler(entry: Any) -> None:
+        threading.Event().wait(seconds)
+
+    return handler
+
+
+@pytest.mark.parametrize("ordering", ["key", "none"])
+def test_entries_of_one_shard_run_at_once_and_each_is_acked(cluster: Cluster, ordering: str) -> None:
+    keys = [cluster.key_for(0, n) for n in range(8)]  # 8 keys, all on shard v1:0
+    sent = cluster.send_many(keys, per_key=6)
+    recorder = Recorder(_sleeping(0.02))
+    m = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+    eventually(lambda: recorder.handled_ns() == set(range(sent)), what="every event handled")
+    calls = recorder.snapshot()
+    assert overlapped(calls, lambda c: c.shard), "entries of one shard ran one at a time"
+    assert {c.member for c in calls} == {m.label}  # the member's worker threads ran them
+    if ordering == "key":
+        assert_per_key_order(calls)
+        assert_no_overlap_per_key(calls)
+    assert len(calls) == sent  # each once
+    eventually(lambda: not any(cluster.all_pending().values()), what="everything acked")
+    assert m.stats.handled == sent and m.stats.failed == 0
+    labels = {"stream_prefix": PREFIX, "consumer_group": GROUP, "member_id": m.member_id}
+    assert REGISTRY.get_sample_value("rsc_member_handled_total", labels) == sent
+    eventually(lambda: REGISTRY.get_sample_value("rsc_member_in_flight", labels) == 0, what="window empty")
+
+
+def test_ordering_is_validated_at_declaration() -> None:
+    from consumers.listener import Listener
+
+    def fn(entry: Any) -> None: ...
+
+    for bad in ("keys", "", None, 1):
+        with pytest.raises(ListenerConfigError, match="ordering must be"):
+            Listener(fn, stream_prefix="p", consumer_group="g", ordering=bad)  # type: ignore[arg-type]
+    with pytest.raises(ListenerConfigError, match="max_in_flight requires ordering"):
+        Listener(fn, stream_prefix="p", consumer_group="g", max_in_flight=8)
+    for bad_window in (0, 10_001, True, 2.5):
+        with pytest.raises(ListenerConfigError, match="max_in_flight must be"):
+            Listener(fn, stream_prefix="p", consumer_group="g", ordering="key", max_in_flight=bad_window)
+    item = Listener(fn, stream_prefix="p", consumer_group="g", ordering="none", max_in_flight=5)
+    assert (item.ordering.value, item.max_in_flight) == ("none", 5)
+    assert "ordering='none', max_in_flight=5" in repr(item)
+    default = Listener(fn, stream_prefix="p", consumer_group="g")
+    assert (default.ordering.value, default.max_in_flight) == ("shard", 64)
+
+
+def test_a_failing_key_parks_only_its_own_lane(cluster: Cluster) -> None:
+    """Under "key" with on_error="redeliver", the failing entry's later entries wait (in order), the other
+    keys of the same shard go on; the failing entry is retried after its backoff (no busy loop: its
+    delivery count grows by one per retry) and dead-lettered after max_deliveries; then its key goes on."""
+    bad, *good = [cluster.key_for(0, n) for n in range(4)]
+    attempts: list[int] = []
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("fail"):
+            attempts.append(entry.deliveries)
+            raise RuntimeError("always")
+
+    recorder = Recorder(handler)
+    m = cluster.member(
+        recorder, runtime=WIDE, ordering="key", on_error="redeliver", max_deliveries=3,
+        redeliver_backoff_ms=300, dead_letter=True,
+    )  # fmt: skip
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    cluster.send(bad, fail=True)
+    after_bad = [cluster.send(bad) for _ in range(3)]
+    eventually(lambda: m.parked_keys().get("v1:0", {}).get(bad) is not None, what="the bad key parked")
+    sent_good = cluster.send_many(good, per_key=5)
+    eventually(
+        lambda: {c.n for c in recorder.snapshot() if c.key in good} >= set(range(4, 4 + sent_good)),
+        what="the other keys of the shard handled while the bad key waits",
+    )
+    eventually(lambda: all(c in {r.entry_id for r in recorder.snapshot()} for c in after_bad),
+               what="the bad key goes on once its entry is dead-lettered")  # fmt: skip
+    assert attempts == [1, 2, 3]  # one retry per backoff, with the delivery count Redis keeps
+    calls = recorder.snapshot()
+    assert_per_key_order(calls)
+    attempt_calls = sorted((c for c in calls if c.n == 0), key=lambda c: c.started)
+    assert len(attempt_calls) == 3
+    # The bad key's later entries waited for its last attempt; the other keys ran before that attempt.
+    assert all(c.started >= attempt_calls[-1].ended for c in calls if c.entry_id in after_bad)
+    assert max(c.ended for c in calls if c.key in good) < attempt_calls[-1].started
+    assert m.stats.dead_lettered == 1
+    eventually(lambda: not any(cluster.all_pending().values()), what="everything acked or dead-lettered")
+    assert m.parked_keys() == {}
+
+
+def test_share_mode_parks_the_failed_entry_and_lets_everything_else_flow(cluster: Cluster) -> None:
+    key = cluster.key_for(1)
+    tries: list[int] = []
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("fail") and entry.deliveries < 3:
+            tries.append(entry.deliveries)
+            raise RuntimeError("not yet")
+
+    recorder = Recorder(handler)
+    m = cluster.member(recorder, runtime=WIDE, ordering="none", on_error="redeliver",
+                       redeliver_backoff_ms=200, max_deliveries=5)  # fmt: skip
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    failing = cluster.send(key, fail=True)
+    later = [cluster.send(key) for _ in range(5)]  # the same key: "none" keeps no order
+    eventually(lambda: {c.entry_id for c in recorder.snapshot()} >= set(later), what="the rest flows")
+    eventually(lambda: any(c.entry_id == failing and c.n == 0 for c in recorder.snapshot()[-1:])
+               or m.stats.redelivered >= 2, what="the failed entry redelivered")  # fmt: skip
+    eventually(lambda: not any(cluster.all_pending().values()), what="handled on its third delivery")
+    assert tries == [1, 2]
+    assert m.stats.redelivered == 2 and m.stats.failed == 2
+
+
+@pytest.mark.parametrize("ordering", ["key", "none"])
+def test_the_window_bounds_what_a_slow_key_holds(cluster: Cluster, ordering: str) -> None:
+    """One key's handler blocks: the unit reads no more than max(max_in_flight, batch_size) entries of the
+    shard; once the handler returns everything is handled (in order under "key")."""
+    gate = threading.Event()
+    started = threading.Event()
+
+    def handler(entry: Any) -> None:
+        started.set()
+        assert gate.wait(30)
+
+    key = cluster.key_for(2)
+    recorder = Recorder(handler)
+    m = cluster.member(recorder, runtime=WIDE, ordering=ordering, max_in_flight=6)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    for _ in range(40):
+        cluster.send(key)
+    eventually(started.is_set, what="a handler blocked")
+    held = max(6, WIDE.batch_size)
+    # Give the unit every chance to read past its window: it is polled until its pending list stops growing.
+    seen: list[int] = []
+
+    def settled() -> bool:
+        seen.append(len(cluster.pending("v1:2")))
+        return len(seen) > 20 and seen[-1] == seen[-20]
+
+    eventually(settled, what="the pending list settled")
+    assert 0 < seen[-1] <= held
+    labels = {"stream_prefix": PREFIX, "consumer_group": GROUP, "member_id": m.member_id}
+    assert REGISTRY.get_sample_value("rsc_member_in_flight", labels) == seen[-1]
+    gate.set()
+    eventually(lambda: recorder.count() == 40, what="all 40 handled")
+    if ordering == "key":
+        assert_per_key_order(recorder.snapshot())
+    eventually(lambda: not cluster.pending("v1:2"), what="everything acked")
+
+
+@pytest.mark.parametrize("ordering", ["shard", "key", "none"])
+def test_a_job_longer_than_the_lease_is_delivered_once(cluster: Cluster, ordering: str) -> None:
+    """The lease is 2 s; a job takes 2.5 s while the member heartbeats: nobody else gets it, it is not
+    delivered again, and the member is never fenced."""
+    recorder = Recorder(_sleeping(2.5))
+    m = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    ids = [cluster.send(cluster.key_for(i)) for i in range(4)]
+    eventually(lambda: recorder.count() == 4, timeout_s=20, what="four long jobs done")
+    eventually(lambda: not any(cluster.all_pending().values()), what="acked")
+    assert sorted(c.entry_id for c in recorder.snapshot()) == sorted(ids)
+    assert m.stats.fenced == 0
+
+
+@pytest.mark.parametrize("ordering", ["key", "none"])
+def test_a_revoke_waits_for_running_jobs_which_see_it(cluster: Cluster, ordering: str) -> None:
+    """A runs a long job on v1:2 when B joins and v1:2 moves: the job sees ``entry.revoked`` set, A
+    releases v1:2 only once the job returned and was acked, and B never handles that entry."""
+    saw_revoked = threading.Event()
+    running = threading.Event()
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("long"):
+            running.set()
+            if entry.revoked.wait(20):  # a long job that stops early when its shard is being revoked
+                saw_revoked.set()
+
+    recorder = Recorder(handler)
+    a = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+    eventually(lambda: len(a.running_shards) == 4, what="A runs all four shards")
+    long_id = cluster.send(cluster.key_for(2), long=True)
+    eventually(running.is_set, what="the long job runs")
+    b = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+    eventually(lambda: cluster.stable(a, b), what="the rebalance completes")
+    assert saw_revoked.is_set()
+    assert [c.member for c in recorder.snapshot() if c.entry_id == long_id] == [a.label]
+    assert not cluster.pending("v1:2")
+    cluster.send(cluster.key_for(2))
+    owner = a if "v1:2" in {str(s) for s in a.assignment} else b
+    eventually(lambda: "v1:2" in recorder.by_member().get(owner.label, set()), what="the owner reads on")
