@@ -263,7 +263,8 @@ def test_the_backoff_has_a_maximum_and_a_jitter_and_both_are_validated() -> None
     refused = [
         ({"on_error": "redeliver", "redeliver_backoff_ms": 100, "redeliver_backoff_max_ms": 99},
          "redeliver_backoff_max_ms must be an integer in [100, 3600000]"),
-        ({"on_error": "redeliver", "redeliver_backoff_max_ms": 3_600_001}, "redeliver_backoff_max_ms must be"),
+        ({"on_error": "redeliver", "redeliver_backoff_max_ms": 3_600_001},
+         "redeliver_backoff_max_ms must be"),
         ({"on_error": "redeliver", "redeliver_jitter": 1.5}, "redeliver_jitter must be a number in [0, 1]"),
         ({"on_error": "redeliver", "redeliver_jitter": True}, "redeliver_jitter must be a number in [0, 1]"),
         ({"redeliver_jitter": 0.1}, "redeliver_jitter requires on_error='redeliver'"),
@@ -277,7 +278,10 @@ def test_the_backoff_has_a_maximum_and_a_jitter_and_both_are_validated() -> None
 def test_units_that_run_many_entries_take_the_backoff_from_the_delivery_count() -> None:
     """Entries of one shard fail in any interleaving under ordering "key" / "none": the n-th delivery's
     failure waits the n-th backoff, whatever failed in between."""
-    policy = FailurePolicy(ErrorPolicy(on_error=OnError.REDELIVER, redeliver_backoff_ms=100, max_deliveries=9))
-    a1, b1, a2 = SimpleNamespace(entry_id="1-0", deliveries=1), SimpleNamespace(entry_id="2-0", deliveries=1), \
-        SimpleNamespace(entry_id="1-0", deliveries=2)  # fmt: skip
+    policy = FailurePolicy(
+        ErrorPolicy(on_error=OnError.REDELIVER, redeliver_backoff_ms=100, max_deliveries=9)
+    )
+    a1 = SimpleNamespace(entry_id="1-0", deliveries=1)
+    b1 = SimpleNamespace(entry_id="2-0", deliveries=1)
+    a2 = SimpleNamespace(entry_id="1-0", deliveries=2)
     assert [policy.decide(e, by_deliveries=True).backoff_s for e in (a1, b1, a2)] == [0.1, 0.1, 0.2]
