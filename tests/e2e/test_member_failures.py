@@ -61,10 +61,24 @@ def handled_by_others(logs: HandledLogs, pid: int, refs: set[tuple[str, str]]) -
     return {ref(r) for r in logs.refresh() if r["pid"] != pid and ref(r) in refs}
 
 
+# Under "key" and "none" a member runs several entries of a shard at once (4 worker threads each).
+ORDERINGS = {
+    "shard": {},
+    "key": {"E2E_ORDERING": "key", "RSC_RUNTIME_MAX_CONCURRENCY": "4"},
+    "none": {"E2E_ORDERING": "none", "RSC_RUNTIME_MAX_CONCURRENCY": "4"},
+}
+
+
+def ordered(report: Report, ordering: str) -> list[Any]:
+    """Per-key reorders the checker found; "none" promises no order, so none count there."""
+    return [] if ordering == "none" else list(report.out_of_order)
+
+
+@pytest.mark.parametrize("ordering", list(ORDERINGS))
 def test_kill_9_of_a_member_its_unacked_entries_go_to_the_new_owner(
-    make_stack: Callable[..., Stack], producers: Callable[..., ProducerLoop]
+    make_stack: Callable[..., Stack], producers: Callable[..., ProducerLoop], ordering: str
 ) -> None:
-    stack = make_stack(member_env={"E2E_HANDLER_SLEEP_MS": "10"})
+    stack = make_stack(member_env={"E2E_HANDLER_SLEEP_MS": "10", **ORDERINGS[ordering]})
     producer = start_group(stack, producers, rate_per_s=150)
     logs = HandledLogs(stack.handled_dir)
     victim = stack.members["m1"]
@@ -92,7 +106,7 @@ def test_kill_9_of_a_member_its_unacked_entries_go_to_the_new_owner(
     wait_until(lambda: len(logs.refresh()) - survivors_before, lambda n: n >= 50, what="more traffic")
 
     report = finish(producer, logs)
-    assert (report.lost, report.out_of_order, report.overlaps) == ([], [], []), report.summary()
+    assert (report.lost, ordered(report, ordering), report.overlaps) == ([], [], []), report.summary()
     held = {p["event_id"] for p in producer.produced if ref(p) in pending}
     # Only entries the victim handled and could not ack are duplicated (or, on a loaded machine, some a
     # survivor handled before it was itself fenced: see unexplained_duplicates).
@@ -105,6 +119,7 @@ def test_kill_9_of_a_member_its_unacked_entries_go_to_the_new_owner(
     for entry in unhandled:  # never finished by the victim: handled exactly once, by the new owner
         assert len([r for r in rows if ref(r) == entry]) == 1
     assert stable_and_balanced(stack.describe(), 2, SHARDS)
+    assert f"ordering {ordering}" in stack.members["m0"].output()  # the members ran the ordering asked for
 
 
 # ---------------------------------------------------------------------------------------------- SIGSTOP
@@ -118,6 +133,7 @@ class FrozenRun:
     old_epoch: int
     stopped_ns: int
     resumed_ns: int
+    ordering: str
     pending: set[tuple[str, str]]  # (shard, entry id): read and not acked when it froze
     expired_view: dict[str, Any]
     rejoined_view: dict[str, Any]
@@ -130,10 +146,15 @@ class FrozenRun:
         return [r for r in self.rows if r["pid"] == self.victim_pid]
 
 
-@pytest.fixture(scope="module")
-def frozen_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrozenRun]:
-    """One SIGSTOP-past-the-lease scenario, shared by the tests below (it is the expensive part)."""
-    stack = Stack(tmp_path_factory.mktemp("frozen"), member_env={"E2E_HANDLER_SLEEP_MS": "20"})
+@pytest.fixture(scope="module", params=list(ORDERINGS))
+def frozen_run(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[FrozenRun]:
+    """One SIGSTOP-past-the-lease scenario per ordering, shared by the tests below (it is the expensive
+    part)."""
+    ordering = request.param
+    env = {"E2E_HANDLER_SLEEP_MS": "20", **ORDERINGS[ordering]}
+    stack = Stack(tmp_path_factory.mktemp(f"frozen-{ordering}"), member_env=env)
     producer: ProducerLoop | None = None
     try:
         stack.start()
@@ -176,6 +197,7 @@ def frozen_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrozenRun]:
             victim_pid=victim.pid,
             victim_id=victim_id,
             old_epoch=me["member_epoch"],
+            ordering=ordering,
             stopped_ns=stopped_ns,
             resumed_ns=resumed_ns,
             pending=pending,
@@ -211,7 +233,7 @@ def test_a_member_frozen_past_its_lease_is_fenced_its_shards_move_and_it_rejoins
     assert stable_and_balanced(run.rejoined_view, 3, SHARDS)
     # Nothing lost, order kept; duplicates only of what it held when it froze.
     report = run.report
-    assert (report.lost, report.out_of_order) == ([], []), report.summary()
+    assert (report.lost, ordered(report, run.ordering)) == ([], []), report.summary()
     held = {p["event_id"] for p in run.produced if ref(p) in run.pending}
     assert unexplained_duplicates(report, run.rows, run.stack.members.values(), allowed=held) == []
     # And it consumes again after rejoining.
@@ -224,12 +246,13 @@ def test_a_resumed_zombie_handles_nothing_more(frozen_run: FrozenRun) -> None:
     SIGCONT only the runtime's own lease check stands between its worker and those entries, which the
     new owners handled meanwhile: hearing of the fence takes a heartbeat round trip."""
     run = frozen_run
-    # The one call in flight at SIGSTOP cannot be interrupted by anyone; nothing may *start* after it.
+    # The calls in flight at SIGSTOP (one per worker thread at most: one under "shard" ordering, 4 under
+    # "key" / "none") cannot be interrupted by anyone; nothing may *start* after them.
     in_flight = [r for r in run.victim_rows() if r["start_ns"] < run.stopped_ns < r["end_ns"]]
-    assert len(in_flight) <= 1
+    assert len(in_flight) <= int(ORDERINGS[run.ordering].get("RSC_RUNTIME_MAX_CONCURRENCY", "1"))
     zombie = [r for r in run.victim_rows() if r["start_ns"] > run.stopped_ns and ref(r) in run.pending]
     assert zombie == [], f"{len(zombie)} handler calls on entries it held, after SIGCONT"
     # Single owner, seen from the handlers: no two members handling one shard at overlapping times,
-    # except for that one call (it began before the new owner took over; nobody can stop a frozen one).
+    # except for those calls (it began before the new owner took over; nobody can stop a frozen one).
     rest = [r for r in run.rows if r not in in_flight]
     assert check(run.produced, rest).overlaps == []

@@ -9,6 +9,9 @@ Environment (set per member process by tests/e2e/stack.py):
   member's label, so a process running several members keeps them apart);
 * ``E2E_HANDLER_SLEEP_MS``: simulated work per entry, so that a member holds read-but-unacked entries
   when a test kills or freezes it;
+* ``E2E_ORDERING``: the listeners' ``ordering`` (``shard``, the default, ``key`` or ``none``;
+  ``E2E_MAX_IN_FLIGHT`` their window under the last two). Under ``key`` and ``none`` the handler runs on
+  the member's worker threads (``RSC_RUNTIME_MAX_CONCURRENCY`` of them), many entries of a shard at once;
 * ``E2E_CURE_FILE``: a *poison* event (payload ``{"poison": true}``) makes the handler raise until this
   file exists (never, when unset). Every failed attempt is one JSON line in ``<handled log>.attempts``
   (not a ``*.jsonl`` file: the delivery checker sees only successful handlings).
@@ -38,6 +41,9 @@ _NAME = os.environ.get("E2E_MEMBER_NAME", f"pid{os.getpid()}")
 _SLEEP_S = float(os.environ.get("E2E_HANDLER_SLEEP_MS", "0")) / 1000
 _LOG_PATH = os.environ.get("E2E_HANDLED_LOG", "")
 _CURE_FILE = os.environ.get("E2E_CURE_FILE", "")
+_ORDERING: dict[str, Any] = {"ordering": os.environ.get("E2E_ORDERING", "shard")}
+if os.environ.get("E2E_MAX_IN_FLIGHT"):
+    _ORDERING["max_in_flight"] = int(os.environ["E2E_MAX_IN_FLIGHT"])
 _FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 _fd = os.open(_LOG_PATH, _FLAGS, 0o644) if _LOG_PATH else None
 _attempts_fd = os.open(_LOG_PATH + ".attempts", _FLAGS, 0o644) if _LOG_PATH else None
@@ -57,11 +63,12 @@ def _fail_if_poison(entry: Any, payload: dict[str, Any]) -> None:
 
 
 def _member_label() -> str:
-    # Handlers run on unit threads named "<listener>[<index>]-worker-<shard>" (consumers/member/shard.py).
+    # Handlers run on threads named "<listener>[<index>]-worker-<shard>" (consumers/member/shard.py), or
+    # "<listener>[<index>]-worker-<n>" under ordering "key" / "none" (consumers/member/tasks.py).
     return threading.current_thread().name.rsplit("-worker-", 1)[0]
 
 
-@listener(stream_prefix=STREAM_PREFIX, consumer_group=CONSUMER_GROUP, name="e2e")
+@listener(stream_prefix=STREAM_PREFIX, consumer_group=CONSUMER_GROUP, name="e2e", **_ORDERING)
 def handle(entry: Any) -> None:
     start_ns = time.monotonic_ns()
     wall_ns = time.time_ns()
@@ -100,11 +107,12 @@ handle_with_dead_letters = listener(
     max_deliveries=3,
     dead_letter=True,
     redeliver_backoff_ms=50,
+    **_ORDERING,
 )(handle.fn)
 
 
 # The benchmark's no-op handler (bench/e2e_bench.py): it touches nothing, so an entry costs only what
 # the member does around it (read, decode, ack), like the raw loop it is compared with.
-@listener(stream_prefix=STREAM_PREFIX, consumer_group=CONSUMER_GROUP, name="e2e_noop")
+@listener(stream_prefix=STREAM_PREFIX, consumer_group=CONSUMER_GROUP, name="e2e_noop", **_ORDERING)
 def noop(entry: Any) -> None:
     pass
