@@ -13,6 +13,8 @@ from prometheus_client import REGISTRY
 
 from consumers.listener import ListenerConfigError
 from consumers.runtime import Runtime
+from coordinator.protocol.model import Shard
+from coordinator.store.codec import stream_key
 from tests.consumers.harness import (
     GROUP,
     PREFIX,
@@ -216,3 +218,79 @@ def test_a_revoke_waits_for_running_jobs_which_see_it(cluster: Cluster, ordering
     cluster.send(cluster.key_for(2))
     owner = a if "v1:2" in {str(s) for s in a.assignment} else b
     eventually(lambda: "v1:2" in recorder.by_member().get(owner.label, set()), what="the owner reads on")
+
+
+@pytest.mark.parametrize("ordering", ["shard", "key"])
+def test_a_job_past_the_revocation_timeout_has_its_ack_fenced_and_goes_to_the_next_owner(
+    redis_url: str, ordering: str
+) -> None:
+    """A runs a job on v1:2 that ignores ``entry.revoked`` and outlasts the revocation timeout (1 s) after
+    B joins: the tick expires A (REVOCATION_TIMEOUT) and A is fenced; the job returns after that, its
+    ack is refused and counted (``rsc_member_acks_fenced``), and the entry is handled once more by v1:2's
+    next owner; A rejoins, nothing stays pending."""
+    cluster = Cluster(redis_url, revocation_timeout_ms=1_000)
+    ticking = threading.Event()
+
+    def tick() -> None:
+        while not ticking.wait(0.1):
+            cluster.store.tick()  # Celery beat's job in production
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    release = threading.Event()
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("long") and entry.delivery == "new":
+            release.wait(20)
+
+    try:
+        recorder = Recorder(handler)
+        a = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+        eventually(lambda: len(a.running_shards) == 4, what="A runs all four shards")
+        long_id = cluster.send(cluster.key_for(2), long=True)
+        eventually(lambda: cluster.pending("v1:2"), what="A holds the long job")
+        b = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+        eventually(lambda: a.stats.fenced >= 1, what="A expired past the revocation timeout, fenced")
+        release.set()  # the job returns after the fence: its ack is refused
+        # Handled twice: the long call (its ack refused), then once more by v1:2's next owner (B, or A
+        # rejoined under the same member id), which re-reads it as pending.
+        calls = eventually(lambda: (c := [c for c in recorder.snapshot() if c.entry_id == long_id])
+                           and len(c) == 2 and c, what="the entry handled again")  # fmt: skip
+        assert calls[0].member == a.label
+        labels = {"stream_prefix": PREFIX, "consumer_group": GROUP, "member_id": a.member_id}
+        eventually(lambda: REGISTRY.get_sample_value("rsc_member_acks_fenced_total", labels) == 1,
+                   what="A's refused ack counted")  # fmt: skip
+        eventually(lambda: cluster.stable(a, b), what="A rejoined, the group is stable")
+        eventually(lambda: not any(cluster.all_pending().values()), what="nothing pending")
+    finally:
+        release.set()
+        ticking.set()
+        ticker.join(5)
+        cluster.close()
+
+
+def test_a_slow_key_holds_the_trim_point_until_it_is_acked(cluster: Cluster) -> None:
+    """Under "key", entries of other keys after a slow one are handled and acked, but retention trims the
+    shard's stream only below the slow key's pending entry; once it is acked, the stream is trimmed."""
+    gate = threading.Event()
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("slow"):
+            assert gate.wait(30)
+
+    slow_key, *others = [cluster.key_for(3, n) for n in range(3)]
+    recorder = Recorder(handler)
+    m = cluster.member(recorder, runtime=WIDE, ordering="key")
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    held = cluster.send(slow_key, slow=True)
+    cluster.send_many(others, per_key=10)
+    eventually(lambda: recorder.count() == 20, what="the other keys handled")
+    eventually(lambda: cluster.pending("v1:3") == [(held, m.member_id)], what="only the slow one pending")
+    stream = stream_key(PREFIX, Shard(1, 3))
+    cluster.store.retention_pass()
+    assert cluster.client.xlen(stream) == 21  # nothing trimmed: the first entry is still pending
+    assert cluster.client.xrange(stream, count=1)[0][0].decode() == held
+    gate.set()
+    eventually(lambda: not cluster.pending("v1:3"), what="the slow one acked")
+    cluster.store.retention_pass()
+    assert cluster.client.xlen(stream) == 0  # everything acked by the group: trimmed

@@ -140,12 +140,16 @@ def _describe(selected: list[Listener], runtime: Runtime) -> None:
             if policy.redeliver
             else "keep"
         )
+        ordering = item.ordering.value
+        if item.ordering.value != "shard":
+            ordering += f" (max_in_flight {item.max_in_flight})"
         log.info(
-            "listener %s: %s/%s, %d member(s), runtime max concurrency %d, on_error %s",
+            "listener %s: %s/%s, %d member(s), runtime max concurrency %d, on_error %s, ordering %s",
             item.name,
             item.stream_prefix,
             item.consumer_group,
             item.concurrency,
             runtime.max_concurrency,
             on_error,
+            ordering,
         )
