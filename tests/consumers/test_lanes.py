@@ -8,6 +8,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from consumers.member.lanes import Lanes
 from consumers.member.tasks import TaskPool
@@ -123,3 +124,85 @@ def test_the_task_pool_runs_as_many_tasks_at_once_as_its_size_and_resizes() -> N
     eventually(lambda: pool.running == 0, what="running tasks finish")
     eventually(lambda: not [t for t in threading.enumerate() if t.name.startswith("t-worker-")],
                what="the threads end")  # fmt: skip
+
+
+class LanesMachine(RuleBasedStateMachine):
+    """The window driven by any interleaving of what a unit does: entries arrive (in stream order, any
+    key), heads start, finish, fail and park, come due and resume (re-read, or gone), or go back (the
+    lease in doubt). After every step: at most one running entry per key, no parked key has a running
+    entry, nothing is lost or duplicated, and per key entries finish in the order they arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lanes = Lanes()
+        self.now = 0.0
+        self.n = 0
+        self.key_of: dict[str, str] = {}
+        self.running: dict[str, Any] = {}  # entry id -> entry (taken to run)
+        self.parked: set[str] = set()
+        self.finished: list[str] = []
+
+    @rule(key=st.sampled_from("abc"))
+    def arrive(self, key: str) -> None:
+        entry = _entry(self.n)
+        self.n += 1
+        self.key_of[entry.entry_id] = key
+        self.lanes.add(key, entry)
+
+    @rule()
+    def start_ready(self) -> None:
+        for entry in self.lanes.take_ready():
+            assert entry.entry_id not in self.running and entry.entry_id not in self.parked
+            self.running[entry.entry_id] = entry
+
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        if self.running:
+            entry_id = data.draw(st.sampled_from(sorted(self.running)))
+            del self.running[entry_id]
+            self.lanes.finished(entry_id)
+            self.finished.append(entry_id)
+
+    @rule(data=st.data(), delay=st.floats(0.1, 5))
+    def fail_and_park(self, data: st.DataObject, delay: float) -> None:
+        if self.running:
+            entry_id = data.draw(st.sampled_from(sorted(self.running)))
+            del self.running[entry_id]
+            self.lanes.park(entry_id, self.now + delay)
+            self.parked.add(entry_id)
+
+    @rule(data=st.data())
+    def put_back(self, data: st.DataObject) -> None:
+        if self.running:
+            entry_id = data.draw(st.sampled_from(sorted(self.running)))
+            del self.running[entry_id]
+            self.lanes.put_back(entry_id)
+
+    @rule(step=st.floats(0.1, 3), gone=st.booleans())
+    def time_passes(self, step: float, gone: bool) -> None:
+        self.now += step
+        for entry in self.lanes.take_due(self.now):
+            self.parked.discard(entry.entry_id)
+            if gone:  # no longer pending (skipped by an operator): its lane moves on
+                assert self.lanes.resume(entry.entry_id, None) is None
+                self.finished.append(entry.entry_id)
+            else:
+                again = SimpleNamespace(entry_id=entry.entry_id, deliveries=2)
+                assert self.lanes.resume(entry.entry_id, again) is again
+                self.running[entry.entry_id] = again
+
+    @invariant()
+    def one_running_per_key_and_nothing_lost(self) -> None:
+        keys = [self.key_of[i] for i in self.running]
+        assert len(keys) == len(set(keys))
+        assert not {self.key_of[i] for i in self.parked} & set(keys)
+        assert len(self.lanes) == self.n - len(self.finished)
+        assert len(set(self.finished)) == len(self.finished)
+        assert self.lanes.parked_count == len(self.parked)
+        for key in "abc":
+            mine = [int(i.split("-")[0]) for i in self.finished if self.key_of[i] == key]
+            assert mine == sorted(mine)
+
+
+TestLanesMachine = LanesMachine.TestCase
+TestLanesMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
