@@ -15,7 +15,7 @@ help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
 	@echo "make test   ruff, mypy --strict coordinator/protocol, pytest (without chaos tests)"
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
-	@echo "make bench  heartbeat, producer and end-to-end benchmarks; rewrites docs/benchmarks.md"
+	@echo "make bench  heartbeat, producer, end-to-end and slow-job benchmarks; rewrites docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
@@ -69,6 +69,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
 	$(BIN)/python bench/store_bench.py --form-members 1000,10000 --out bench/results/store.json
 	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
+	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json
 	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
 
 run: $(STAMP)

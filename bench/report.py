@@ -378,6 +378,158 @@ def cluster_section(path: Path) -> list[str]:
     ]
 
 
+JOBS_INTRO = (
+    "Issue 27's figures. Slow jobs: a handler that sleeps {ms_list}, {shards} shards, {members} member "
+    "processes (`run_member`) with {wpm} worker threads each (`RSC_RUNTIME` max_concurrency, the group's "
+    "max_concurrency {wpm}: {workers} workers), {keys} partition keys, one consumer group per `ordering`,"
+    " against a Celery {celery_version} worker (`--pool threads -c {workers}`, {acks}, prefetch "
+    "multiplier {prefetch}) consuming the same sleeping task through its own Redis broker. Each "
+    "repetition produces one backlog while every consumer process is stopped (SIGSTOP, after its group "
+    "was STABLE and had handled a warm-up entry of every key), then lets one side at a time drain it "
+    "(SIGCONT to every job acked; Celery: every job's handler returned). `shard` drains only the newest "
+    "{fraction:.0%} of each backlog (it is capped at shards / job time). **x ideal**: jobs/s over workers"
+    " / job time; **x bound**: the window the run's own split of the jobs allows over the window measured"
+    " (a member runs only its shards' jobs: ceil(its jobs / its workers) job times; under `shard` a "
+    "shard's jobs, under `key` a key's, run one at a time), so what is below 1 there is the consumer's "
+    "own overhead, and what is below 1 in x ideal but not in x bound is the placement of keys on shards "
+    "and shards on members; **busy workers**: handler time summed over the window; reorders: the delivery"
+    " checker's per-key reorders (tests/e2e/checker.py) over every handling. CPU per job: the side's "
+    "processes (user + system, /proc), and its Redis server (`INFO cpu`: for ours also heartbeats and the"
+    " tick). Medians of {reps} repetitions; ratios per repetition, then their median."
+)
+
+
+def jobs_section(path: Path) -> list[str]:
+    """bench/jobs_bench.py: orderings against Celery on slow jobs, a failing key, fast handlers."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    lines = ["## Slow jobs (`bench/jobs_bench.py`)", ""]
+    missing = data.get("listener_options_missing") or {}
+    if missing:
+        lines += [f"Not measured in this run: {'; '.join(missing.values())}.", ""]
+    for key, what in (
+        ("slow_jobs", "Slow jobs"),
+        ("failing_key", "A failing key"),
+        ("fast_handlers", "Fast handlers"),
+    ):
+        if "error" in (data.get(key) or {}):
+            lines += [f"{what}: **not measured**, the section failed: `{data[key]['error']}`.", ""]
+    slow = data.get("slow_jobs")
+    if slow and "error" not in slow:
+        celery = slow["celery"]
+        ms_list = " and ".join(f"{row['job_ms']:,} ms" for row in slow["rows"])
+        lines += [
+            JOBS_INTRO.format(
+                ms_list=ms_list, shards=slow["shards"], members=slow["members"],
+                wpm=slow["workers_per_member"], workers=slow["workers"], keys=slow["keys"],
+                celery_version=data.get("celery_version", "?"), acks=celery["acks"],
+                prefetch=celery["prefetch_multiplier"], fraction=slow["shard_fraction"],
+                reps=slow["repetitions"],
+            ),
+            "",
+            "| job | backlog | side | jobs/s | x ideal | x bound | x Celery | client CPU µs/job "
+            "| Redis CPU µs/job | busy workers | reorders | lost |",
+            "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]  # fmt: skip
+        for row in slow["rows"]:
+            for name, side in row["sides"].items():
+                job = f"{row['job_ms']:,} ms"
+                if "jobs_per_s" not in side:
+                    lines.append(f"| {job} | | {name} | {side.get('skipped', 'not run')} | | | | | | | | |")
+                    continue
+                late = "" if side.get("all_finished", True) else " (a window ran out of time)"
+                over = side.get("over_celery")
+                lines.append(
+                    f"| {job} | {side['jobs']:,} | {name}{late} | {_fmt(side['jobs_per_s'])} | "
+                    f"{side['of_ideal']:.2f} | {side['of_bound']:.2f} | "
+                    f"{f'**{over:.2f}x**' if over is not None else ''} | "
+                    f"{_fmt(side['client_cpu_us_per_job'], 0)} | {_fmt(side['redis_cpu_us_per_job'], 0)} | "
+                    f"{_fmt(side['mean_busy_workers'])} | {side['reorders']} | {side['lost']} |"
+                )
+        lines += [
+            "",
+            "Ideal: " + ", ".join(f"{_fmt(r['ideal_jobs_per_s'], 0)} jobs/s for {r['job_ms']:,} ms jobs"
+                                  for r in slow["rows"]) + f" ({slow['workers']} workers / job time).",
+        ]  # fmt: skip
+    lines += _failing_key_lines(data.get("failing_key"))
+    lines += _fast_handler_lines(data.get("fast_handlers"))
+    goals = data.get("targets", [])
+    if goals:
+        lines += ["", "Issue 27's targets in this run:", ""]
+        for goal in goals:
+            state = {True: "met", False: "**not met**", None: "not measured"}[goal["met"]]
+            lines.append(f"- {goal['target']}: {goal['measured']} ({state})")
+    raw_json = ["<details><summary>Raw JSON</summary>", "", "```json", json.dumps(data, indent=2), "```"]
+    return [*lines, "", *raw_json, "", "</details>"]
+
+
+def _failing_key_lines(failing: dict[str, Any] | None) -> list[str]:
+    if not failing or "error" in failing:
+        return []
+    if "skipped" in failing:
+        return ["", f"A failing key: not measured ({failing['skipped']})."]
+    base, bad = failing["base"], failing["failing"]
+    nan = float("nan")
+    lines = [
+        "",
+        f"A failing key: `ordering=\"key\"`, `on_error=\"redeliver\"` (backoff from "
+        f"{failing['redeliver_backoff_ms']} ms, max_deliveries {failing['max_deliveries']}, max_in_flight "
+        f"{failing['max_in_flight']}), the {failing['job_ms']} ms handler, a backlog of "
+        f"{failing['backlog']:,} jobs; every delivery of `{failing['failing_key']}` (on "
+        f"{failing['failing_key_shard']}) raises, in a group of its own; a second group reads the same "
+        "backlog without the failing key, and each repetition uses two fresh groups. The other keys: "
+        f"**{_fmt(bad.get('jobs_per_s', nan))} jobs/s** against {_fmt(base.get('jobs_per_s', nan))} "
+        f"without, a cost of **{failing.get('cost', nan):.1%}** (failed deliveries of the key per "
+        f"repetition: {', '.join(str(n) for n in failing['failing_key_attempts_per_rep'])}).",
+    ]  # fmt: skip
+    if not bad.get("all_finished", True):
+        lines.append("")
+        lines.append("Windows that ran out of time: " + "; ".join(bad.get("unfinished", [])) + ".")
+    persisting = failing.get("persisting")
+    if persisting:
+        state = (
+            ""
+            if persisting["all_finished"]
+            else ", and did **not** finish: " + "; ".join(persisting.get("unfinished", []))
+        )
+        lines += [
+            "",
+            f"A second backlog on the same failing group (the key's entries of both backlogs, "
+            f"{persisting['failing_key_entries_in_window']}, now wait in its shard's window): the other keys "
+            f"did {_fmt(persisting['jobs_per_s'])} jobs/s, **{persisting['over_base']:.2f}x** the group "
+            f"without a failing key{state}.",
+        ]
+    return lines
+
+
+def _fast_handler_lines(fast: dict[str, Any] | None) -> list[str]:
+    if not fast or "error" in fast:
+        return []
+    lines = [
+        "",
+        f"Fast handlers: a no-op handler, {fast['shards']} shards, {fast['members']} members, a backlog of "
+        f"{fast['messages']:,} entries per repetition (one worker per member is the shape of the "
+        "end-to-end bench above), medians of "
+        f"{fast['repetitions']}:",
+        "",
+        "| workers per member | ordering | msgs/s | client CPU µs/msg | Redis CPU µs/msg | x shard |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for row in fast["rows"]:
+        for name, side in row["sides"].items():
+            if "skipped" in side:
+                lines.append(f"| {row['workers_per_member']} | {name} | {side['skipped']} | | | |")
+                continue
+            over = side.get("over_shard")
+            lines.append(
+                f"| {row['workers_per_member']} | {name} | {_fmt(side['msgs_per_s'], 0)} | "
+                f"{_fmt(side['client_cpu_us_per_msg'])} | {_fmt(side['redis_cpu_us_per_msg'])} | "
+                f"{f'**{over:.2f}x**' if over is not None else ''} |"
+            )
+    return lines
+
+
 def main() -> None:
     heartbeat_file, e2e_file, out = (Path(a) for a in sys.argv[1:4])
     redis_version = subprocess.run(
@@ -400,6 +552,7 @@ def main() -> None:
     lines += [*producer_section(e2e_file.parent / "producer.json"), ""]
     lines += [*store_section(e2e_file.parent / "store.json"), ""]
     lines += [*cluster_section(e2e_file.parent / "cluster.json"), ""]
+    lines += [*jobs_section(e2e_file.parent / "jobs.json"), ""]
     out.write_text("\n".join(lines))
     print(f"wrote {out}")
 
