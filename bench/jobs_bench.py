@@ -49,6 +49,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import sys
@@ -259,6 +260,18 @@ def listener_options() -> dict[str, str]:
     }
 
 
+def code_state() -> str:
+    """The commit measured, and the product files changed on top of it (the tree may be in progress)."""
+    import subprocess
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "consumers", "coordinator", "config").splitlines()
+    files = ", ".join(line[3:] for line in changed)
+    return git("rev-parse", "--short", "HEAD") + (f" with uncommitted changes to {files}" if files else "")
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values))
 
@@ -366,6 +379,25 @@ def start_members(
     return Side(name, procs, stack.client(), group=group, log_dir=log_dir, logs=HandledLogs(log_dir))
 
 
+def process_errors(side: Side) -> str:
+    """The first exception lines its processes logged (why a group does not form or handle)."""
+    found: list[str] = []
+    for proc in side.procs:
+        for line in proc.output().splitlines():
+            if re.match(r"^[A-Za-z_.]*(Error|Exception|Exit)\b.*", line) and line not in found:
+                found.append(line)
+    return "; ".join(found[:3]) or "no exception in their output"
+
+
+@contextlib.contextmanager
+def explained(side: Side) -> Iterator[None]:
+    """An AssertionError (a bounded wait that ran out) says what the side's processes logged."""
+    try:
+        yield
+    except AssertionError as e:
+        raise AssertionError(f"{e} (its processes: {process_errors(side)})") from None
+
+
 def wait_formed(stack: Stack, prefix: str, sides: list[Side], members: int) -> None:
     """Every group STABLE and balanced (its members hold their shards)."""
     for side in sides:
@@ -374,7 +406,8 @@ def wait_formed(stack: Stack, prefix: str, sides: list[Side], members: int) -> N
             side.check_alive()
             return stable_and_balanced(stack.describe(prefix, side.group), members, SHARDS)
 
-        wait_until(formed, timeout_s=120, interval_s=0.2, what=f"{side.group}: {members} members stable")
+        with explained(side):
+            wait_until(formed, timeout_s=120, interval_s=0.2, what=f"{side.group}: {members} members stable")
 
 
 def warm_up(stack: Stack, prefix: str, sides: list[Side]) -> None:
@@ -385,13 +418,14 @@ def warm_up(stack: Stack, prefix: str, sides: list[Side]) -> None:
     keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(SHARDS)]
     last = last_ids(client, keys)
     for side in sides:
-        wait_until(
-            lambda side=side: progress(client, last, side.group),
-            lambda s: s == (True, 0),
-            timeout_s=60,
-            interval_s=0.05,
-            what=f"{side.group}: warm-up handled",
-        )
+        with explained(side):
+            wait_until(
+                lambda side=side: progress(client, last, side.group),
+                lambda s: s == (True, 0),
+                timeout_s=60,
+                interval_s=0.05,
+                what=f"{side.group}: warm-up handled (delivered, pending)",
+            )
     for side in sides:
         side.stop()
 
@@ -1057,7 +1091,9 @@ def table(results: dict[str, Any]) -> str:
                 f"{s['mean_busy_workers']:>9.1f} {s['reorders']:>8}{late}"
             )
     failing = results.get("failing_key", {})
-    if failing.get("skipped"):
+    if "error" in failing:
+        pass  # listed at the top
+    elif failing.get("skipped"):
         lines.append(f"failing key: skipped: {failing['skipped']}")
     elif failing:
         lines.append(
@@ -1134,6 +1170,7 @@ def main() -> None:
         "celery_version": celery.__version__,
         "listener_options_missing": missing,
         "command": " ".join(["bench/jobs_bench.py", *sys.argv[1:]]),
+        "code": code_state(),
     }
     sections = set(args.sections.split(","))
     with contextlib.ExitStack() as cleanup:
