@@ -265,7 +265,7 @@ def code_state() -> str:
     import subprocess
 
     def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True).stdout.rstrip("\n")
 
     changed = git("status", "--porcelain", "--", "consumers", "coordinator", "config").splitlines()
     files = ", ".join(line[3:] for line in changed)
