@@ -127,7 +127,12 @@ class Entry:
 
     @property
     def partition_key_bytes(self) -> bytes:
-        """The key exactly as the producer routed it."""
+        """The key exactly as the producer routed it (read straight from a packed envelope when nothing
+        else was decoded yet: the member's per-key lanes need only it)."""
+        if self._fields is None and type(self._raw) is bytes:
+            key = packed.partition_key_of(self._raw)
+            if key is not None:
+                return key
         return self.partition_key.encode("utf-8", "surrogateescape")
 
     @property

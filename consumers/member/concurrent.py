@@ -13,10 +13,17 @@ the lease gate, the error policies - and changes only who runs the handler and w
   "key"; the entry's own id under "none", and for an entry with no partition key), and hands the head
   of every free lane to the member's worker threads (:class:`consumers.member.tasks.TaskPool`, as many
   as the member's effective concurrency, shared by its shards, first come first served);
-* a worker calls the handler for one entry and, when it returns, hands the id to the ack and starts the
-  next entry of that lane. Each entry is acked on its own, whatever the others do: the ids ride in the
-  shard's next fetch (the folded ack) or, while the window is full, in a plain fenced ack at most
-  ``ACK_LINGER_S`` later. Workers do no I/O but the handler.
+* a worker runs a *drain task* of the shard: it takes ready entries (heads of different lanes: one at
+  a time while handlers are slow, a few at a time once they are known to be fast), calls the handler,
+  hands the ids of those that returned to the ack, and takes more, until none is ready or the task has
+  had its share (``batch_size`` entries or ``DRAIN_SHARE_S`` of handler time), when it queues again
+  behind the other shards' tasks. The dispatcher keeps one queued task per ready lane (running ones
+  are not counted: one may be in a long job), at most the pool's size, and no more than it takes to
+  run them within one share. So slow jobs spread over every free worker, one entry per task, while
+  fast ones run back to back on one thread, and the dispatcher runs a batch of them itself in a
+  worker's place when one is free (no hand-off at all). Each entry is acked on its own, whatever the
+  others do: the ids ride in the shard's next fetch (the folded ack) or, while the window is full, in
+  a plain fenced ack at most ``ACK_LINGER_S`` later. Workers do no I/O but the handler.
 
 *Backpressure.* The window holds at most ``max(max_in_flight, batch_size)`` entries (read, not yet
 finished: queued, running, or waiting for a retry). The dispatcher reads a shard again only when a whole
@@ -62,7 +69,6 @@ import math
 import threading
 import time
 from collections.abc import Iterable
-from functools import partial
 from typing import Any
 
 from consumers.listener import Ordering
@@ -74,6 +80,7 @@ from consumers.member.shard import ShardUnit, _lease_confirmed, _Stopped
 log = logging.getLogger("consumers.member")
 
 ACK_LINGER_S = 0.05  # while the window is full, finished entries wait at most this long for their ack
+DRAIN_SHARE_S = 0.005  # a worker's turn on one shard: past this much handler time it queues again
 SAFETY_WAKE_S = 1.0  # the dispatcher's longest wait on its own condition (every wake-up is notified)
 
 
@@ -84,37 +91,63 @@ class ConcurrentUnit(ShardUnit):
         super().__init__(**unit)
         self.by_key = ordering is Ordering.KEY
         self.capacity = max(max_in_flight, self.runtime.batch_size)
-        self._lock = threading.Condition()
+        # One lock (a plain one: the hot path takes it once per entry) and a condition on it, notified only
+        # while someone waits on it (the dispatcher, or the unit settling).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0
         # Guarded by _lock (workers and the dispatcher):
         self._lanes = Lanes()
         self._done: list[str] = []  # handled, not yet moved to _unacked (the dispatcher acks them)
         self._failed: dict[str, tuple[Any, str]] = {}  # failed, not yet decided by the dispatcher
-        self._running = 0  # tasks handed to the pool and not over (ran, or not run)
+        self._running = 0  # entries taken by workers and not over (finished, or given back)
+        self._queued = 0  # drain tasks of this unit queued in the pool, not started yet
+        self._mean_s: float | None = None  # the handler's mean time (a moving average; None: not known)
         self._lease_doubt = False  # a worker found the lease may have ended
         self._pool_gone = False  # the pool refused a task: the member is finishing
-        self._recall: threading.Event | None = None  # the ticket now in the fetcher
+        self._recall: threading.Event | None = None  # the recall of the ticket now in the fetcher
+        self._ticket_now: Ticket | None = None
         self._shown = (0, 0)  # (in window, parked) as last added to the member's gauges
 
     def stop(self, *, abandon: bool) -> None:
         super().stop(abandon=abandon)
         with self._lock:
-            self._lock.notify_all()
+            self._wake()
 
     # ---------------------------------------------------------------------------------------- dispatcher
 
-    def _key(self, entry: Any) -> str:
+    def _key(self, entry: Any) -> bytes | str:
+        """The entry's lane: its partition key (bytes) under "key", else (or with no key) its own id."""
         if self.by_key:
-            return entry.partition_key or entry.entry_id
+            return entry.partition_key_bytes or entry.entry_id
         return entry.entry_id
 
     def _process(self, entries: list[Any]) -> None:
         """Put ``entries`` (in stream order) in their lanes, start what may start, then wait for room."""
+        keyed = [(self._key(entry), entry) for entry in entries]
         with self._lock:
-            for entry in entries:
-                self._lanes.add(self._key(entry), entry)
-            self._dispatch_ready()
+            for key, entry in keyed:
+                self._lanes.add(key, entry)
+            inline = self._fast() and self.pool.try_claim()
+            taken = self._take() if inline else []
+            if not inline:
+                self._dispatch_ready()
             self._show_window()
+        if inline:
+            try:
+                if taken:
+                    self._turn(taken)  # fast handlers: here, without a hand-off per batch
+            finally:
+                self.pool.unclaim()
+            with self._lock:
+                self._dispatch_ready()  # what this turn left (a key's next entries, its share used up)
         self._wait_for_room()
+
+    def _fast(self) -> bool:
+        """Handlers fast enough that a whole batch fits in one share: the dispatcher runs a batch itself
+        (in a worker's place, :meth:`TaskPool.try_claim`) rather than hand it to another thread."""
+        mean_s = self._mean_s
+        return mean_s is not None and mean_s * self.runtime.batch_size < DRAIN_SHARE_S
 
     def _before_read(self) -> None:
         self._wait_for_room()
@@ -133,7 +166,7 @@ class ConcurrentUnit(ShardUnit):
                 flush = bool(self._done) and now >= ack_due
                 if not flush and not self._has_work(now):
                     due = min(ack_due, self._lanes.next_due() or math.inf)
-                    self._lock.wait(min(max(0.0, due - now), SAFETY_WAKE_S))
+                    self._wait(min(max(0.0, due - now), SAFETY_WAKE_S))
                     continue
             if flush:
                 self._flush_acks()
@@ -172,9 +205,7 @@ class ConcurrentUnit(ShardUnit):
         for entry in due:
             again = self._reread(entry)  # bumps its delivery count; None: acked or skipped meanwhile
             with self._lock:
-                again = self._lanes.resume(entry.entry_id, again)
-                if again is not None:
-                    self._submit(again)
+                self._lanes.resume(entry.entry_id, again)  # the fresh copy first, or the lane moves on
                 self._dispatch_ready()
                 self._show_window()
 
@@ -201,11 +232,13 @@ class ConcurrentUnit(ShardUnit):
     def _ticket(self) -> Ticket:
         with self._lock:
             self._move_done()
+            self._show_window()
             self._recall = recall = threading.Event()
             due = self._lanes.next_due()
         ticket = super()._ticket()
         ticket.recall = recall
         ticket.recall_at_s = math.inf if due is None else due
+        self._ticket_now = ticket
         return ticket
 
     def _collect_handled(self) -> bool:
@@ -233,7 +266,7 @@ class ConcurrentUnit(ShardUnit):
         self._stopping.set()
         with self._lock:
             while self._running:
-                self._lock.wait(SAFETY_WAKE_S)
+                self._wait(SAFETY_WAKE_S)
         super()._settle()
         with self._lock:
             self._lanes = Lanes()  # what never started stays pending for the next owner
@@ -243,87 +276,162 @@ class ConcurrentUnit(ShardUnit):
     # ---------------------------------------------------------------------------------------- workers
 
     def _dispatch_ready(self) -> None:
-        """Hand every lane head that may start to the pool (caller holds the lock)."""
+        """Make sure enough workers come for this shard's ready lanes: one queued task per ready lane, at
+        most as many as the pool has threads, and no more than it takes to run them all within one share
+        at the handler's mean time so far (fast handlers: one task runs a whole batch, with no wake-up
+        of another thread per entry; until a handler has returned, it is taken to be slow). Running
+        tasks are not counted: one may be inside a long job. Caller holds the lock."""
         if self._stopping.is_set() or self._lease_doubt:
             return
-        for entry in self._lanes.take_ready():
-            self._submit(entry)
-
-    def _submit(self, entry: Any) -> None:
-        """Caller holds the lock; ``entry`` is its lane's head, marked running."""
-        self._running += 1
-        if not self.pool.submit(partial(self._run_entry, entry), partial(self._not_run, entry)):
-            self._running -= 1
-            self._lanes.put_back(entry.entry_id)
-            self._pool_gone = True
-            self._recall_dispatcher()
-
-    def _run_entry(self, entry: Any) -> None:
-        """On a worker thread: the handler for one entry, unless the shard is being given up or the lease
-        may have ended."""
-        if self._stopping.is_set():
-            self._not_run(entry)
-            return
-        deadline = self.host.lease_deadline_ms(self.incarnation)
-        if deadline is None or self.host.clock_ms() >= deadline:
-            with self._lock:
-                self._running -= 1
-                self._lanes.put_back(entry.entry_id)
-                self._lease_doubt = True
+        ready = self._lanes.ready_count
+        if self._mean_s is not None:  # no more workers than it takes to run them within one share
+            ready = min(ready, 1 + int(ready * self._mean_s / DRAIN_SHARE_S))
+        wanted = min(ready, max(1, self.pool.size)) - self._queued
+        for _ in range(wanted):
+            self._queued += 1
+            if not self.pool.submit(self._drain, self._drain_cancelled):
+                self._queued -= 1
+                self._pool_gone = True
                 self._recall_dispatcher()
-            return
-        entry.revoked = self._stopping
-        self._run_hooks()
-        error = None
+                return
+
+    def _take(self) -> list[Any]:
+        """The next ready entries for a worker (of different lanes), marked running: as many as fit in one
+        share at the handler's mean time, at most a batch; one while that time is unknown; none when
+        nothing is ready or may start. Caller holds the lock."""
+        if self._stopping.is_set() or self._lease_doubt:
+            return []
+        mean_s = self._mean_s
+        count = 1
+        if mean_s is not None:
+            count = min(self.runtime.batch_size, 1 + int(DRAIN_SHARE_S / (mean_s + 1e-9)))
+        taken = []
+        while len(taken) < count and (entry := self._lanes.take_one()) is not None:
+            taken.append(entry)
+        self._running += len(taken)
+        return taken
+
+    def _drain(self) -> None:
+        """On a worker thread: run ready entries of this shard, each acked on its own, until none is ready,
+        the shard is being given up, the lease may have ended, or this task has had its share
+        (``batch_size`` entries or ``DRAIN_SHARE_S`` of handler time: then it queues again behind the
+        other shards' tasks, so a busy shard does not keep the workers to itself). A slow job is one
+        entry per task; fast ones are taken a few at a time (:meth:`_take`): one lock per few entries,
+        and counters once per task."""
+        with self._lock:
+            self._queued -= 1
+            entries = self._take()
+        if entries:
+            self._turn(entries)
+
+    def _turn(self, entries: list[Any]) -> None:
+        """Run ``entries`` (taken), then whatever :meth:`_take` gives, until this turn had its share."""
+        deadline = self.host.lease_deadline_ms(self.incarnation)  # one lock per task, as per batch
+        clock_ms, handler, stopping = self.host.clock_ms, self.handler, self._stopping
+        seconds: list[float] = []
+        failures = 0
+        fenced: list[str] = []
         started = time.perf_counter()
-        try:
-            self.handler(entry)
-        except Exception as e:
-            error = f"{type(e).__name__}: {e}"
-            self._log_failure(entry)
-        seconds = time.perf_counter() - started
-        handled = error is None
-        if self.metrics is not None:
-            self.metrics.observe_batch((seconds,))
-            self.metrics.count(int(handled), int(not handled))
-        self.host.record(handled=int(handled), failed=int(not handled))
         self._run_hooks()
-        self._finish(entry, error)
+        try:
+            while entries:
+                outcomes: list[tuple[Any, str | None]] = []
+                for i, entry in enumerate(entries):
+                    if stopping.is_set() or deadline is None or clock_ms() >= deadline:
+                        self._give_back(entries[i:], lease=not stopping.is_set())
+                        break
+                    entry.revoked = stopping
+                    error = None
+                    t = time.perf_counter()
+                    try:
+                        handler(entry)
+                    except Exception as e:
+                        error = f"{type(e).__name__}: {e}"
+                        failures += 1
+                        self._log_failure(entry)
+                    seconds.append(time.perf_counter() - t)
+                    outcomes.append((entry, error))
+                elapsed_s = time.perf_counter() - started
+                had_share = len(seconds) >= self.runtime.batch_size or elapsed_s >= DRAIN_SHARE_S
+                with self._lock:
+                    for entry, error in outcomes:
+                        if self._finish(entry, error):
+                            fenced.append(entry.entry_id)
+                    self._wake()
+                    entries = [] if had_share or len(outcomes) < len(entries) else self._take()
+                    if not entries:
+                        self._dispatch_ready()  # had its share: the rest queues behind other shards
+        finally:
+            self._run_hooks()
+            if self.metrics is not None:
+                self.metrics.observe_batch(seconds)
+                self.metrics.count(len(seconds) - failures, failures)
+            self.host.record(handled=len(seconds) - failures, failed=failures)
+            with self._lock:
+                if seconds:
+                    mean = sum(seconds) / len(seconds)
+                    self._mean_s = mean if self._mean_s is None else 0.8 * self._mean_s + 0.2 * mean
+                # Acks to send and room to read; failures to decide, or the lease in doubt, at once.
+                self._recall_dispatcher(urgent=bool(failures) or self._lease_doubt)
+            self._count_fenced_acks(fenced)
 
-    def _finish(self, entry: Any, error: str | None) -> None:
-        fenced = False
+    def _finish(self, entry: Any, error: str | None) -> bool:
+        """An entry's handler returned (or raised): True when its ack must be dropped (the unit was
+        abandoned: the fence refuses it). Caller holds the lock (and wakes the waiters)."""
+        self._running -= 1
+        if error is not None:
+            if not self.failures.policy.redeliver:
+                self._lanes.finished(entry.entry_id)  # "keep": the lane goes on, the entry stays pending
+            self._failed[entry.entry_id] = (entry, error)  # "redeliver": the lane waits for the decision
+            return False
+        self._lanes.finished(entry.entry_id)
+        if self._abandoned.is_set():
+            return True
+        self._done.append(entry.entry_id)
+        return False
+
+    def _give_back(self, entries: list[Any], *, lease: bool) -> None:
+        """Taken entries that did not start: back to the heads of their lanes, in order, pending for
+        whoever runs them."""
         with self._lock:
-            self._running -= 1
-            if error is None:
-                self._lanes.finished(entry.entry_id)
-                if self._abandoned.is_set():
-                    fenced = True
-                else:
-                    self._done.append(entry.entry_id)
-            else:
-                if not self.failures.policy.redeliver:
-                    self._lanes.finished(entry.entry_id)  # "keep": the lane goes on, the entry stays pending
-                self._failed[entry.entry_id] = (entry, error)  # "redeliver": the lane waits for the decision
-            self._dispatch_ready()
-            self._show_window()
-            self._recall_dispatcher()
-        if fenced:
-            self._count_fenced_acks([entry.entry_id])
+            self._running -= len(entries)
+            for entry in reversed(entries):
+                self._lanes.put_back(entry.entry_id)
+            if lease:
+                self._lease_doubt = True  # the dispatcher probes the fence until the lease is renewed
+            self._wake()
 
-    def _not_run(self, entry: Any) -> None:
-        """The task did not run its handler (the shard is being given up, or the pool shut down): the
-        entry stays pending, for the next owner."""
+    def _drain_cancelled(self) -> None:
+        """The pool shut down before this task ran (the member is finishing)."""
         with self._lock:
-            self._running -= 1
-            self._lanes.put_back(entry.entry_id)
-            self._lock.notify_all()
+            self._queued -= 1
+            self._wake()
 
-    def _recall_dispatcher(self) -> None:
-        """Wake the dispatcher: on its condition, or back from the fetcher (caller holds the lock)."""
-        self._lock.notify_all()
-        recall = self._recall
-        if recall is not None and not recall.is_set():
-            recall.set()
+    def _wait(self, timeout_s: float) -> None:
+        """Wait for :meth:`_wake` (caller holds the lock)."""
+        self._waiting += 1
+        try:
+            self._cond.wait(timeout_s)
+        finally:
+            self._waiting -= 1
+
+    def _wake(self) -> None:
+        """Wake whoever waits on the unit (caller holds the lock); nothing to do when nobody does."""
+        if self._waiting:
+            self._cond.notify_all()
+
+    def _recall_dispatcher(self, *, urgent: bool = True) -> None:
+        """Wake the dispatcher: on its condition, or back from the fetcher (caller holds the lock). The
+        ticket's recall is set; the fetcher's thread is woken for it only while the ticket waits idle
+        there, or when ``urgent`` (a failure, the lease in doubt): a ticket in flight comes back with its
+        result, and one that goes idle just after this look is given back at its next due time, within
+        the idle backoff."""
+        self._wake()
+        recall, ticket = self._recall, self._ticket_now
+        if recall is None or recall.is_set():
+            return
+        recall.set()  # a ticket in flight comes back with its result instead of waiting idle
+        if urgent or ticket is None or ticket.idle_s > 0:
             self.fetcher.wake()
 
     def _show_window(self) -> None:
@@ -339,4 +447,10 @@ class ConcurrentUnit(ShardUnit):
         """Lanes waiting for a retry, and in how many seconds each is due (for the member's views)."""
         now = time.monotonic()
         with self._lock:
-            return {str(key): max(0.0, until - now) for key, until in self._lanes.parked().items()}
+            return {_text(key): max(0.0, until - now) for key, until in self._lanes.parked().items()}
+
+
+def _text(key: object) -> str:
+    """A lane's key as text: a partition key (bytes, shown as ``Entry.partition_key`` shows it) or an
+    entry id."""
+    return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)

@@ -42,7 +42,10 @@ guarantees it:
 (to ack), a retry due, a failure to decide. It gives its ticket a ``recall`` event, which it sets (and
 :meth:`Fetcher.wake` s the fetcher) when such work comes, and a ``recall_at_s`` for its next retry: a
 waiting ticket that is recalled, or whose time came, goes back at once without a call (``RECALLED``),
-its acks unsent; the unit then does that work and hands in a new ticket with them.
+its acks unsent; the unit then does that work and hands in a new ticket with them. A recalled ticket
+whose call is in flight goes back with its result, even an empty read. (The unit wakes this thread for
+a recall only while its ticket waits idle: a recall that comes just as the ticket goes idle is seen at
+the ticket's next due time.)
 
 Connection errors are the units' to handle (each backs off and resyncs); anything else fails the units
 of that call, which stop with their traceback as a failed per-shard call did. Closing the fetcher (the
@@ -290,7 +293,10 @@ class Fetcher:
             if not request.read:
                 _finish(ticket, Wake.LEASE if result.ok else Wake.RESULT, result=result)
             elif result.ok and not result.entries and result.redeliver_token == ticket.token:
-                idle.append(ticket)
+                if ticket.recall is not None and ticket.recall.is_set():
+                    _finish(ticket, Wake.RESULT, result=result)  # nothing read, but its unit wants it back
+                else:
+                    idle.append(ticket)
             else:
                 _finish(ticket, Wake.RESULT, result=result)
         if acked:

@@ -56,13 +56,24 @@ class Lanes:
         if len(lane) == 1 and key not in self._parked:
             self._ready.append(key)
 
+    @property
+    def ready_count(self) -> int:
+        """Lanes whose head may start now."""
+        return len(self._ready)
+
+    def take_one(self) -> Any | None:
+        """The head of the lane that became ready first, marked running (None: no lane is ready)."""
+        if not self._ready:
+            return None
+        key = self._ready.popleft()
+        self._running.add(key)
+        return self._lanes[key][0]
+
     def take_ready(self) -> list[Any]:
         """The head of every lane that may start now; each is marked running."""
         taken = []
-        while self._ready:
-            key = self._ready.popleft()
-            self._running.add(key)
-            taken.append(self._lanes[key][0])
+        while (entry := self.take_one()) is not None:
+            taken.append(entry)
         return taken
 
     def finished(self, entry_id: str) -> None:
@@ -97,8 +108,8 @@ class Lanes:
         return self._due[0][0] if self._due else None
 
     def take_due(self, now: float) -> list[Any]:
-        """The heads of the parked lanes due by ``now``, marked running (the caller re-reads each, then
-        :meth:`resume` s its lane)."""
+        """The heads of the parked lanes due by ``now``, held (neither parked nor ready: the caller
+        re-reads each, then :meth:`resume` s its lane)."""
         heads = []
         while (due := self.next_due()) is not None and due <= now:
             _, _, key = heapq.heappop(self._due)
@@ -107,15 +118,16 @@ class Lanes:
             heads.append(self._lanes[key][0])
         return heads
 
-    def resume(self, entry_id: str, again: Any | None) -> Any | None:
-        """After the re-read of a due head: ``again`` (its fresh copy) replaces it and is returned, to
-        run; None (it is no longer pending) finishes it, and the lane moves on."""
+    def resume(self, entry_id: str, again: Any | None) -> None:
+        """After the re-read of a due head: ``again`` (its fresh copy) replaces it and its lane is ready
+        first; None (it is no longer pending) finishes it, and the lane moves on."""
         if again is None:
             self.finished(entry_id)
-            return None
+            return
         key = self._key_of[entry_id]
         self._lanes[key][0] = again
-        return again
+        self._running.discard(key)
+        self._ready.appendleft(key)
 
     @property
     def parked_count(self) -> int:

@@ -7,6 +7,10 @@ concurrency (``min(runtime max concurrency, the group's max_concurrency)``), nam
 ``{label}-worker-{n}``, which take tasks first come, first served (so no shard starves: a unit queues
 only what its lanes let run).
 
+A caller may also :meth:`try_claim` a worker's place and run work on its own thread (a shard's
+dispatcher does, for handlers fast enough that a hand-off would cost more than they do); tasks then run
+on one thread fewer, so at most ``size`` run at once, claimed places included.
+
 Resizing: growing starts threads at once; shrinking lets running tasks finish (a handler is never
 interrupted) and ends idle threads until the count fits. Shutting down refuses new tasks, and every
 queued task that never started is *cancelled* (its ``cancel`` callable runs), so its unit learns that
@@ -73,6 +77,20 @@ class TaskPool:
             self._cond.notify()
             return True
 
+    def try_claim(self) -> bool:
+        """Take one worker's place for the calling thread, if one is free and no task waits (True): the
+        caller runs work itself, which saves a hand-off to another thread, and must :meth:`unclaim`."""
+        with self._cond:
+            if self._closed or self._queue or self._busy >= self._target:
+                return False
+            self._busy += 1
+            return True
+
+    def unclaim(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify()  # a task may wait for the place
+
     def shutdown(self) -> None:
         """No new tasks; queued ones are cancelled; running ones finish."""
         with self._cond:
@@ -86,7 +104,7 @@ class TaskPool:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and self._threads <= self._target:
+                while (not self._queue or self._busy >= self._target) and self._threads <= self._target:
                     self._cond.wait()
                 if self._threads > self._target:
                     self._threads -= 1

@@ -65,6 +65,17 @@ def pack(routing_version: int, produced_at_ms: int, producer_part: bytes) -> byt
     return b"%d %d %b" % (routing_version, produced_at_ms, producer_part)
 
 
+def partition_key_of(value: bytes) -> bytes | None:
+    """The partition key of a packed value, without unpacking the rest (a member's per-key lanes need
+    only it); None when ``value`` is not a packed envelope (:func:`unpack` says why)."""
+    head, newline, body = value.partition(b"\n")
+    parts = head.split(b" ")
+    if not newline or len(parts) != 6 or not (parts[2].isdigit() and parts[3].isdigit()):
+        return None
+    e, k = int(parts[2]), int(parts[3])
+    return body[e : e + k] if e + k <= len(body) else None
+
+
 def unpack(value: bytes) -> dict[bytes, bytes]:
     """The seven envelope fields of a packed value, by name; :class:`MalformedEnvelope` if it is not one."""
     head, newline, body = value.partition(b"\n")

@@ -45,13 +45,15 @@ def test_a_parked_lane_waits_for_its_time_and_resumes_with_the_fresh_copy() -> N
     lanes.finished("2-0")  # the other lane is not held up
     assert [e.entry_id for e in lanes.take_due(10.0)] == ["0-0"]
     fresh = SimpleNamespace(entry_id="0-0", deliveries=2)
-    assert lanes.resume("0-0", fresh) is fresh and lanes.parked_count == 0
-    assert lanes.take_ready() == []  # the fresh copy is running; "1-0" still waits behind it
+    lanes.resume("0-0", fresh)
+    assert lanes.parked_count == 0
+    assert lanes.take_ready() == [fresh]  # the fresh copy runs first; "1-0" still waits behind it
+    assert lanes.take_ready() == []
     lanes.finished("0-0")
     assert [e.entry_id for e in lanes.take_ready()] == ["1-0"]
     lanes.park("1-0", until=20.0)
     assert [e.entry_id for e in lanes.take_due(20.0)] == ["1-0"]
-    assert lanes.resume("1-0", None) is None  # no longer pending: the lane moves on (and is gone)
+    lanes.resume("1-0", None)  # no longer pending: the lane moves on (and is gone)
     assert len(lanes) == 0 and lanes.next_due() is None
 
 
@@ -149,9 +151,10 @@ class LanesMachine(RuleBasedStateMachine):
         self.key_of[entry.entry_id] = key
         self.lanes.add(key, entry)
 
-    @rule()
-    def start_ready(self) -> None:
-        for entry in self.lanes.take_ready():
+    @rule(one=st.booleans())
+    def start_ready(self, one: bool) -> None:
+        taken = [self.lanes.take_one()] if one else self.lanes.take_ready()
+        for entry in (e for e in taken if e is not None):
             assert entry.entry_id not in self.running and entry.entry_id not in self.parked
             self.running[entry.entry_id] = entry
 
@@ -184,12 +187,10 @@ class LanesMachine(RuleBasedStateMachine):
         for entry in self.lanes.take_due(self.now):
             self.parked.discard(entry.entry_id)
             if gone:  # no longer pending (skipped by an operator): its lane moves on
-                assert self.lanes.resume(entry.entry_id, None) is None
+                self.lanes.resume(entry.entry_id, None)
                 self.finished.append(entry.entry_id)
-            else:
-                again = SimpleNamespace(entry_id=entry.entry_id, deliveries=2)
-                assert self.lanes.resume(entry.entry_id, again) is again
-                self.running[entry.entry_id] = again
+            else:  # re-read: the fresh copy is ready first
+                self.lanes.resume(entry.entry_id, SimpleNamespace(entry_id=entry.entry_id, deliveries=2))
 
     @invariant()
     def one_running_per_key_and_nothing_lost(self) -> None:

@@ -294,3 +294,27 @@ def test_a_slow_key_holds_the_trim_point_until_it_is_acked(cluster: Cluster) -> 
     eventually(lambda: not cluster.pending("v1:3"), what="the slow one acked")
     cluster.store.retention_pass()
     assert cluster.client.xlen(stream) == 0  # everything acked by the group: trimmed
+
+
+@pytest.mark.parametrize("ordering", ["key", "none"])
+def test_a_blocked_job_holds_up_no_other_key(cluster: Cluster, ordering: str) -> None:
+    """While one job blocks a worker, entries of other keys that arrive one by one keep being handled
+    by the other workers (a worker inside a long job is not counted as coming for them)."""
+    gate = threading.Event()
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("slow"):
+            assert gate.wait(30)
+
+    recorder = Recorder(handler)
+    m = cluster.member(recorder, runtime=WIDE, ordering=ordering)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    cluster.send(cluster.key_for(0), slow=True)
+    eventually(lambda: cluster.pending("v1:0"), what="the slow job runs")
+    try:
+        for n in range(1, 6):
+            cluster.send(cluster.key_for(0, n))
+            eventually(lambda n=n: recorder.count() == n, timeout_s=5, what=f"entry {n} handled meanwhile")
+    finally:
+        gate.set()
+    eventually(lambda: recorder.count() == 6, what="the slow one too")

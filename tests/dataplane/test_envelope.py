@@ -78,6 +78,19 @@ def test_packed_fields_may_hold_spaces_newlines_and_any_bytes() -> None:
 def test_a_value_that_is_not_a_packed_envelope_is_refused_by_unpack(value: bytes) -> None:
     with pytest.raises(envelope.MalformedEnvelope):
         envelope.unpack(value)
+    assert envelope.partition_key_of(value) is None
+
+
+def test_the_partition_key_alone_reads_what_unpack_reads() -> None:
+    """The per-key lanes read only the key (consumers/member/concurrent.py); it is the key unpack finds,
+    for any bytes, and an entry decoded either way gives the same."""
+    for key in (b"", b"k", b"a b\n\x00\xff", "ключ".encode()):
+        value = envelope.pack(3, 9, encode_event(key, b"\n1 2\n", None, None).producer_part())
+        assert envelope.partition_key_of(value) == envelope.unpack(value)[b"partition_key"] == key
+        (lean,) = decode_fetched([b"1-0", value], V2_3)
+        (full,) = decode_fetched([b"1-0", value], V2_3)
+        assert full.event_id  # every field mapped first: the slow way
+        assert lean.partition_key_bytes == full.partition_key_bytes == key
 
 
 def test_an_envelope_that_does_not_unpack_is_delivered_as_bytes(caplog: pytest.LogCaptureFixture) -> None:
