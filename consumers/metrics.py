@@ -76,12 +76,16 @@ class MemberMetrics:
     _handled: Any = field(init=False, repr=False, compare=False)
     _failed: Any = field(init=False, repr=False, compare=False)
     _seconds: Any = field(init=False, repr=False, compare=False)
+    _in_flight: Any = field(init=False, repr=False, compare=False)
+    _parked: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         labels = (self.stream_prefix, self.consumer_group, self.member_id)
         object.__setattr__(self, "_handled", HANDLED.labels(*labels))
         object.__setattr__(self, "_failed", FAILED.labels(*labels))
         object.__setattr__(self, "_seconds", HANDLER_SECONDS.labels(*labels))
+        object.__setattr__(self, "_in_flight", IN_FLIGHT.labels(*labels))
+        object.__setattr__(self, "_parked", PARKED_KEYS.labels(*labels))
 
     def observe(self, seconds: float) -> None:
         """One handler call's latency (returned or raised)."""
@@ -134,11 +138,10 @@ class MemberMetrics:
 
     def window(self, in_flight: int, parked: int) -> None:
         """Changes of one unit's window (deltas: the member's shards add up)."""
-        labels = (self.stream_prefix, self.consumer_group, self.member_id)
         if in_flight:
-            IN_FLIGHT.labels(*labels).inc(in_flight)
+            self._in_flight.inc(in_flight)
         if parked:
-            PARKED_KEYS.labels(*labels).inc(parked)
+            self._parked.inc(parked)
 
     def concurrency(self, threads: int) -> None:
         CONCURRENCY.labels(self.stream_prefix, self.consumer_group, self.member_id).set(threads)

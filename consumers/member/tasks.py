@@ -89,7 +89,8 @@ class TaskPool:
     def unclaim(self) -> None:
         with self._cond:
             self._busy -= 1
-            self._cond.notify()  # a task may wait for the place
+            if self._queue:
+                self._cond.notify()  # a task waits for the place
 
     def shutdown(self) -> None:
         """No new tasks; queued ones are cancelled; running ones finish."""
