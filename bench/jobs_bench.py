@@ -517,8 +517,10 @@ def delivery(produced: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict
         what: max(Counter(r[field] for r in first.values()).values(), default=0)
         for what, field in (("member", "member_id"), ("shard", "shard"), ("key", "partition_key"))
     }
+    shard_of_id = {p["event_id"]: p["shard"] for p in produced}
     return {
         "lost": len(report.lost),
+        "lost_by_shard": dict(sorted(Counter(shard_of_id[e] for e in report.lost).items())),
         "duplicates": len(report.duplicates),
         "reorders": len(report.out_of_order),
         "handler_busy_s": sum(durations) / 1e9,
@@ -695,6 +697,7 @@ def summarize(runs: list[dict[str, Any]], ideal: float) -> dict[str, Any]:
         "duplicates": sum(r["duplicates"] for r in runs),
     }
     if len(done) < len(runs):
+        out["not_done_by_shard"] = [r["lost_by_shard"] for r in runs if not r["finished"]]
         out["unfinished"] = [
             f"repetition {r['rep'] + 1}: {r['handled']} of {r['jobs']} jobs done when the window ended "
             f"after {r['seconds']:.0f} s"

@@ -488,11 +488,14 @@ def _failing_key_lines(failing: dict[str, Any] | None) -> list[str]:
         lines.append("Windows that ran out of time: " + "; ".join(bad.get("unfinished", [])) + ".")
     persisting = failing.get("persisting")
     if persisting:
-        state = (
-            ""
-            if persisting["all_finished"]
-            else ", and did **not** finish: " + "; ".join(persisting.get("unfinished", []))
-        )
+        state = ""
+        if not persisting["all_finished"]:
+            left = "; ".join(
+                ", ".join(f"{n} on {shard}" for shard, n in by_shard.items())
+                for by_shard in persisting.get("not_done_by_shard", [])
+            )
+            state = ", and did **not** finish: " + "; ".join(persisting.get("unfinished", []))
+            state += f" (the jobs left: {left})" if left else ""
         lines += [
             "",
             f"A second backlog on the same failing group (the key's entries of both backlogs, "
