@@ -50,9 +50,10 @@ with ``on_error="redeliver"``.
   empty partition key has no order with any other;
 * ``"none"`` (a share mode, like Kafka's share groups): any entry on any free worker, each acked on its own.
 
-``max_in_flight`` (1..10000, default 64; only with "key" and "none") bounds the entries of one shard a
-member holds between its read and its ack (queued, running, or waiting for a retry): the shard is not
-read again until a whole batch fits.
+``max_in_flight`` (1..10000, default 64; only with "key" and "none") bounds what a member holds of one
+shard between the read and the end of an entry: that many keys (entries under "none") that may run,
+run or wait for a retry, and ten times as many entries in all (entries waiting behind their key's
+running or parked entry count only there); the shard is not read again until a whole batch fits.
 
 Discovery: ``run_member`` imports each installed app's ``listeners`` module (like the admin's
 autodiscover); nothing is imported in ``AppConfig.ready()``.

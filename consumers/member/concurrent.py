@@ -25,10 +25,14 @@ the lease gate, the error policies - and changes only who runs the handler and w
   others do: the ids ride in the shard's next fetch (the folded ack) or, while the window is full, in
   a plain fenced ack at most ``ACK_LINGER_S`` later. Workers do no I/O but the handler.
 
-*Backpressure.* The window holds at most ``max(max_in_flight, batch_size)`` entries (read, not yet
-finished: queued, running, or waiting for a retry). The dispatcher reads a shard again only when a whole
-batch fits, and the take-over claims its next page of orphans only then too, so what one shard holds
-in memory, and in the member's pending list apart from entries left pending on purpose, is bounded.
+*Backpressure.* The window holds at most ``max(max_in_flight, batch_size)`` lanes (keys under "key",
+entries under "none": what may run now, runs, or waits for a retry) and at most ``WAITING_FACTOR``
+times as many entries in all: entries of a key waiting behind its own running or parked head count only
+there, so one slow or failing key holds up no other key until that many wait behind it (a failing key
+starving its shard is the classic complaint about ordered consumers). The dispatcher reads a shard again
+only when a whole batch fits in both, and the take-over claims its next page of orphans only then too,
+so what one shard holds in memory, and in the member's pending list apart from entries left pending on
+purpose, is bounded.
 
 *Waiting without polling.* While the dispatcher waits in the fetcher (an idle shard), its ticket carries
 a ``recall`` event: a worker that finishes an entry sets it, and the ticket comes back at once, so the
@@ -81,6 +85,7 @@ log = logging.getLogger("consumers.member")
 
 ACK_LINGER_S = 0.05  # while the window is full, finished entries wait at most this long for their ack
 DRAIN_SHARE_S = 0.005  # a worker's turn on one shard: past this much handler time it queues again
+WAITING_FACTOR = 10  # the window's entries: at most this many times its lanes (module docstring)
 SAFETY_WAKE_S = 1.0  # the dispatcher's longest wait on its own condition (every wake-up is notified)
 
 
@@ -173,7 +178,13 @@ class ConcurrentUnit(ShardUnit):
                 ack_due = math.inf
 
     def _has_room(self) -> bool:
-        return len(self._lanes) + self.runtime.batch_size <= self.capacity
+        """A whole batch fits: in the lanes (``max_in_flight``) and in the entries (``WAITING_FACTOR``
+        times as many: entries of a key waiting behind its running or parked head count there only)."""
+        batch = self.runtime.batch_size
+        return (
+            self._lanes.lane_count + batch <= self.capacity
+            and len(self._lanes) + batch <= self.capacity * WAITING_FACTOR
+        )
 
     def _has_work(self, now: float) -> bool:
         """Something for :meth:`_serve` (caller holds the lock)."""

@@ -41,6 +41,11 @@ class Lanes:
         """Entries in the window (queued, running, parked)."""
         return len(self._key_of)
 
+    @property
+    def lane_count(self) -> int:
+        """Lanes with entries in the window (keys under "key"; entries under "none")."""
+        return len(self._lanes)
+
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self._key_of
 
