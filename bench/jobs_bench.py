@@ -14,7 +14,8 @@ figure comes from this run; every wait is bounded.
      declares the listener with that ``ordering`` and calls the ``run_member`` command), one consumer
      group per side on the same stream keys;
    * ``celery``: one Celery worker process, ``--pool threads -c 32``, consuming the same sleeping task
-     through its Redis broker (its own server), Celery's defaults otherwise (early ack, prefetch 4).
+     through its Redis broker (its own server), Celery's defaults otherwise (early ack, prefetch
+     multiplier 4; gossip, mingle and worker heartbeats off).
 
    Each repetition produces one backlog while every consumer process is stopped (SIGSTOP; a group's
    members are stopped only once it is STABLE, balanced, and has handled a warm-up entry of every
@@ -30,12 +31,25 @@ figure comes from this run; every wait is bounded.
    the window), and from the handlers' log the delivery checker's figures (tests/e2e/checker.py):
    lost, duplicates, per-key reorders (a first handling of a key's entry after a later-sent one).
    Every handler (ours and Celery's) writes one JSON line per job, the same line.
-2. ``failing_key``: ``ordering="key"``, ``on_error="redeliver"``, the 50 ms handler; two groups read
-   the same backlog: in one, every delivery of one of the 256 keys raises. The other keys' throughput
-   (their entries / the time until every one of them was handled, from the handlers' log) in the
-   failing group against the group without a failing key.
-3. ``fast_handlers``: a no-op handler, the e2e bench's shape (8 shards, 4 members, 1 worker each,
-   ``--fast-workers``), 100,000 entries: ``key`` and ``none`` against ``shard``, msgs/s and CPU.
+   The **bound** of a window is what the run's own split of the jobs allows with handlers taking
+   exactly the job time: a member runs only its own shards' jobs (ceil(its jobs / its workers) job
+   times), under "shard" a shard's jobs run one at a time, under "key" a key's; so "x bound" below 1 is
+   the consumer's own overhead, and "x ideal" below "x bound" is the placement (keys on shards, shards
+   on members).
+2. ``failing_key``: ``ordering="key"``, ``on_error="redeliver"`` (``--redeliver-backoff-ms``,
+   max_deliveries 1000), the 50 ms handler. Each repetition starts two fresh groups that read the same
+   backlog: ``base``, and ``failing``, in which every delivery of ``k0`` raises. The other keys'
+   throughput (their entries / the time until every one of them was handled, from the handlers' log)
+   in ``failing`` over ``base``. After the last repetition the failing group gets a second backlog
+   (``persisting``): the key's entries of both backlogs now wait in its shard's window.
+3. ``fast_handlers``: a no-op handler (no log line), 8 shards, 4 members, ``--fast-messages`` entries
+   per repetition, for each of ``--fast-workers`` (1: e2e_bench's shape; 16): ``key`` and ``none``
+   against ``shard``, msgs/s (SIGCONT to every entry acked) and CPU per message.
+
+A section that fails (a group that never forms or never handles its warm-up, within bounded waits) is
+recorded with its error, naming the exceptions its processes logged, and the others still run. The
+JSON states the commit and the product files changed on top of it; ``targets`` lists issue 27's
+figures with this run's values. ``--quick``: tiny sizes and one repetition (a smoke run).
 
 Sides whose ``ordering`` the installed ``consumers.listener.Listener`` does not accept are skipped,
 and the JSON says why. Figures from a loaded 2-core box are noisy: compare runs on the same machine.
@@ -91,11 +105,11 @@ def job(entry: Any) -> None:
     ack), raise for the failing key (after its sleep: a job that ran and failed)."""
     start_ns = time.monotonic_ns()
     payload = entry.payload
-    if payload.get("warm"):
-        return
     ms = payload.get("ms", 0)
     if ms:
         time.sleep(ms / 1000)
+    if payload.get("warm"):
+        return
     key = entry.partition_key
     failed = key == _FAIL_KEY
     if _LOG_FD is not None:
@@ -410,11 +424,15 @@ def wait_formed(stack: Stack, prefix: str, sides: list[Side], members: int) -> N
             wait_until(formed, timeout_s=120, interval_s=0.2, what=f"{side.group}: {members} members stable")
 
 
-def warm_up(stack: Stack, prefix: str, sides: list[Side]) -> None:
-    """One entry of every key (the handler returns at once): every unit has taken its shard over and
-    read, and every member has run handlers, before anything is timed; then every side is stopped."""
+def warm_up(stack: Stack, prefix: str, sides: list[Side], ms: int) -> None:
+    """One entry of every key, a job of ``ms`` (not logged): every unit has taken its shard over and
+    read, and every member has run handlers, before anything is timed; then every side is stopped.
+    ``ms`` is the first measured job's time: a unit's estimate of its handler's time decides how it
+    runs them (consumers/member/concurrent.py), and after instant entries it ran a first batch of
+    50 ms jobs one at a time per shard, for about 0.8 s, before it had learnt."""
     client = stack.client()
-    Producer(client).send_batch(prefix, [(f"k{i}", {"warm": True, "seq": -1}) for i in range(KEYS)])
+    warm = [(f"k{i}", {"warm": True, "seq": -1, "ms": ms}) for i in range(KEYS)]
+    Producer(client).send_batch(prefix, warm)
     keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(SHARDS)]
     last = last_ids(client, keys)
     for side in sides:
@@ -759,7 +777,7 @@ def bench_slow(
     celery: CeleryBaseline | None = None
     with running(sides, lambda: celery.close() if celery is not None else None):
         wait_formed(stack, prefix, sides, members)
-        warm_up(stack, prefix, sides)
+        warm_up(stack, prefix, sides, 50)  # the first jobs measured
         celery = CeleryBaseline(stack, log_root, total_workers)
         client = stack.client()
         keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(SHARDS)]
@@ -879,7 +897,7 @@ def bench_failing(
         ]
         with running(sides):
             wait_formed(stack, prefix, sides, members)
-            warm_up(stack, prefix, sides)
+            warm_up(stack, prefix, sides, ms)
             produced = backlog.produce(args.jobs_50ms, ms)
             for side in sides if rep % 2 == 0 else sides[::-1]:
                 name = side.name.rstrip("0123456789")
@@ -970,7 +988,7 @@ def bench_fast_one(
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     with running(sides):
         wait_formed(stack, prefix, sides, members)
-        warm_up(stack, prefix, sides)
+        warm_up(stack, prefix, sides, 0)
         client = stack.client()
         keys = [stream_key(prefix, Shard(version=1, index=i)) for i in range(SHARDS)]
         backlog = Backlog(client, prefix)
@@ -1146,7 +1164,7 @@ def main() -> None:
     )
     parser.add_argument("--redeliver-backoff-ms", type=int, default=100, help="failing key: first backoff")
     parser.add_argument("--batch-size", type=int, default=16, help="RSC_RUNTIME batch_size (the default 16)")
-    parser.add_argument("--fast-messages", type=int, default=200_000, help="fast handlers: entries per rep")
+    parser.add_argument("--fast-messages", type=int, default=400_000, help="fast handlers: entries per rep")
     parser.add_argument(
         "--fast-workers",
         default="1,16",
@@ -1158,7 +1176,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.quick:
-        args.reps, args.jobs_50ms, args.jobs_1s, args.fast_messages = 1, 640, 64, 20_000
+        args.reps, args.jobs_50ms, args.jobs_1s, args.fast_messages = 1, 640, 64, 40_000
 
     started = time.perf_counter()
     missing = listener_options()
