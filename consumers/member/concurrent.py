@@ -360,8 +360,14 @@ class ConcurrentUnit(ShardUnit):
                         error = f"{type(e).__name__}: {e}"
                         failures += 1
                         self._log_failure(entry)
-                    seconds.append(time.perf_counter() - t)
+                    ended = time.perf_counter()
+                    seconds.append(ended - t)
                     outcomes.append((entry, error))
+                    if ended - started >= DRAIN_SHARE_S and i + 1 < len(entries):
+                        # Slower than the mean said (the handler's time changed): the rest go back, for
+                        # other workers, rather than wait here one after another.
+                        self._give_back(entries[i + 1 :], lease=False)
+                        break
                 elapsed_s = time.perf_counter() - started
                 had_share = len(seconds) >= self.runtime.batch_size or elapsed_s >= DRAIN_SHARE_S
                 with self._lock:

@@ -346,3 +346,26 @@ def test_a_blocked_job_holds_up_no_other_key(cluster: Cluster, ordering: str) ->
     finally:
         gate.set()
     eventually(lambda: recorder.count() == 6, what="the slow one too")
+
+
+def test_handlers_that_turn_slow_are_spread_over_the_workers_at_once(cluster: Cluster) -> None:
+    """The unit learnt that the handler is fast (so it runs a few entries per turn, or a batch on its own
+    thread); then it turns slow: the entries taken with a slow one go back to the other workers at once
+    instead of waiting behind it one after another."""
+    slow = threading.Event()
+
+    def handler(entry: Any) -> None:
+        if slow.is_set():
+            threading.Event().wait(0.2)
+
+    recorder = Recorder(handler)
+    m = cluster.member(recorder, runtime=WIDE, ordering="none")
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    fast = cluster.send_many([cluster.key_for(0, n) for n in range(8)], per_key=10)
+    eventually(lambda: recorder.count() == fast, what="fast entries handled")
+    slow.set()
+    cluster.send_many([cluster.key_for(0, n) for n in range(4)], per_key=1)  # one batch of the runtime
+    eventually(lambda: recorder.count() == fast + 4, what="the slow ones handled")
+    late = recorder.snapshot()[fast:]
+    # Run at once on several workers (overlapping), not one after another on one thread.
+    assert overlapped(late, lambda c: c.shard)
