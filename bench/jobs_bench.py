@@ -427,9 +427,9 @@ def wait_formed(stack: Stack, prefix: str, sides: list[Side], members: int) -> N
 def warm_up(stack: Stack, prefix: str, sides: list[Side], ms: int) -> None:
     """One entry of every key, a job of ``ms`` (not logged): every unit has taken its shard over and
     read, and every member has run handlers, before anything is timed; then every side is stopped.
-    ``ms`` is the first measured job's time: a unit's estimate of its handler's time decides how it
-    runs them (consumers/member/concurrent.py), and after instant entries it ran a first batch of
-    50 ms jobs one at a time per shard, for about 0.8 s, before it had learnt."""
+    ``ms`` is the first measured job's time, so that the first window starts in the state it measures:
+    a unit adapts how it runs handlers to their measured time (consumers/member/concurrent.py; before
+    15f408f, after instant entries it ran a first batch of 50 ms jobs one at a time per shard)."""
     client = stack.client()
     warm = [(f"k{i}", {"warm": True, "seq": -1, "ms": ms}) for i in range(KEYS)]
     Producer(client).send_batch(prefix, warm)
@@ -1214,6 +1214,9 @@ def main() -> None:
                 print(f"section {section} failed:\n{text}", file=sys.stderr, flush=True)
                 results[key] = {"error": f"{type(e).__name__}: {e}"}
     results["targets"] = targets(results)
+    if code_state() != results["code"]:  # the tree changed under the run: later sections ran other code
+        results["code_at_end"] = code_state()
+        print(f"the code changed during the run: {results['code']} -> {results['code_at_end']}", flush=True)
     results["bench_seconds"] = round(time.perf_counter() - started, 1)
     text = json.dumps(results, indent=2)
     if args.out:

@@ -405,6 +405,9 @@ def jobs_section(path: Path) -> list[str]:
         return []
     data = json.loads(path.read_text())
     lines = ["## Slow jobs (`bench/jobs_bench.py`)", ""]
+    if "code" in data:
+        changed = f", and **{data['code_at_end']}** at its end" if "code_at_end" in data else ""
+        lines += [f"Code measured: {data['code']} at the start of the run{changed}.", ""]
     missing = data.get("listener_options_missing") or {}
     if missing:
         lines += [f"Not measured in this run: {'; '.join(missing.values())}.", ""]
