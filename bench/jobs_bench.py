@@ -699,6 +699,7 @@ def summarize(runs: list[dict[str, Any]], ideal: float) -> dict[str, Any]:
         "repetitions": len(runs),
         "all_finished": len(done) == len(runs),
         "runs_jobs_per_s": [round(rate(r), 1) for r in runs],
+        "runs_client_cpu_us_per_job": [round(r["cpu_s"] * 1e6 / max(1, r["handled"])) for r in runs],
         "jobs": int(median([r["jobs"] for r in runs])),
         "jobs_per_s": median([rate(r) for r in runs]),
         "of_ideal": round(median([rate(r) / ideal for r in runs]), 3),
