@@ -41,7 +41,7 @@ figure comes from this run; every wait is bounded.
    backlog: ``base``, and ``failing``, in which every delivery of ``k0`` raises. The other keys'
    throughput (their entries / the time until every one of them was handled, from the handlers' log)
    in ``failing`` over ``base``. After the last repetition the failing group gets a second backlog
-   (``persisting``): the key's entries of both backlogs now wait in its shard's window.
+   (``persisting``): the key's entries of both backlogs are read and wait behind its failing head.
 3. ``fast_handlers``: a no-op handler (no log line), 8 shards, 4 members, ``--fast-messages`` entries
    per repetition, for each of ``--fast-workers`` (1: e2e_bench's shape; 16): ``key`` and ``none``
    against ``shard``, msgs/s (SIGCONT to every entry acked) and CPU per message.

@@ -502,9 +502,9 @@ def _failing_key_lines(failing: dict[str, Any] | None) -> list[str]:
         lines += [
             "",
             f"A second backlog on the same failing group (the key's entries of both backlogs, "
-            f"{persisting['failing_key_entries_in_window']}, now wait in its shard's window): the other keys "
-            f"did {_fmt(persisting['jobs_per_s'])} jobs/s, **{persisting['over_base']:.2f}x** the group "
-            f"without a failing key{state}.",
+            f"{persisting['failing_key_entries_in_window']}, are read and wait behind its failing head): "
+            f"the other keys did {_fmt(persisting['jobs_per_s'])} jobs/s, "
+            f"**{persisting['over_base']:.2f}x** the group without a failing key{state}.",
         ]
     return lines
 
