@@ -259,7 +259,15 @@ from consumers.producer import Producer  # noqa: E402
 from coordinator.protocol.model import Shard  # noqa: E402
 from coordinator.store.codec import stream_key  # noqa: E402
 from tests.e2e.checker import check  # noqa: E402
-from tests.e2e.stack import MEMBER_TOKEN, HandledLogs, Proc, Stack, stable_and_balanced, wait_until  # noqa: E402
+from tests.e2e.stack import (  # noqa: E402
+    MEMBER_TOKEN,
+    HandledLogs,
+    Proc,
+    Stack,
+    produced_rows,
+    stable_and_balanced,
+    wait_until,
+)
 
 
 def listener_options() -> dict[str, str]:
@@ -493,17 +501,7 @@ class Backlog:
                 self.seq[k] += 1
                 items.append((f"k{k}", {"seq": self.seq[k], "ms": ms}))
             results = self.producer.send_batch(self.prefix, items)
-            produced += [
-                {
-                    "event_id": r.event_id,
-                    "partition_key": key,
-                    "routing_version": r.routing_version,
-                    "seq": payload["seq"],
-                    "shard": str(r.shard),
-                    "entry_id": r.entry_id,
-                }
-                for (key, payload), r in zip(items, results, strict=True)
-            ]
+            produced += produced_rows(items, results)
         return produced
 
 
@@ -755,13 +753,20 @@ def report_line(what: str, run: dict[str, Any], ideal: float) -> None:
     )
 
 
-def bench_slow(
-    stack: Stack, args: argparse.Namespace, missing: dict[str, str], log_root: Path
-) -> dict[str, Any]:
-    prefix, members, workers = "slow", 2, args.workers
-    total_workers = members * workers
+def start_orderings(
+    stack: Stack,
+    args: argparse.Namespace,
+    missing: dict[str, str],
+    log_root: Path,
+    prefix: str,
+    *,
+    members: int,
+    workers: int,
+    noop: bool = False,
+) -> list[Side]:
+    """One group and its members per ordering the product has (``shard`` only, when it has none)."""
     orderings = [o for o in ORDERINGS if o == "shard" or "ordering" not in missing]
-    sides = [
+    return [
         start_members(
             stack,
             prefix,
@@ -769,12 +774,21 @@ def bench_slow(
             members=members,
             workers=workers,
             log_root=log_root,
+            noop=noop,
             ordering=o if "ordering" not in missing else "",
             max_in_flight=args.max_in_flight if o != "shard" else 0,
             batch_size=args.batch_size,
         )
         for o in orderings
     ]
+
+
+def bench_slow(
+    stack: Stack, args: argparse.Namespace, missing: dict[str, str], log_root: Path
+) -> dict[str, Any]:
+    prefix, members, workers = "slow", 2, args.workers
+    total_workers = members * workers
+    sides = start_orderings(stack, args, missing, log_root, prefix, members=members, workers=workers)
     celery: CeleryBaseline | None = None
     with running(sides, lambda: celery.close() if celery is not None else None):
         wait_formed(stack, prefix, sides, members)
@@ -970,22 +984,9 @@ def bench_fast_one(
     stack: Stack, args: argparse.Namespace, missing: dict[str, str], log_root: Path, workers: int
 ) -> dict[str, Any]:
     prefix, members = f"fast{workers}", 4
-    orderings = [o for o in ORDERINGS if o == "shard" or "ordering" not in missing]
-    sides = [
-        start_members(
-            stack,
-            prefix,
-            o,
-            members=members,
-            workers=workers,
-            log_root=log_root,
-            noop=True,
-            ordering=o if "ordering" not in missing else "",
-            max_in_flight=args.max_in_flight if o != "shard" else 0,
-            batch_size=args.batch_size,
-        )
-        for o in orderings
-    ]
+    sides = start_orderings(
+        stack, args, missing, log_root, prefix, members=members, workers=workers, noop=True
+    )
     runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in sides}
     with running(sides):
         wait_formed(stack, prefix, sides, members)

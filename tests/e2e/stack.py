@@ -426,6 +426,22 @@ def member_by_pid(view: dict[str, Any], pid: int, states: Iterable[str] = LIVE_S
 # ---------------------------------------------------------------------------------------------- producer
 
 
+def produced_rows(items: list[tuple[str, dict[str, Any]]], results: list[Any]) -> list[dict[str, Any]]:
+    """The delivery checker's produced log (tests/e2e/checker.py) of a ``send_batch`` of (key, payload
+    with a ``seq``) items and its results."""
+    return [
+        {
+            "event_id": r.event_id,
+            "partition_key": key,
+            "routing_version": r.routing_version,
+            "seq": payload["seq"],
+            "shard": str(r.shard),
+            "entry_id": r.entry_id,
+        }
+        for (key, payload), r in zip(items, results, strict=True)
+    ]
+
+
 class ProducerLoop:
     """Produces ``{"seq": n}`` events for ``keys`` (a count, or the keys themselves) round-robin, about
     ``rate_per_s`` a second, from a thread.
@@ -522,17 +538,7 @@ class ProducerLoop:
         except Exception:
             self.failures += 1
             return []
-        rows = [
-            {
-                "event_id": r.event_id,
-                "partition_key": key,
-                "routing_version": r.routing_version,
-                "seq": payload["seq"],
-                "shard": str(r.shard),
-                "entry_id": r.entry_id,
-            }
-            for (key, payload), r in zip(items, results, strict=True)
-        ]
+        rows = produced_rows(items, results)
         self.produced.extend(rows)
         return rows
 
