@@ -74,13 +74,6 @@ class Lanes:
         self._running.add(key)
         return self._lanes[key][0]
 
-    def take_ready(self) -> list[Any]:
-        """The head of every lane that may start now; each is marked running."""
-        taken = []
-        while (entry := self.take_one()) is not None:
-            taken.append(entry)
-        return taken
-
     def finished(self, entry_id: str) -> None:
         """A running (or parked) head is done with: it leaves the window and its lane moves on."""
         key = self._key_of.pop(entry_id)

@@ -15,6 +15,14 @@ from consumers.member.tasks import TaskPool
 from tests.consumers.harness import eventually
 
 
+def take_ready(lanes: Lanes) -> list[Any]:
+    """Every entry that may start now, each taken (marked running), as the workers take them."""
+    taken = []
+    while (entry := lanes.take_one()) is not None:
+        taken.append(entry)
+    return taken
+
+
 def _entry(n: int) -> Any:
     return SimpleNamespace(entry_id=f"{n}-0")
 
@@ -23,12 +31,12 @@ def test_a_lane_runs_one_entry_at_a_time_in_order_and_lanes_run_at_once() -> Non
     lanes = Lanes()
     for n, key in enumerate("aabab"):
         lanes.add(key, _entry(n))
-    assert [e.entry_id for e in lanes.take_ready()] == ["0-0", "2-0"]  # the heads of a and b
-    assert lanes.take_ready() == []  # both running: nothing else may start
+    assert [e.entry_id for e in take_ready(lanes)] == ["0-0", "2-0"]  # the heads of a and b
+    assert take_ready(lanes) == []  # both running: nothing else may start
     lanes.finished("2-0")
-    assert [e.entry_id for e in lanes.take_ready()] == ["4-0"]  # b's next
+    assert [e.entry_id for e in take_ready(lanes)] == ["4-0"]  # b's next
     lanes.finished("0-0")
-    assert [e.entry_id for e in lanes.take_ready()] == ["1-0"]
+    assert [e.entry_id for e in take_ready(lanes)] == ["1-0"]
     assert len(lanes) == 3 and "3-0" in lanes and "0-0" not in lanes
     lanes.add("a", _entry(1))  # already in the window: not added twice
     assert len(lanes) == 3
@@ -38,19 +46,19 @@ def test_a_parked_lane_waits_for_its_time_and_resumes_with_the_fresh_copy() -> N
     lanes = Lanes()
     for n, key in enumerate("aab"):
         lanes.add(key, _entry(n))
-    lanes.take_ready()
+    take_ready(lanes)
     lanes.park("0-0", until=10.0)
-    assert lanes.take_ready() == [] and lanes.next_due() == 10.0 and lanes.parked_count == 1
+    assert take_ready(lanes) == [] and lanes.next_due() == 10.0 and lanes.parked_count == 1
     assert lanes.take_due(9.9) == []
     lanes.finished("2-0")  # the other lane is not held up
     assert [e.entry_id for e in lanes.take_due(10.0)] == ["0-0"]
     fresh = SimpleNamespace(entry_id="0-0", deliveries=2)
     lanes.resume("0-0", fresh)
     assert lanes.parked_count == 0
-    assert lanes.take_ready() == [fresh]  # the fresh copy runs first; "1-0" still waits behind it
-    assert lanes.take_ready() == []
+    assert take_ready(lanes) == [fresh]  # the fresh copy runs first; "1-0" still waits behind it
+    assert take_ready(lanes) == []
     lanes.finished("0-0")
-    assert [e.entry_id for e in lanes.take_ready()] == ["1-0"]
+    assert [e.entry_id for e in take_ready(lanes)] == ["1-0"]
     lanes.park("1-0", until=20.0)
     assert [e.entry_id for e in lanes.take_due(20.0)] == ["1-0"]
     lanes.resume("1-0", None)  # no longer pending: the lane moves on (and is gone)
@@ -61,9 +69,9 @@ def test_an_entry_that_did_not_start_goes_back_to_the_head() -> None:
     lanes = Lanes()
     lanes.add("a", _entry(0))
     lanes.add("a", _entry(1))
-    (head,) = lanes.take_ready()
+    (head,) = take_ready(lanes)
     lanes.put_back(head.entry_id)
-    assert [e.entry_id for e in lanes.take_ready()] == ["0-0"]
+    assert [e.entry_id for e in take_ready(lanes)] == ["0-0"]
 
 
 @settings(max_examples=200, deadline=None)
@@ -80,7 +88,7 @@ def test_lanes_hand_out_each_entry_once_in_per_key_order(plan: list[tuple[str, b
     done: list[str] = []
     now = 0.0
     while len(lanes):
-        running = lanes.take_ready() + lanes.take_due(now)
+        running = take_ready(lanes) + lanes.take_due(now)
         assert len({keys[e.entry_id] for e in running}) == len(running)  # one per key
         for entry in running:
             if entry.entry_id in fail:
@@ -153,7 +161,7 @@ class LanesMachine(RuleBasedStateMachine):
 
     @rule(one=st.booleans())
     def start_ready(self, one: bool) -> None:
-        taken = [self.lanes.take_one()] if one else self.lanes.take_ready()
+        taken = [self.lanes.take_one()] if one else take_ready(self.lanes)
         for entry in (e for e in taken if e is not None):
             assert entry.entry_id not in self.running and entry.entry_id not in self.parked
             self.running[entry.entry_id] = entry
