@@ -171,8 +171,8 @@ class ShardUnit:
         self._unacked: list[str] = []  # handled, not acked yet (the next call acks them first)
         self._unavailable = 0  # consecutive DataPlaneUnavailable failures
         self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
-        # "-worker-" when this thread runs the handler (logs and the e2e handler's label read it), "-dispatch-"
-        # for a unit whose handler runs on the member's worker threads (consumers/member/concurrent.py).
+        # "-worker-" when this thread runs the handler (logs and the e2e handler's label read it);
+        # "-dispatch-" for a unit whose handler runs on the member's worker threads (concurrent.py).
         name = f"{host.label}-{self.thread_role}-{self.shard}"
         fields = {**(log_fields or {}), "shard": str(self.shard)}
         self.thread = threading.Thread(target=logcontext.bound(self._run, **fields), name=name, daemon=True)
