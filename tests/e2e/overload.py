@@ -1,7 +1,7 @@
 """A load generator for the overload tests: synthetic members that churn through a coordinator API.
 
     python -m tests.e2e.overload --port P --token T --prefix load --group load-workers \\
-        --churners 200 --interval-ms 200 --seconds 60 [--hold 10] [--no-pause]
+        --churners 200 --interval-ms 200 --seconds 60 [--hold 10] [--no-pause] [--warmup 2]
 
 Each churner is a thread playing a member that does no data-plane work: it joins (a fresh member id,
 ``join_seq`` 1), heartbeats ``--hold`` times every ``--interval-ms`` (reporting the shards it was given as
@@ -9,7 +9,9 @@ owned, so revocations and assignments progress), leaves, and starts again with a
 the product's members under load: a 429 or 503 is retried after its ``Retry-After`` (capped at one
 second) plus jitter, a timeout or a refused connection after a short jittered pause, and a refusal of the
 member (fenced, expired) starts it over with a new join. With ``--no-pause`` it heartbeats back to back:
-that is how the tests measure what the API can answer (its capacity) before offering twice as much.
+that is how the tests measure what the API can answer (its capacity) before offering twice as much,
+as ``answered_steady_per_s``: answers after ``--warmup`` seconds, when the start's burst of joins (most
+of them shed, their churners sitting out a Retry-After of a second or more) is over.
 
 Prints one JSON object: requests sent and answered, answers per status, timeouts, joins, leaves, and the
 answered rate per second.
@@ -31,9 +33,12 @@ TIMEOUT_S = 2.0
 
 
 class Churner(threading.Thread):
-    def __init__(self, args: argparse.Namespace, index: int, stop_at: float, stats: Counter[str]) -> None:
+    def __init__(
+        self, args: argparse.Namespace, index: int, steady_at: float, stop_at: float, stats: Counter[str]
+    ) -> None:
         super().__init__(daemon=True)
-        self.args, self.index, self.stop_at, self.stats = args, index, stop_at, stats
+        self.args, self.index, self.stats = args, index, stats
+        self.steady_at, self.stop_at = steady_at, stop_at
         self.local: Counter[str] = Counter()
         self.conn: http.client.HTTPConnection | None = None
         self.path = f"/api/v1/groups/{args.prefix}/{args.group}/heartbeat"
@@ -55,6 +60,8 @@ class Churner(threading.Thread):
             self.conn = None
             return 0, {}, 0.1
         self.local["answered"] += 1
+        if time.monotonic() >= self.steady_at:
+            self.local["answered_steady"] += 1
         self.local[f"status_{response.status}"] += 1
         retry_after = float(response.getheader("Retry-After") or 0)
         try:
@@ -121,16 +128,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--hold", type=int, default=10, help="heartbeats between a join and its leave")
     parser.add_argument("--no-pause", action="store_true", help="heartbeat back to back (capacity)")
+    parser.add_argument(
+        "--warmup", type=float, default=0.0, help="seconds not in answered_steady_per_s (the start)"
+    )
     args = parser.parse_args(argv)
     stats: Counter[str] = Counter()
     started = time.monotonic()
-    threads = [Churner(args, i, started + args.seconds, stats) for i in range(args.churners)]
+    steady_at, stop_at = started + args.warmup, started + args.seconds
+    threads = [Churner(args, i, steady_at, stop_at, stats) for i in range(args.churners)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(args.seconds + 3 * TIMEOUT_S)
     elapsed = time.monotonic() - started
-    result = {**stats, "seconds": round(elapsed, 3), "answered_per_s": round(stats["answered"] / elapsed, 1)}
+    steady_s = max(elapsed - args.warmup, 1e-9)
+    result = {
+        **stats, "seconds": round(elapsed, 3), "answered_per_s": round(stats["answered"] / elapsed, 1),
+        "answered_steady_per_s": round(stats["answered_steady"] / steady_s, 1),
+    }  # fmt: skip
     print(json.dumps(result), flush=True)
 
 
