@@ -72,25 +72,29 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
+    MAX_ENTRY_IDS,
     EndReason,
     Group,
     GroupConfig,
     MemberState,
     OrderingMode,
     PrefixState,
+    RetentionPolicy,
     Shard,
     VersionState,
     validate_identifier,
 )
 
 from . import clients, codec, instruments
-from .backlog import BacklogMixin
+from .backlog_actions import BacklogActions
+from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
-from .dead_letters import DeadLetterMixin
+from .dead_letters import DeadLetters
+from .operator_scripts import OperatorScripts
 from .reading import Loaded as _Loaded  # the commit path's name for it
 from .reading import Reader
 from .replies import text, translate_redis_errors
-from .retention import RetentionMixin
+from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
 from .turns import Turns
 
 log = logging.getLogger(__name__)
@@ -135,8 +139,12 @@ class HeartbeatFloor:
 DECISION_WAIT_S = 1.0
 
 
-class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
-    """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
+class MetadataStore:
+    """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool).
+
+    It runs the protocol's commands itself and composes the parts of docs/store.md ("The store's
+    parts"): ``reader``, ``backlog_reads``, ``backlog_actions``, ``dead_letter_ops`` and ``retention``;
+    their public operations are reached through the thin methods at the end of this class."""
 
     max_attempts = 64
 
@@ -163,6 +171,25 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._heartbeats = HeartbeatBatches()
         # Across processes, decisions on a prefix take turns while they contend (turns.py).
         self._turns = Turns(client)
+        # The parts (docs/store.md); the store's own operations they use are handed in as callables.
+        scripts = OperatorScripts(client)
+        self.backlog_reads = BacklogReads(client, self.reader)
+        self.backlog_actions = BacklogActions(
+            client,
+            self.reader,
+            scripts,
+            self.backlog_reads,
+            execute=lambda command, groups: self._execute(command, groups),
+            describe_prefix=lambda prefix: self.describe_prefix(prefix),
+        )
+        self.dead_letter_ops = DeadLetters(client, self.reader, scripts)
+        self.retention = Retention(
+            client,
+            self.reader,
+            execute=lambda command, groups: self._execute(command, groups),
+            describe_prefix=lambda prefix: self.describe_prefix(prefix),
+            stream_prefixes=lambda: self.stream_prefixes(),
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -388,7 +415,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             )
         view = describe_group(state, consumer_group, now_ms)
         view["now_ms"] = now_ms
-        self._decorate_group_view(view, state, consumer_group, now_ms)
+        self.backlog_reads.decorate_group_view(view, state, consumer_group, now_ms)
         return view
 
     def describe_prefix(self, stream_prefix: str) -> dict[str, Any]:
@@ -414,7 +441,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             "retention": retention_view(state.topology.retention),
             "now_ms": now_ms,
         }
-        self._decorate_prefix_view(view, state, now_ms)
+        self.backlog_reads.decorate_prefix_view(view, state, now_ms)
         return view
 
     def stream_prefixes(self) -> list[str]:
@@ -464,6 +491,101 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     }
                 )
         return rows
+
+    # ------------------------------------------------------------------------------- the parts' operations
+
+    def snapshot(self, stream_prefix: str) -> PrefixSnapshot | None:
+        return self.backlog_reads.snapshot(stream_prefix)
+
+    def backlog(self, stream_prefix: str, consumer_group: str) -> list[dict[str, Any]]:
+        return self.backlog_reads.backlog(stream_prefix, consumer_group)
+
+    def skip_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        return self.backlog_actions.skip_entries(
+            stream_prefix,
+            consumer_group,
+            shard,
+            entry_ids=entry_ids,
+            older_than_ms=older_than_ms,
+            limit=limit,
+        )
+
+    def pending_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        return self.backlog_actions.pending_entries(
+            stream_prefix,
+            consumer_group,
+            shard,
+            entry_ids=entry_ids,
+            older_than_ms=older_than_ms,
+            limit=limit,
+        )
+
+    def redeliver(self, stream_prefix: str, consumer_group: str, shard: str) -> dict[str, Any]:
+        return self.backlog_actions.redeliver(stream_prefix, consumer_group, shard)
+
+    def unconsumed_for_release(self, stream_prefix: str, consumer_group: str) -> int:
+        return self.backlog_actions.unconsumed_for_release(stream_prefix, consumer_group)
+
+    def release_drain(
+        self, stream_prefix: str, consumer_group: str, *, confirm_unconsumed: int
+    ) -> dict[str, Any]:
+        return self.backlog_actions.release_drain(
+            stream_prefix, consumer_group, confirm_unconsumed=confirm_unconsumed
+        )
+
+    def dead_letters(
+        self, stream_prefix: str, consumer_group: str, *, after: str = "-", count: int = 50
+    ) -> dict[str, Any]:
+        return self.dead_letter_ops.page(stream_prefix, consumer_group, after=after, count=count)
+
+    def dead_letter(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
+        return self.dead_letter_ops.one(stream_prefix, consumer_group, dlq_id)
+
+    def replay_dead_letters(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
+        return self.dead_letter_ops.replay(stream_prefix, consumer_group, ids)
+
+    def purge_dead_letters(
+        self, stream_prefix: str, consumer_group: str, ids: list[str] | None
+    ) -> dict[str, Any]:
+        return self.dead_letter_ops.purge(stream_prefix, consumer_group, ids)
+
+    def set_retention(self, stream_prefix: str, policy: RetentionPolicy) -> dict[str, Any]:
+        return self.retention.set_retention(stream_prefix, policy)
+
+    def prefix_usage(self, stream_prefix: str) -> dict[str, Any]:
+        return self.retention.prefix_usage(stream_prefix)
+
+    def delete_prefix(self, stream_prefix: str, *, force: bool = False) -> dict[str, Any]:
+        return self.retention.delete_prefix(stream_prefix, force=force)
+
+    def retention_pass(
+        self,
+        *,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        max_trim_per_stream: int = DEFAULT_MAX_TRIM_PER_STREAM,
+    ) -> list[RetentionReport]:
+        return self.retention.retention_pass(max_streams=max_streams, max_trim_per_stream=max_trim_per_stream)
+
+    def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
+        return self.retention._commit_deletion(command, topology_rev, outcome)  # the commit path's name
 
     # ------------------------------------------------------------------------------------------ tick
 
@@ -527,7 +649,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             return None
         assert isinstance(outcome.result, TickReport)
         report = outcome.result
-        drained = self._observe_drained(outcome.state)
+        drained = self.retention.observe_drained(outcome.state)
         retired = list(report.retired_versions)
         for group, shards in drained.items():
             before = {v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED}
