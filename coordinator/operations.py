@@ -74,7 +74,7 @@ from coordinator.protocol.model import (
     validate_identifier,
 )
 from coordinator.store import MetadataStore, get_store
-from coordinator.store.backlog import load_group
+from coordinator.store.operator_scripts import load_group
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +457,7 @@ def set_max_concurrency(
     requested = {"max_concurrency": max_concurrency}
 
     def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
-        details["previous"] = load_group(store, prefix, group)[2].config.max_concurrency  # one load
+        details["previous"] = load_group(store.reader, prefix, group)[2].config.max_concurrency  # one load
         return store.set_max_concurrency(prefix, group, max_concurrency)
 
     return _audited(actor, Action.SET_MAX_CONCURRENCY, prefix, group, requested, act)

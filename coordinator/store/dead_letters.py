@@ -1,8 +1,8 @@
 """A group's dead letters, seen and handled by operators: list, inspect, replay, purge (docs/protocol.md
 section 14).
 
-A mixin of :class:`coordinator.store.redis_store.MetadataStore` (it uses ``self.client`` and
-``self._read``).
+:class:`DeadLetters` is composed by :class:`coordinator.store.redis_store.MetadataStore`, with its Redis
+client, its :class:`~coordinator.store.reading.Reader` and its operator scripts.
 
 Theory of operation
 -------------------
@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from coordinator.protocol import envelope
 from coordinator.protocol.errors import (
@@ -42,7 +43,8 @@ from coordinator.protocol.model import Shard, entry_id_key, require_int_in_range
 from coordinator.protocol.routing import shard_index
 
 from . import codec
-from .backlog import decode_fields, load_group, operator_script
+from .operator_scripts import OperatorScripts, decode_fields, load_group
+from .reading import Reader
 from .replies import text
 from .replies import translate_redis_errors as redis_errors
 
@@ -106,20 +108,25 @@ def _not_found(consumer_group: str, ids: list[str]) -> DeadLetterNotFound:
     )
 
 
-class DeadLetterMixin:
-    client: redis.Redis
+class DeadLetters:
+    """A group's dead letters: list, inspect, replay, purge."""
 
     # A replay routed with a route that changed under it is routed again, at most this many times in all.
     replay_attempts = 5
 
-    def dead_letters(
+    def __init__(self, client: redis.Redis | RedisCluster, reader: Reader, scripts: OperatorScripts) -> None:
+        self.client = client
+        self.reader = reader
+        self.scripts = scripts
+
+    def page(
         self, stream_prefix: str, consumer_group: str, *, after: str = "-", count: int = 50
     ) -> dict[str, Any]:
         """A page of the group's dead letters, oldest first, with ids strictly after ``after``."""
         if after != "-":
             validate_entry_ids([after], "after")
         require_int_in_range(count, "count", 1, MAX_PAGE)
-        load_group(self, stream_prefix, consumer_group)
+        load_group(self.reader, stream_prefix, consumer_group)
         key = codec.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
@@ -132,10 +139,10 @@ class DeadLetterMixin:
             "entries": [dead_letter_view(entry_id, raw) for entry_id, raw in entries],
         }
 
-    def dead_letter(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
+    def one(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
         """One dead letter, or ``DEAD_LETTER_NOT_FOUND``."""
         (dlq_id,) = validate_entry_ids([dlq_id], "id")
-        load_group(self, stream_prefix, consumer_group)
+        load_group(self.reader, stream_prefix, consumer_group)
         with redis_errors():
             entries = self.client.xrange(codec.dead_letter_key(stream_prefix, consumer_group), dlq_id, dlq_id)
         if not entries:
@@ -143,12 +150,12 @@ class DeadLetterMixin:
         entry_id, raw = entries[0]
         return dead_letter_view(entry_id, raw or {})
 
-    def replay_dead_letters(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
+    def replay(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
         """Append the listed dead letters' events to the ACTIVE version and delete them from the
         dead-letter stream, all or nothing (module docstring). ``DEAD_LETTER_NOT_FOUND`` (details
         ``ids``) if any is missing."""
         ids = sorted(validate_entry_ids(ids, "ids"), key=entry_id_key)
-        active = load_group(self, stream_prefix, consumer_group)[1].topology.active_version
+        active = load_group(self.reader, stream_prefix, consumer_group)[1].topology.active_version
         route: Any = f"{active.version} {active.shard_count}"  # the script re-checks it atomically
         meta, dlq = codec.meta_key(stream_prefix), codec.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
@@ -169,7 +176,7 @@ class DeadLetterMixin:
                 args += [dlq_id, str(shard.index)]
             streams = [codec.stream_key(stream_prefix, s) for s in shards]
             with redis_errors():
-                reply = operator_script(self, "replay_dead_letter")(keys=[meta, dlq, *streams], args=args)
+                reply = self.scripts["replay_dead_letter"](keys=[meta, dlq, *streams], args=args)
             status = text(reply[0])
             if status == "STALE_ROUTE":
                 route = reply[1]
@@ -187,17 +194,15 @@ class DeadLetterMixin:
             "attempts in a row; nothing was replayed"
         )
 
-    def purge_dead_letters(
-        self, stream_prefix: str, consumer_group: str, ids: list[str] | None
-    ) -> dict[str, Any]:
+    def purge(self, stream_prefix: str, consumer_group: str, ids: list[str] | None) -> dict[str, Any]:
         """Delete the listed dead letters (all or nothing: ``DEAD_LETTER_NOT_FOUND``), or every one of
         the group's when ``ids`` is None. Returns how many were deleted."""
         if ids is not None:
             ids = validate_entry_ids(ids, "ids")
-        load_group(self, stream_prefix, consumer_group)
+        load_group(self.reader, stream_prefix, consumer_group)
         dlq = codec.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
-            reply = operator_script(self, "purge_dead_letters")(
+            reply = self.scripts["purge_dead_letters"](
                 keys=[codec.meta_key(stream_prefix), dlq], args=[consumer_group, *(ids or ())]
             )
         self._raise_for_dead_letter_status(text(reply[0]), reply, stream_prefix, consumer_group)

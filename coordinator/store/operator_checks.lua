@@ -1,5 +1,5 @@
 -- Checks shared by the operator scripts (skip, redeliver, replay and purge of dead letters). Lua scripts
--- cannot include one another: coordinator/store/backlog.py prepends this text to each of them.
+-- cannot include one another: coordinator/store/operator_scripts.py prepends this text to each of them.
 --
 -- group_exists(meta, group)        the group's document g:<group> is in the metadata hash
 -- version_is_live(meta, version)   `version` (decimal string) is the ACTIVE or a DRAINING routing version

@@ -72,23 +72,29 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
+    MAX_ENTRY_IDS,
     EndReason,
     Group,
     GroupConfig,
     MemberState,
     OrderingMode,
     PrefixState,
+    RetentionPolicy,
     Shard,
     VersionState,
     validate_identifier,
 )
 
 from . import clients, codec, instruments
-from .backlog import BacklogMixin
+from .backlog_actions import BacklogActions
+from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
-from .dead_letters import DeadLetterMixin
+from .dead_letters import DeadLetters
+from .operator_scripts import OperatorScripts
+from .reading import Loaded as _Loaded  # the commit path's name for it
+from .reading import Reader
 from .replies import text, translate_redis_errors
-from .retention import RetentionMixin
+from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
 from .turns import Turns
 
 log = logging.getLogger(__name__)
@@ -97,27 +103,10 @@ _LUA = Path(__file__).with_name
 _V = TypeVar("_V")
 
 START_FROM = {"latest": "$", "earliest": "0"}
-# Decoded group documents a store keeps (MetadataStore._decoded): enough for the groups one API process
-# serves at once; a 1,000-member group takes a few MB decoded.
-DECODED_GROUPS_KEPT = 64
 # The tick reads every group at least this often, whatever the tick index says (MetadataStore.tick).
 FULL_TICK_INTERVAL_S = 60.0
 # Index entries past their deadline tick_due.lua looks at per prefix; beyond, every group is read.
 TICK_INDEX_LOOK = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    now_ms: int
-    state: PrefixState | None
-    topology_rev: str
-    group_revs: dict[str, str]  # every group requested, "" when absent
-    group_names: list[str]  # the topology's list (all groups, loaded or not)
-    raw_topology: bytes = b""
-    decoded: dict[str, codec.DecodedGroup] = field(default_factory=dict)  # what each group was read from
-    members_revs: dict[str, str] = field(default_factory=dict)  # gm#:<group>, "" when absent
-    record_revs: dict[str, Mapping[str, bytes]] = field(default_factory=dict)  # d#:<group>:<member>
-    position: tuple[int, bytes] | None = None  # the change log's (seq, token) this read is at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,8 +139,12 @@ class HeartbeatFloor:
 DECISION_WAIT_S = 1.0
 
 
-class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
-    """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool)."""
+class MetadataStore:
+    """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool).
+
+    It runs the protocol's commands itself and composes the parts of docs/store.md ("The store's
+    parts"): ``reader``, ``backlog_reads``, ``backlog_actions``, ``dead_letter_ops`` and ``retention``;
+    their public operations are reached through the thin methods at the end of this class."""
 
     max_attempts = 64
 
@@ -164,16 +157,12 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         lease_rule = codec.lease_record_lua() + "\n"
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
         log_rule = lease_rule + codec.change_log_lua() + "\n"
-        self._load_script = client.register_script(log_rule + _LUA("load.lua").read_text())
+        self.reader = Reader(client, client.register_script(log_rule + _LUA("load.lua").read_text()))
         self._commit_script = client.register_script(log_rule + _LUA("commit.lua").read_text())
         self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
         # When this store last read every group of a prefix in a tick that succeeded (monotonic s).
         self._full_tick_at: dict[str, float] = {}
         self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
-        # The group documents this process last read or wrote, decoded: a document that has not changed
-        # since (byte for byte) is not parsed again, only its leases are applied (codec.DecodedGroup).
-        # Shared by the process's threads (entries are immutable); the oldest go beyond the bound.
-        self._decoded: dict[tuple[str, str], codec.DecodedGroup] = {}
         # One decision at a time per stream prefix in this process (_deciding_on); made again in a
         # forked child, whose locks could have been copied held.
         self._deciding: dict[str, threading.RLock] = {}
@@ -182,6 +171,25 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
         self._heartbeats = HeartbeatBatches()
         # Across processes, decisions on a prefix take turns while they contend (turns.py).
         self._turns = Turns(client)
+        # The parts (docs/store.md); the store's own operations they use are handed in as callables.
+        scripts = OperatorScripts(client)
+        self.backlog_reads = BacklogReads(client, self.reader)
+        self.backlog_actions = BacklogActions(
+            client,
+            self.reader,
+            scripts,
+            self.backlog_reads,
+            execute=lambda command, groups: self._execute(command, groups),
+            describe_prefix=lambda prefix: self.describe_prefix(prefix),
+        )
+        self.dead_letter_ops = DeadLetters(client, self.reader, scripts)
+        self.retention = Retention(
+            client,
+            self.reader,
+            execute=lambda command, groups: self._execute(command, groups),
+            describe_prefix=lambda prefix: self.describe_prefix(prefix),
+            stream_prefixes=lambda: self.stream_prefixes(),
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
@@ -407,7 +415,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             )
         view = describe_group(state, consumer_group, now_ms)
         view["now_ms"] = now_ms
-        self._decorate_group_view(view, state, consumer_group, now_ms)
+        self.backlog_reads.decorate_group_view(view, state, consumer_group, now_ms)
         return view
 
     def describe_prefix(self, stream_prefix: str) -> dict[str, Any]:
@@ -433,7 +441,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             "retention": retention_view(state.topology.retention),
             "now_ms": now_ms,
         }
-        self._decorate_prefix_view(view, state, now_ms)
+        self.backlog_reads.decorate_prefix_view(view, state, now_ms)
         return view
 
     def stream_prefixes(self) -> list[str]:
@@ -483,6 +491,101 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                     }
                 )
         return rows
+
+    # ------------------------------------------------------------------------------- the parts' operations
+
+    def snapshot(self, stream_prefix: str) -> PrefixSnapshot | None:
+        return self.backlog_reads.snapshot(stream_prefix)
+
+    def backlog(self, stream_prefix: str, consumer_group: str) -> list[dict[str, Any]]:
+        return self.backlog_reads.backlog(stream_prefix, consumer_group)
+
+    def skip_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        return self.backlog_actions.skip_entries(
+            stream_prefix,
+            consumer_group,
+            shard,
+            entry_ids=entry_ids,
+            older_than_ms=older_than_ms,
+            limit=limit,
+        )
+
+    def pending_entries(
+        self,
+        stream_prefix: str,
+        consumer_group: str,
+        shard: str,
+        *,
+        entry_ids: list[str] | None = None,
+        older_than_ms: int | None = None,
+        limit: int = MAX_ENTRY_IDS,
+    ) -> dict[str, Any]:
+        return self.backlog_actions.pending_entries(
+            stream_prefix,
+            consumer_group,
+            shard,
+            entry_ids=entry_ids,
+            older_than_ms=older_than_ms,
+            limit=limit,
+        )
+
+    def redeliver(self, stream_prefix: str, consumer_group: str, shard: str) -> dict[str, Any]:
+        return self.backlog_actions.redeliver(stream_prefix, consumer_group, shard)
+
+    def unconsumed_for_release(self, stream_prefix: str, consumer_group: str) -> int:
+        return self.backlog_actions.unconsumed_for_release(stream_prefix, consumer_group)
+
+    def release_drain(
+        self, stream_prefix: str, consumer_group: str, *, confirm_unconsumed: int
+    ) -> dict[str, Any]:
+        return self.backlog_actions.release_drain(
+            stream_prefix, consumer_group, confirm_unconsumed=confirm_unconsumed
+        )
+
+    def dead_letters(
+        self, stream_prefix: str, consumer_group: str, *, after: str = "-", count: int = 50
+    ) -> dict[str, Any]:
+        return self.dead_letter_ops.page(stream_prefix, consumer_group, after=after, count=count)
+
+    def dead_letter(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
+        return self.dead_letter_ops.one(stream_prefix, consumer_group, dlq_id)
+
+    def replay_dead_letters(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
+        return self.dead_letter_ops.replay(stream_prefix, consumer_group, ids)
+
+    def purge_dead_letters(
+        self, stream_prefix: str, consumer_group: str, ids: list[str] | None
+    ) -> dict[str, Any]:
+        return self.dead_letter_ops.purge(stream_prefix, consumer_group, ids)
+
+    def set_retention(self, stream_prefix: str, policy: RetentionPolicy) -> dict[str, Any]:
+        return self.retention.set_retention(stream_prefix, policy)
+
+    def prefix_usage(self, stream_prefix: str) -> dict[str, Any]:
+        return self.retention.prefix_usage(stream_prefix)
+
+    def delete_prefix(self, stream_prefix: str, *, force: bool = False) -> dict[str, Any]:
+        return self.retention.delete_prefix(stream_prefix, force=force)
+
+    def retention_pass(
+        self,
+        *,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        max_trim_per_stream: int = DEFAULT_MAX_TRIM_PER_STREAM,
+    ) -> list[RetentionReport]:
+        return self.retention.retention_pass(max_streams=max_streams, max_trim_per_stream=max_trim_per_stream)
+
+    def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
+        return self.retention._commit_deletion(command, topology_rev, outcome)  # the commit path's name
 
     # ------------------------------------------------------------------------------------------ tick
 
@@ -546,7 +649,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             return None
         assert isinstance(outcome.result, TickReport)
         report = outcome.result
-        drained = self._observe_drained(outcome.state)
+        drained = self.retention.observe_drained(outcome.state)
         retired = list(report.retired_versions)
         for group, shards in drained.items():
             before = {v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED}
@@ -579,115 +682,15 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
     # ------------------------------------------------------------------------------------------ core
 
     def _read(self, stream_prefix: str, groups: list[str] | None) -> tuple[int, PrefixState | None]:
-        validate_identifier(stream_prefix, "stream_prefix")
-        loaded = self._load(stream_prefix, groups)
-        return loaded.now_ms, loaded.state
+        return self.reader.read(stream_prefix, groups)
 
     def _load(
         self, stream_prefix: str, groups: list[str] | None, lease_of: str | Collection[str] | None = None
     ) -> _Loaded:
-        """Read the topology and ``groups`` (None: every group), each group a delta of what this store
-        knows of it when it can (docs/store.md, "Delta loads"). ``lease_of``: read only the lease of
-        that member (or those members), and those of the members whose records changed: the others keep
-        the leases this store last saw, which only heartbeats of those members may decide on; None:
-        every member's lease."""
-        known = {
-            name: decoded
-            for (prefix, name), decoded in list(self._decoded.items())
-            if prefix == stream_prefix
-            and (groups is None or name in groups)
-            and decoded.format == codec.GROUP_FORMAT
-            and decoded.position is not None
-        }
-        whose = "*" if lease_of is None else lease_of if isinstance(lease_of, str) else " ".join(lease_of)
-        args: list[str | bytes | int] = [whose, len(known)]
-        for name, decoded in known.items():
-            assert decoded.position is not None
-            args += [name, decoded.position[0], decoded.position[1]]
-        args += ["*"] if groups is None else groups
-        with translate_redis_errors():
-            keys = [codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)]
-            now_ms, topo, trev, position, rows = self._load_script(keys=keys, args=args)
-        if not topo:
-            return _Loaded(int(now_ms), None, "", {}, [])
-        at = None if not position else (int(position[0]), bytes(position[1]))
-        try:
-            return self._decode_loaded(stream_prefix, int(now_ms), topo, trev, at, rows, known)
-        except (ValueError, KeyError, TypeError) as e:
-            raise MetadataCorrupt(
-                f"the metadata of stream prefix {stream_prefix!r} is unreadable: {e!r}"
-            ) from e
+        return self.reader.load(stream_prefix, groups, lease_of)
 
     def _remember(self, stream_prefix: str, name: str, decoded: codec.DecodedGroup) -> None:
-        key = (stream_prefix, name)
-        self._decoded.pop(key, None)  # re-inserted last: the dict's order is the order of use
-        self._decoded[key] = decoded
-        while len(self._decoded) > DECODED_GROUPS_KEPT:
-            with contextlib.suppress(KeyError, StopIteration, RuntimeError):  # another thread's pop
-                self._decoded.pop(next(iter(self._decoded)))
-
-    def _decode_loaded(
-        self,
-        stream_prefix: str,
-        now_ms: int,
-        topo: bytes,
-        trev: Any,
-        position: tuple[int, bytes] | None,
-        rows: list[Any],
-        known: Mapping[str, codec.DecodedGroup],
-    ) -> _Loaded:
-        topology, names = codec.decode_topology(topo)
-        loaded: dict[str, Group] = {}
-        revs: dict[str, str] = {}
-        decoded_groups: dict[str, codec.DecodedGroup] = {}
-        members_revs: dict[str, str] = {}
-        record_revs: dict[str, Mapping[str, bytes]] = {}
-        for name, doc, rev, members_rev, whole, ids, docs, doc_revs, lease_ids, leases in rows:
-            name = text(name)
-            revs[name] = text(rev)
-            members_revs[name] = text(members_rev)
-            if not doc:
-                continue
-            members = [text(m) for m in ids]
-            lease_map = dict(zip(map(text, lease_ids), map(int, leases), strict=True))
-            records: Mapping[str, bytes]
-            if int(whole):
-                kept = self._decoded.get((stream_prefix, name))
-                records = {m: r for m, r in zip(members, docs, strict=True) if r is not None}
-                member_revs: Mapping[str, bytes] = dict(zip(members, doc_revs, strict=True))  # as stored
-                decoded = codec.decode_group_cached(doc, records, lease_map, kept)
-            else:
-                # Only what changed since the position this store knew the group at: the rest is as
-                # it knows it (the very one whose position it sent, whatever another thread kept since).
-                kept = known[name]
-                records = _patched(kept.records, dict(zip(members, docs, strict=True)))
-                gone_or_rev = zip(members, docs, doc_revs, strict=True)
-                member_revs = _patched(kept.revs, {m: None if d is None else r for m, d, r in gone_or_rev})
-                # Every member's lease read (a description): every member compared; else only these.
-                changed = None if len(lease_map) >= len(records) else {*members, *lease_map}
-                decoded = codec.decode_group_cached(
-                    doc, records, lease_map, kept, leases_complete=False, changed=changed
-                )
-            same_revs = decoded.revs is member_revs or decoded.revs == member_revs
-            if not same_revs or decoded.position != position:
-                decoded = replace(decoded, revs=member_revs, position=position)
-            if decoded is not kept:
-                self._remember(stream_prefix, name, decoded)
-            loaded[name] = decoded.group
-            decoded_groups[name] = decoded
-            record_revs[name] = member_revs
-        return _Loaded(
-            int(now_ms),
-            PrefixState(topology=topology, groups=loaded),
-            text(trev),
-            revs,
-            names,
-            topo,
-            decoded_groups,
-            members_revs,
-            record_revs,
-            position,
-        )
+        self.reader.remember(stream_prefix, name, decoded)
 
     def _execute(
         self,

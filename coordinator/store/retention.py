@@ -25,7 +25,7 @@ commit for it is ``delete_prefix.lua``, which deletes the metadata key, every st
 stream and redeliver counter of the prefix in one script, only if the topology revision is the one
 decided on (and, unless forced, only if those streams are still empty).
 
-The end of a version's life starts with the tick's drain observation (:meth:`_observe_drained`, kept
+The end of a version's life starts with the tick's drain observation (:meth:`observe_drained`, kept
 here with the rest of the streams' life cycle): a draining shard on which a group has nothing pending
 and nothing left to read. "Nothing left to read" is asked of the stream (no entry after the group's
 last-delivered id), not answered by comparing that id with the stream's last-generated one: an opt-in
@@ -33,20 +33,23 @@ cap may have trimmed entries the group never read (a sealed stream only ages, so
 eventually trims all of it), and the group's last-delivered id then never reaches the last generated
 one: the shard would never drain and the migration never complete.
 
-A mixin of :class:`coordinator.store.redis_store.MetadataStore` (it uses ``self.client``, ``self._load``,
-``self._execute``, ``self.describe_prefix`` and ``self.stream_prefixes``).
+:class:`Retention` is composed by :class:`coordinator.store.redis_store.MetadataStore`: its Redis client
+and :class:`~coordinator.store.reading.Reader`, and the store's full path (``execute``), prefix view
+(``describe_prefix``) and prefix index (``stream_prefixes``) as callables.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from coordinator.protocol.commands import DeletePrefix, Outcome, PrefixDeleted, SetRetention
+import redis
+from redis.cluster import RedisCluster
+
+from coordinator.protocol.commands import Command, DeletePrefix, Outcome, PrefixDeleted, SetRetention
 from coordinator.protocol.errors import (
     CoordinatorError,
     InvalidRequest,
@@ -66,11 +69,9 @@ from coordinator.protocol.model import (
 )
 
 from . import clients, codec
+from .reading import Reader
 from .replies import text
 from .replies import translate_redis_errors as _redis_errors
-
-if TYPE_CHECKING:
-    import redis
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
@@ -138,24 +139,31 @@ class _Segment:
         return (self.after is None or shard > self.after) and (self.upto is None or shard <= self.upto)
 
 
-class RetentionMixin:
-    if TYPE_CHECKING:
-        client: redis.Redis
-        _load: Any
-        _execute: Any
-        describe_prefix: Any
-        stream_prefixes: Any
+class Retention:
+    """The streams' life cycle: drain observation, retention policy and pass, prefix deletion."""
 
-    @cached_property
-    def _retention_scripts(self) -> dict[str, Any]:
-        return {
-            name: self.client.register_script(_LUA(f"{name}.lua").read_text())
+    def __init__(
+        self,
+        client: redis.Redis | RedisCluster,
+        reader: Reader,
+        *,
+        execute: Callable[[Command, list[str] | None], Any],
+        describe_prefix: Callable[[str], dict[str, Any]],
+        stream_prefixes: Callable[[], list[str]],
+    ) -> None:
+        self.client = client
+        self.reader = reader
+        self._execute = execute
+        self.describe_prefix = describe_prefix
+        self.stream_prefixes = stream_prefixes
+        self._retention_scripts = {
+            name: client.register_script(_LUA(f"{name}.lua").read_text())
             for name in ("trim", "delete_retired", "delete_prefix")
         }
 
     # ------------------------------------------------------------------------------------ drain
 
-    def _observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
+    def observe_drained(self, state: PrefixState) -> dict[str, list[Shard]]:
         """Shards of draining versions that a group has read to the end and acked (sealed: final)."""
         candidates = [
             (name, shard)
@@ -211,7 +219,7 @@ class RetentionMixin:
         """What deleting the prefix would remove: its groups, the entries of its streams and dead-letter
         streams (``unconsumed_entries``: everything still in them) and how many shard streams exist."""
         validate_identifier(stream_prefix, "stream_prefix")
-        loaded = self._load(stream_prefix, [])
+        loaded = self.reader.load(stream_prefix, [])
         if loaded.state is None:
             raise StreamPrefixNotFound(
                 f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
@@ -328,7 +336,7 @@ class RetentionMixin:
     ) -> list[Shard]:
         """Trim or delete the streams of one segment, at most ``budget`` of them; returns those visited."""
         prefix = segment.stream_prefix
-        loaded = self._load(prefix, [])
+        loaded = self.reader.load(prefix, [])
         if loaded.state is None:
             return []  # deleted meanwhile, or an index entry without metadata
         topology: Topology = loaded.state.topology

@@ -352,7 +352,7 @@ def test_a_release_whose_migration_was_replaced_after_the_count_abandons_nothing
         for group in (GROUP, "audit"):
             ack(store, shard, read(store, shard, "c", 10, group=group), group=group)
     store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
-    real_unconsumed = store._unconsumed
+    real_unconsumed = store.backlog_reads.unconsumed
     after_race: dict[str, Any] = {}
 
     def count_then_race(state: Any, group: str) -> Any:
@@ -364,7 +364,7 @@ def test_a_release_whose_migration_was_replaced_after_the_count_abandons_nothing
             after_race["meta"] = store.raw_metadata(PREFIX)
         return counted
 
-    monkeypatch.setattr(store, "_unconsumed", count_then_race)
+    monkeypatch.setattr(store.backlog_reads, "unconsumed", count_then_race)
     with pytest.raises(ConfirmationMismatch) as refused:
         store.release_drain(PREFIX, "audit", confirm_unconsumed=0)
 
@@ -385,7 +385,7 @@ def test_a_group_created_again_right_after_its_release_keeps_the_consumer_groups
     them draining): its consumer groups there stay, and the migration can complete."""
     ids = _blocked_by_idle_audit(store)
     store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
-    real_forget = store._forget_released
+    real_forget = store.backlog_actions._forget_released
 
     def recreate_then_forget(prefix: str, group: str, shards: Any) -> None:
         store.delete_group(PREFIX, "audit")
@@ -393,7 +393,7 @@ def test_a_group_created_again_right_after_its_release_keeps_the_consumer_groups
         store.client.xgroup_setid(codec.stream_key(PREFIX, Shard.parse("v1:0")), "audit", "0")
         real_forget(prefix, group, shards)
 
-    monkeypatch.setattr(store, "_forget_released", recreate_then_forget)
+    monkeypatch.setattr(store.backlog_actions, "_forget_released", recreate_then_forget)
     store.release_drain(PREFIX, "audit", confirm_unconsumed=7)
 
     for shard in ids:

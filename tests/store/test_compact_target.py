@@ -25,7 +25,7 @@ def test_a_group_larger_than_its_shard_count_stores_only_the_targets_with_shards
     header = json.loads(store.client.hget(META, f"g:{GROUP}"))
     assert header["target_rest"] == "live"
     assert sorted(len(t) for t in header["target"].values()) == [1, 1, 1]
-    kept = store._decoded[(PREFIX, GROUP)].group  # the core's own target, as its last commit made it
+    kept = store.reader.decoded[(PREFIX, GROUP)].group  # the core's own target, as its last commit made it
     fresh = MetadataStore(store.client)._load(PREFIX, None).state
     assert fresh is not None
     group = fresh.groups[GROUP]

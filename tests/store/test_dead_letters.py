@@ -19,21 +19,13 @@ from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store import MetadataStore, codec
 from coordinator.store import dead_letters as dead_letters_module
-from coordinator.store.dead_letters import DeadLetterMixin
 
 from .conftest import GROUP, PREFIX, create
-
-if issubclass(MetadataStore, DeadLetterMixin):
-    Store: type[Any] = MetadataStore
-else:  # until redis_store.py lists DeadLetterMixin among MetadataStore's bases
-
-    class Store(MetadataStore, DeadLetterMixin):  # type: ignore[no-redef]
-        pass
 
 
 @pytest.fixture
 def dl_store(redis_url: str) -> Iterator[Any]:
-    s = Store.from_url(redis_url)
+    s = MetadataStore.from_url(redis_url)
     yield s
     s.client.close()
 

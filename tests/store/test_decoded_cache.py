@@ -77,7 +77,7 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
                 actor.change_shard_count(PREFIX, current + 1, OrderingMode.RELAXED)
         except CoordinatorError:
             pass  # a refusal (fenced, migration in progress, ...) writes nothing
-        kept = store._decoded.get((PREFIX, GROUP))
+        kept = store.reader.decoded.get((PREFIX, GROUP))
         hits += kept is not None and kept.raw == store.client.hget(META, f"g:{GROUP}")
         fresh = _fresh(store.client)
         for reader in (store, other):

@@ -28,7 +28,7 @@ class Spy:
 
     def __init__(self, store: MetadataStore) -> None:
         self.rows: list[tuple[str, int, list[str], list[str]]] = []
-        script = store._load_script
+        script = store.reader.load_script
 
         def spying(*, keys: list[str], args: list[Any]) -> Any:
             reply = script(keys=keys, args=args)
@@ -37,7 +37,7 @@ class Spy:
                 self.rows.append((text(row[0]), int(row[4]), read, leases))
             return reply
 
-        store._load_script = spying  # type: ignore[method-assign]
+        store.reader.load_script = spying
 
     def last(self) -> tuple[str, int, list[str], list[str]]:
         return self.rows[-1]
@@ -279,7 +279,7 @@ def test_a_first_logged_commit_after_an_unlogged_one_leaves_its_committer_withou
 
     racing._commit_script = commit_after_an_old_one  # type: ignore[method-assign]
     new_client(racing, "m05", formed["m05"], "new")
-    assert racing._decoded[(PREFIX, GROUP)].position is None
+    assert racing.reader.decoded[(PREFIX, GROUP)].position is None
     view = racing.describe_group(PREFIX, GROUP)
     assert {m["member_id"]: m["client"]["version"] for m in view["members"]}["m03"] == "old-1"
     assert racing._load(PREFIX, None).state == fresh(store)

@@ -133,14 +133,14 @@ def test_entries_appended_after_the_count_stop_an_unforced_deletion_atomically(
     """The script counts again: an append that raced prefix_usage is not deleted silently."""
     create(store, shard_count=1)
     store.delete_group(PREFIX, GROUP)
-    real_usage = store.prefix_usage
+    real_usage = store.retention.prefix_usage
 
     def usage_then_append(prefix: str) -> dict[str, object]:
         result = real_usage(prefix)
         store.client.xadd(stream(0), {"n": "late"})
         return result
 
-    monkeypatch.setattr(store, "prefix_usage", usage_then_append)
+    monkeypatch.setattr(store.retention, "prefix_usage", usage_then_append)
     before_meta = store.raw_metadata(PREFIX)
     with pytest.raises(StreamPrefixNotEmpty) as refused:
         store.delete_prefix(PREFIX)
