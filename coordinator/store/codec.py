@@ -434,6 +434,25 @@ def decode_group_cached(
 
 
 _V = TypeVar("_V")
+
+
+def patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
+    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
+    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
+    and compared, never iterated for their order (the members' order comes from the documents:
+    in_document_order, decode_group_cached), so an added member is simply added: keeping them in key
+    order cost a sort of every member at every join."""
+    if not changes:
+        return kept
+    out = dict(kept)
+    for mid, value in changes.items():
+        if value is None:
+            out.pop(mid, None)
+        else:
+            out[mid] = value
+    return out
+
+
 # More keys appended than this: sorted whole instead (bisecting each one would cost more).
 _MERGED_AT_MOST = 64
 

@@ -714,7 +714,7 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
                 elif before_commit is not None:
                     with translate_redis_errors():
                         before_commit(outcome.state)
-                if outcome.state is not None and self._commit(prefix, loaded, outcome.state):
+                if outcome.state is not None and self._commit(prefix, loaded, outcome):
                     return outcome
             instruments.count(self.client, cas_conflicts=1)
             self._turns.contended(prefix)
@@ -749,7 +749,9 @@ class MetadataStore(BacklogMixin, DeadLetterMixin, RetentionMixin):
             if queued:
                 lock.release()
 
-    def _commit(self, stream_prefix: str, loaded: _Loaded, new: PrefixState) -> bool:
+    def _commit(self, stream_prefix: str, loaded: _Loaded, outcome: Outcome) -> bool:
+        new = outcome.state
+        assert new is not None
         old = loaded.state
         old_groups: dict[str, Group] = dict(old.groups) if old else {}
         checks: list[str | bytes] = ["t#", loaded.topology_rev]
