@@ -481,8 +481,9 @@ def in_document_order(group: Group, read: Group | None, touched: Collection[str]
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
     would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
-    are in that order already, so only what differs from it (``touched``: the members that are not
-    ``read``'s very objects) is put in order."""
+    are in that order already, so only what differs from it is put in order: ``touched``, the members
+    the decision changed (its records name them: coordinator/protocol/changes.py); every other member
+    is ``read``'s as it was."""
     if read is None:
         members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
         return replace(group, members=members, target=_target_in_order(group, None))

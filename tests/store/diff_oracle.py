@@ -1,10 +1,15 @@
-"""The commit path as it was before the core returned its changes as records: it worked out what a
-command changed by comparing the loaded and the new state, deciding "touched" by the identity of Member
-objects (the core derives new groups with ``dataclasses.replace``, so a member it did not touch is the
-very same object). Kept here, verbatim but for returning a ``CommitPlan``, as the reference that
-``coordinator.store.commit_plan.plan`` is checked against on every commit the store and API tests make
-and on every transition of the stateful tests (docs/store.md, "What a commit writes").
-Test code: nothing of the product imports it."""
+"""A reference for the commit plan: the store's commit path as it was before the core returned its
+changes as records. It worked out what a command changed by comparing the loaded and the new state, and
+decided which members a command touched by the identity of their Member objects (the core derives new
+groups with ``dataclasses.replace``, so a member it did not touch is the very same object): a contract
+the product no longer relies on. Kept here verbatim (but for returning a ``CommitPlan``), test code that
+nothing of the product imports: ``coordinator.store.commit_plan.plan`` must make exactly its plan on
+every commit of the store, tick and API tests and on every transition of the state machine of
+tests/store/test_commit_plan.py (docs/store.md, "What a commit writes").
+
+Should the core one day put new Member objects in place of unchanged ones, this reference (not the
+records) is what no longer holds: it would then name more members than the records, and the equality
+fails with the plans side by side."""
 
 from __future__ import annotations
 
@@ -18,9 +23,8 @@ import pytest
 from coordinator.protocol.commands import Outcome
 from coordinator.protocol.group import revocation_schedule_ms
 from coordinator.protocol.model import EndReason, Group, MemberState, PrefixState
-from coordinator.store import codec
+from coordinator.store import codec, commit_plan
 from coordinator.store.commit_plan import CommitPlan, plan
-from coordinator.store.redis_store import MetadataStore
 
 _V = TypeVar("_V")
 
@@ -423,12 +427,12 @@ COMPARED = [0]  # commits compared in this process (tests report it when asked)
 
 @pytest.fixture(autouse=True)
 def every_commit_checked_against_the_diff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every commit a test makes through a store is planned both ways first; they must be equal."""
-    commit = MetadataStore._commit
+    """Every commit a test makes through a store is planned both ways; they must be equal, and the
+    store sends the plan made from the records."""
 
-    def checked(store: MetadataStore, stream_prefix: str, loaded: Any, outcome: Outcome) -> bool:
-        assert_plans_equal(loaded, outcome)
+    def checked(loaded: Any, outcome: Outcome) -> CommitPlan:
+        got = assert_plans_equal(loaded, outcome)
         COMPARED[0] += 1
-        return commit(store, stream_prefix, loaded, outcome)
+        return got
 
-    monkeypatch.setattr(MetadataStore, "_commit", checked)
+    monkeypatch.setattr(commit_plan, "plan", checked)
