@@ -118,7 +118,6 @@ class GroupChanges:
     bumped: bool = False
     group_wide: bool = False  # GroupConfigChanged, DrainedChanged: every member's fields show them
     created: bool = False
-    deleted: bool = False
 
     @property
     def header(self) -> bool:
@@ -150,8 +149,8 @@ def gather(changes: Iterable[Change]) -> tuple[bool, dict[str, GroupChanges]]:
             g.group_wide = True
         elif isinstance(change, GroupCreated):
             g.created = topology = True
-        elif isinstance(change, GroupDeleted):
-            g.deleted = topology = True
+        elif isinstance(change, GroupDeleted):  # the group's state is None: all of it goes
+            topology = True
     return topology, groups
 
 

@@ -13,7 +13,8 @@ fails with the plans side by side."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 from itertools import compress, islice
 from operator import is_not
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ import pytest
 
 from coordinator.protocol.commands import Outcome
 from coordinator.protocol.group import revocation_schedule_ms
-from coordinator.protocol.model import EndReason, Group, MemberState, PrefixState
+from coordinator.protocol.model import EndReason, Group, Member, MemberState, PrefixState, Shard
 from coordinator.store import codec, commit_plan
 from coordinator.store.commit_plan import CommitPlan, plan
 
@@ -156,7 +157,7 @@ def _record_changes(
     (then it is encoded afresh, at the next revision); every member's is encoded when the group was
     read in format 1 (its members were in the document) or is new."""
     stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
-    group = codec.in_document_order(after, before if stored is not None else None, touched)
+    group = in_document_order(after, before if stored is not None else None, touched)
     rewritten: list[str] = []
     records: Mapping[str, bytes]
     revs: Mapping[str, bytes]
@@ -436,3 +437,42 @@ def every_commit_checked_against_the_diff(monkeypatch: pytest.MonkeyPatch) -> No
         return got
 
     monkeypatch.setattr(commit_plan, "plan", checked)
+
+
+def in_document_order(group: Group, read: Group | None, touched: Collection[str]) -> Group:
+    """``group`` with its members, target and each member's assigned shards in the order a decode of
+    its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
+    would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
+    are in that order already, so only what differs from it (``touched``: the members that are not
+    ``read``'s very objects) is put in order."""
+    if read is None:
+        members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
+        return replace(group, members=members, target=_target_in_order(group, None))
+    kept = len(read.members)
+    if read.members.keys() == group.members.keys():
+        members = dict(group.members)
+    elif len(group.members) > kept and list(islice(group.members, kept)) == list(read.members):
+        members = codec.in_key_order(group.members, kept)  # members joined: appended after read's, in order
+    else:
+        members = {m: group.members[m] for m in sorted(group.members)}
+    for m in touched:
+        if m in members:
+            members[m] = _assigned_in_document_order(members[m])
+    return replace(group, members=members, target=_target_in_order(group, read))
+
+
+def _target_in_order(group: Group, read: Group | None) -> Mapping[str, frozenset[Shard]]:
+    target = group.target
+    if read is None or target is not read.target:
+        target = {m: target[m] for m in sorted(target)}
+    return target
+
+
+def _assigned_in_document_order(member: Member) -> Member:
+    if len(member.assigned) < 2:
+        return member
+    shards = list(member.assigned)
+    ordered = sorted(shards, key=str)  # the document's keys are the shards' names, sorted
+    if shards == ordered:
+        return member
+    return replace(member, assigned={s: member.assigned[s] for s in ordered})
