@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from config.embedded_redis import RedisServer  # noqa: E402
 from coordinator.protocol.assignor import assign  # noqa: E402
-from coordinator.protocol.commands import CreateGroup  # noqa: E402
+from coordinator.protocol.changes import Change, GroupBumped, LeaseSet, MemberChanged  # noqa: E402
+from coordinator.protocol.commands import CreateGroup, Outcome  # noqa: E402
 from coordinator.protocol.group import Heartbeat, assignable_shards  # noqa: E402
 from coordinator.protocol.model import GroupConfig, Member, MemberState, Shard  # noqa: E402
 from coordinator.store.redis_store import MetadataStore  # noqa: E402
@@ -130,7 +131,13 @@ def big_group(
         for mid in ids
     }
     formed = replace(g, group_epoch=1, assignment_epoch=1, target=target, members=people)
-    assert store._commit(prefix, loaded, replace(state, groups={group: formed}))
+    # What the core would say of it: a bump, and every member new with its lease.
+    changes: list[Change] = [GroupBumped(consumer_group=group, targets_moved=frozenset(target))]
+    for mid, member in people.items():
+        changes.append(MemberChanged(consumer_group=group, member_id=mid))
+        changes.append(LeaseSet(consumer_group=group, member_id=mid, deadline_ms=member.lease_deadline_ms))
+    outcome = Outcome(state=replace(state, groups={group: formed}), changes=tuple(changes))
+    assert store._commit(prefix, loaded, outcome)
 
 
 def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:

@@ -1,16 +1,18 @@
 """Commands in, new state and a result out: the single entry point the store drives.
 
 ``apply(state, command, now_ms)`` takes the stream prefix's current :class:`PrefixState` (``None`` when
-its metadata key does not exist), validates the command, and returns an :class:`Outcome`: the new state
-and a command-specific result. It raises a :class:`CoordinatorError` without any effect when the command
-is rejected. ``now_ms`` is Redis's clock, read by the caller. An outcome whose state is ``None`` for an
-existing prefix (only :class:`DeletePrefix`) means "the prefix is gone": the store deletes its metadata.
+its metadata key does not exist), validates the command, and returns an :class:`Outcome`: the new state,
+a command-specific result and the records of what it changed (changes.py), which the store writes. It
+raises a :class:`CoordinatorError` without any effect when the command is rejected. ``now_ms`` is
+Redis's clock, read by the caller. An outcome whose state is ``None`` for an existing prefix (only
+:class:`DeletePrefix`) means "the prefix is gone": the store deletes its metadata.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .changes import Change, GroupConfigChanged, GroupCreated, GroupDeleted, TopologyChanged
 from .describe import HeartbeatResponse, heartbeat_response
 from .errors import (
     CoordinatorError,
@@ -188,22 +190,32 @@ Result = HeartbeatResponse | Decided | TickReport | PrefixDeleted | None
 class Outcome:
     state: PrefixState | None
     result: Result = None
+    # What the command changed, in the order it changed it (changes.py): the store writes what these
+    # name. Empty when it changed nothing, and for DeletePrefix (the whole prefix goes).
+    changes: tuple[Change, ...] = ()
 
 
 def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
+    changes: list[Change] = []
+    outcome = _apply(state, command, now_ms, changes)
+    return replace(outcome, changes=tuple(changes)) if changes else outcome
+
+
+def _apply(state: PrefixState | None, command: Command, now_ms: int, changes: list[Change]) -> Outcome:
     validate_identifier(command.stream_prefix, "stream_prefix")
     if isinstance(command, CreateGroup):
-        return Outcome(state=_create_group(state, command, now_ms))
+        return Outcome(state=_create_group(state, command, now_ms, changes))
     if isinstance(command, ChangeShardCount):
         if not isinstance(command.ordering, OrderingMode):
             raise InvalidRequest("ordering must be 'strict' or 'relaxed'", field="ordering")
         prefix = _require_prefix(state, command.stream_prefix)
-        return Outcome(state=change_shard_count(prefix, command.shard_count, command.ordering, now_ms))
+        new = change_shard_count(prefix, command.shard_count, command.ordering, now_ms, changes=changes)
+        return Outcome(state=new)
     if isinstance(command, Tick):
-        return _tick(state, command, now_ms)
+        return _tick(state, command, now_ms, changes)
     if isinstance(command, SetRetention):
         prefix = _require_prefix(state, command.stream_prefix)
-        return Outcome(state=_set_retention(prefix, command.policy))
+        return Outcome(state=_set_retention(prefix, command.policy, changes))
     if isinstance(command, DeletePrefix):
         prefix = _require_prefix(state, command.stream_prefix)
         _delete_prefix(prefix, command.force)
@@ -212,41 +224,53 @@ def apply(state: PrefixState | None, command: Command, now_ms: int) -> Outcome:
     prefix, group = _require_group(state, command.stream_prefix, command.consumer_group)
     if isinstance(command, DeleteGroup):
         groups = {k: v for k, v in prefix.groups.items() if k != command.consumer_group}
-        return Outcome(state=complete_migration_if_drained(replace(prefix, groups=groups), now_ms))
+        changes.append(GroupDeleted(consumer_group=command.consumer_group))
+        return Outcome(
+            state=complete_migration_if_drained(replace(prefix, groups=groups), now_ms, changes=changes)
+        )
     if isinstance(command, SetMaxConcurrency):
         require_int_in_range(command.max_concurrency, "max_concurrency", 1, MAX_MAX_CONCURRENCY)
         if command.max_concurrency == group.config.max_concurrency:
             return Outcome(state=prefix)
         group = replace(group, config=replace(group.config, max_concurrency=command.max_concurrency))
-        return Outcome(state=_with_group(prefix, bump(group, prefix.topology)))
+        changes.append(GroupConfigChanged(consumer_group=group.consumer_group))
+        return Outcome(state=_with_group(prefix, bump(group, prefix.topology, changes=changes)))
     if isinstance(command, MemberHeartbeat):
-        group = heartbeat(group, prefix.topology, command.heartbeat, now_ms)
+        group = heartbeat(group, prefix.topology, command.heartbeat, now_ms, changes=changes)
         new = _with_group(prefix, group)
         return Outcome(
             state=new, result=heartbeat_response(group, prefix.topology, command.heartbeat.member_id)
         )
     if isinstance(command, MemberHeartbeats):
-        return _heartbeats(prefix, group, command.heartbeats, now_ms)
+        return _heartbeats(prefix, group, command.heartbeats, now_ms, changes)
     if isinstance(command, ReportDrained):
-        return Outcome(state=mark_drained(prefix, command.consumer_group, command.shards, now_ms))
+        new = mark_drained(prefix, command.consumer_group, command.shards, now_ms, changes=changes)
+        return Outcome(state=new)
     if isinstance(command, ReleaseDrain):
-        return Outcome(state=release_drain(prefix, command.consumer_group, now_ms, command.shards))
+        new = release_drain(prefix, command.consumer_group, now_ms, command.shards, changes=changes)
+        return Outcome(state=new)
     raise InvalidRequest(f"unknown command {type(command).__name__}")
 
 
-def _heartbeats(prefix: PrefixState, group: Group, heartbeats: tuple[Heartbeat, ...], now_ms: int) -> Outcome:
+def _heartbeats(
+    prefix: PrefixState, group: Group, heartbeats: tuple[Heartbeat, ...], now_ms: int, changes: list[Change]
+) -> Outcome:
     results: list[HeartbeatResponse | CoordinatorError] = []
     for hb in heartbeats:
+        step: list[Change] = []  # kept only if the heartbeat is
         try:
-            group = heartbeat(group, prefix.topology, hb, now_ms)
+            group = heartbeat(group, prefix.topology, hb, now_ms, changes=step)
         except CoordinatorError as refused:  # changed nothing: the next one is decided on the same group
             results.append(refused)
             continue
+        changes += step
         results.append(heartbeat_response(group, prefix.topology, hb.member_id))
     return Outcome(state=_with_group(prefix, group), result=tuple(results))
 
 
-def _create_group(state: PrefixState | None, command: CreateGroup, now_ms: int) -> PrefixState:
+def _create_group(
+    state: PrefixState | None, command: CreateGroup, now_ms: int, changes: list[Change]
+) -> PrefixState:
     validate_identifier(command.consumer_group, "consumer_group")
     config = command.config.validated()
     if state is None:
@@ -256,6 +280,7 @@ def _create_group(state: PrefixState | None, command: CreateGroup, now_ms: int) 
                 field="shard_count",
             )
         state = PrefixState(topology=new_topology(command.stream_prefix, command.shard_count, now_ms))
+        changes.append(TopologyChanged())
     elif command.shard_count is not None and command.shard_count != state.topology.active_version.shard_count:
         active = state.topology.active_version
         raise ShardCountConflict(
@@ -273,10 +298,11 @@ def _create_group(state: PrefixState | None, command: CreateGroup, now_ms: int) 
         config=config,
         created_at_ms=now_ms,
     )
+    changes.append(GroupCreated(consumer_group=group.consumer_group))
     return _with_group(state, group)
 
 
-def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
+def _tick(state: PrefixState | None, command: Tick, now_ms: int, changes: list[Change]) -> Outcome:
     if state is None:
         return Outcome(state=None, result=TickReport())
     require_int_in_range(command.retention_ms, "retention_ms", 0, 7 * 24 * 3_600_000)
@@ -285,13 +311,15 @@ def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
     collected: list[tuple[str, str]] = []
     groups = dict(state.groups)
     for name, group in state.groups.items():
-        group, fenced = expire_members(group, state.topology, now_ms)
-        group, gone = collect_garbage(group, now_ms, command.retention_ms, command.max_ended_members)
+        group, fenced = expire_members(group, state.topology, now_ms, changes=changes)
+        group, gone = collect_garbage(
+            group, now_ms, command.retention_ms, command.max_ended_members, changes=changes
+        )
         expired.extend((name, m) for m in fenced)
         collected.extend((name, m) for m in gone)
         groups[name] = group
     before = {v.version for v in state.topology.versions if v.state is VersionState.RETIRED}
-    new = complete_migration_if_drained(replace(state, groups=groups), now_ms)
+    new = complete_migration_if_drained(replace(state, groups=groups), now_ms, changes=changes)
     retired = tuple(
         v.version
         for v in new.topology.versions
@@ -301,12 +329,13 @@ def _tick(state: PrefixState | None, command: Tick, now_ms: int) -> Outcome:
     return Outcome(state=new, result=report)
 
 
-def _set_retention(state: PrefixState, policy: RetentionPolicy) -> PrefixState:
+def _set_retention(state: PrefixState, policy: RetentionPolicy, changes: list[Change]) -> PrefixState:
     if not isinstance(policy, RetentionPolicy):
         raise InvalidRequest("policy must be a RetentionPolicy", field="retention")
     policy = policy.validated()
     if policy == state.topology.retention:
         return state
+    changes.append(TopologyChanged())
     return replace(state, topology=replace(state.topology, retention=policy))
 
 

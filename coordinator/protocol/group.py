@@ -1,7 +1,9 @@
 """Group-level operations: heartbeat (join / renew / acknowledge / leave), fencing, target computation.
 
 Every function here is pure: it takes a :class:`Group` (and the stream prefix's :class:`Topology`)
-plus ``now_ms`` and returns a new group, or raises a :class:`CoordinatorError` having changed nothing.
+plus ``now_ms`` and returns a new group, or raises a :class:`CoordinatorError` having changed nothing
+that the caller keeps. Each change it makes is also appended, where it is made, to the ``changes`` list
+it is given (changes.py): the store writes what those records name.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .assignor import assign
+from .changes import Change, GroupBumped, LeaseExpired, LeaseSet, MemberChanged, MemberRemoved
 from .errors import (
     FencedMemberEpoch,
     GroupMaxSizeReached,
@@ -85,7 +88,7 @@ def readable(group: Group, topology: Topology, shard: Shard) -> bool:
     return not (topology.blocked_by(shard) - group.drained)
 
 
-def bump(group: Group, topology: Topology, joining: str | None = None) -> Group:
+def bump(group: Group, topology: Topology, *, changes: list[Change], joining: str | None = None) -> Group:
     """A change of the assignor's inputs: next group epoch and a target computed at it.
 
     ``joining`` names a member being added in this step (it is not live until it has reconciled).
@@ -94,7 +97,12 @@ def bump(group: Group, topology: Topology, joining: str | None = None) -> Group:
     live = [mid for mid, m in group.members.items() if m.state is not _EXPIRED and m.state is not _LEFT]
     if joining is not None:
         live.append(joining)
-    target = assign(live, assignable_shards(group, topology), group.target)
+    was = group.target
+    target = assign(live, assignable_shards(group, topology), was)
+    # The target lists only the members with shards (model.Group.target): this is in proportion to the
+    # shards, not to the members.
+    moved = frozenset(m for m in was.keys() | target.keys() if was.get(m) != target.get(m))
+    changes.append(GroupBumped(consumer_group=group.consumer_group, targets_moved=moved))
     return replace(group, group_epoch=epoch, assignment_epoch=epoch, target=target)
 
 
@@ -102,7 +110,9 @@ def bump(group: Group, topology: Topology, joining: str | None = None) -> Group:
 # Fencing a member (leave, lease expiry, revocation timeout, replaced by a rejoin)
 
 
-def end_member(group: Group, member_id: str, event: MemberEvent, reason: EndReason, now_ms: int) -> Group:
+def end_member(
+    group: Group, member_id: str, event: MemberEvent, reason: EndReason, now_ms: int, *, changes: list[Change]
+) -> Group:
     """Move a live member to its terminal state and release all its shards at once (no bump)."""
     member = group.members[member_id]
     new_state = next(iter(allowed_next(member.state, event)))
@@ -115,6 +125,7 @@ def end_member(group: Group, member_id: str, event: MemberEvent, reason: EndReas
         ended_at_ms=now_ms,
         end_reason=reason,
     )
+    changes.append(MemberChanged(consumer_group=group.consumer_group, member_id=member_id))
     return replace(group, members={**group.members, member_id: ended})
 
 
@@ -122,14 +133,17 @@ def end_member(group: Group, member_id: str, event: MemberEvent, reason: EndReas
 # Heartbeat
 
 
-def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
-    """Apply one member heartbeat. Raises (changing nothing) when it must be rejected."""
+def heartbeat(
+    group: Group, topology: Topology, hb: Heartbeat, now_ms: int, *, changes: list[Change]
+) -> Group:
+    """Apply one member heartbeat. Raises (changing nothing) when it must be rejected: what it appended
+    to ``changes`` by then is to be dropped with the group it was deciding."""
     hb = hb.validated()
     _raise_if_not_owner(group, hb)
     if hb.member_epoch == LEAVE_EPOCH:
-        return _leave(group, topology, hb.member_id, now_ms)
+        return _leave(group, topology, hb.member_id, now_ms, changes)
     if hb.member_epoch == JOIN_EPOCH:
-        return _join(group, topology, hb, now_ms)
+        return _join(group, topology, hb, now_ms, changes)
     member = _raise_if_fenced(group, hb, now_ms)
     member = replace(
         member,
@@ -144,11 +158,19 @@ def heartbeat(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> G
         assert hb.capacity is not None
         member = replace(member, capacity=hb.capacity)
     group = replace(group, members={**group.members, member.member_id: member})
+    _record_member(group, member, changes)
     if capacity_changed:
         # Capacity is group metadata (it sets the member's effective concurrency), never a weight:
         # the new target is computed, but the assignor does not look at it.
-        group = bump(group, topology)
-    return _reconcile_member(group, hb.member_id, MemberEvent.HEARTBEAT, hb.owned, now_ms)
+        group = bump(group, topology, changes=changes)
+    return _reconcile_member(group, hb.member_id, MemberEvent.HEARTBEAT, hb.owned, now_ms, changes)
+
+
+def _record_member(group: Group, member: Member, changes: list[Change]) -> None:
+    """A member put in place with a lease set (a renewal, a join)."""
+    name, mid = group.consumer_group, member.member_id
+    changes.append(MemberChanged(consumer_group=name, member_id=mid))
+    changes.append(LeaseSet(consumer_group=name, member_id=mid, deadline_ms=member.lease_deadline_ms))
 
 
 def _raise_if_not_owner(group: Group, hb: Heartbeat) -> None:
@@ -198,7 +220,7 @@ def _raise_if_fenced(group: Group, hb: Heartbeat, now_ms: int) -> Member:
     )
 
 
-def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group:
+def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int, changes: list[Change]) -> Group:
     existing = group.members.get(hb.member_id)
     if existing is not None and hb.join_seq is not None and existing.join_seq is not None:
         if hb.join_seq < existing.join_seq:
@@ -214,7 +236,9 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group
     if existing is not None and existing.state.is_live:
         # A new incarnation (or a join whose response was lost) uses a live member's id: fence the old
         # one first, so that nothing it still reads with its old epoch is accepted any more.
-        group = end_member(group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms)
+        group = end_member(
+            group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms, changes=changes
+        )
         existing = group.members[hb.member_id]
     # Counted only when it may matter: the members kept (ended ones too, for a while) are not fewer.
     maximum = group.config.max_members
@@ -239,21 +263,27 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int) -> Group
         owner=hb.owner or (existing.owner if existing is not None else ""),
         join_seq=hb.join_seq,
     )
-    group = bump(
-        replace(group, members={**group.members, hb.member_id: member}), topology, joining=hb.member_id
-    )
-    return _reconcile_member(group, hb.member_id, MemberEvent.JOIN, frozenset(), now_ms)
+    group = replace(group, members={**group.members, hb.member_id: member})
+    _record_member(group, member, changes)
+    group = bump(group, topology, changes=changes, joining=hb.member_id)
+    return _reconcile_member(group, hb.member_id, MemberEvent.JOIN, frozenset(), now_ms, changes)
 
 
-def _leave(group: Group, topology: Topology, member_id: str, now_ms: int) -> Group:
+def _leave(group: Group, topology: Topology, member_id: str, now_ms: int, changes: list[Change]) -> Group:
     member = group.members.get(member_id)
     if member is None or not member.state.is_live:
         return group  # leaving twice, or after being fenced, is a no-op
-    return bump(end_member(group, member_id, MemberEvent.LEAVE, EndReason.LEFT, now_ms), topology)
+    group = end_member(group, member_id, MemberEvent.LEAVE, EndReason.LEFT, now_ms, changes=changes)
+    return bump(group, topology, changes=changes)
 
 
 def _reconcile_member(
-    group: Group, member_id: str, event: MemberEvent, owned: frozenset[Shard] | None, now_ms: int
+    group: Group,
+    member_id: str,
+    event: MemberEvent,
+    owned: frozenset[Shard] | None,
+    now_ms: int,
+    changes: list[Change],
 ) -> Group:
     member = group.members[member_id]
     target = group.target.get(member_id, frozenset())
@@ -272,6 +302,7 @@ def _reconcile_member(
     )
     if updated is member:
         return group
+    changes.append(MemberChanged(consumer_group=group.consumer_group, member_id=member_id))
     return replace(group, members={**group.members, member_id: updated})
 
 
@@ -279,7 +310,7 @@ def _reconcile_member(
 # Expiry (driven by the tick)
 
 
-def start_revocation_clocks(group: Group, now_ms: int) -> Group:
+def start_revocation_clocks(group: Group, now_ms: int, *, changes: list[Change]) -> Group:
     """Start the revocation timeout of every live member that holds a shard its target no longer has
     and has not heard of it yet (it has not heartbeated since the bump that moved the shard: with the
     API unreachable it may renew its lease in Redis for as long as it likes, section 5). Stop it for
@@ -294,6 +325,8 @@ def start_revocation_clocks(group: Group, now_ms: int) -> Group:
             changed[member.member_id] = replace(member, revocation_deadline_ms=deadline)
         else:
             changed[member.member_id] = replace(member, revocation_deadline_ms=None)
+    name = group.consumer_group
+    changes.extend(MemberChanged(consumer_group=name, member_id=mid) for mid in changed)
     return replace(group, members={**group.members, **changed}) if changed else group
 
 
@@ -363,28 +396,35 @@ def tick_due(
     )
 
 
-def expire_members(group: Group, topology: Topology, now_ms: int) -> tuple[Group, list[str]]:
+def expire_members(
+    group: Group, topology: Topology, now_ms: int, *, changes: list[Change]
+) -> tuple[Group, list[str]]:
     """Fence members whose lease ended or whose revocation timed out; one bump if any was fenced."""
-    group = start_revocation_clocks(group, now_ms)
+    group = start_revocation_clocks(group, now_ms, changes=changes)
     fenced: list[str] = []
     for member in list(group.live_members()):
+        mid = member.member_id
         if member.lease_deadline_ms <= now_ms:
-            group = end_member(
-                group, member.member_id, MemberEvent.LEASE_EXPIRED, EndReason.LEASE_EXPIRED, now_ms
-            )
-            fenced.append(member.member_id)
+            event, reason = MemberEvent.LEASE_EXPIRED, EndReason.LEASE_EXPIRED
+            group = end_member(group, mid, event, reason, now_ms, changes=changes)
+            changes.append(LeaseExpired(consumer_group=group.consumer_group, member_id=mid))
+            fenced.append(mid)
         elif member.revocation_deadline_ms is not None and member.revocation_deadline_ms <= now_ms:
-            group = end_member(
-                group, member.member_id, MemberEvent.REVOCATION_TIMEOUT, EndReason.REVOCATION_TIMEOUT, now_ms
-            )
-            fenced.append(member.member_id)
+            event, reason = MemberEvent.REVOCATION_TIMEOUT, EndReason.REVOCATION_TIMEOUT
+            group = end_member(group, mid, event, reason, now_ms, changes=changes)
+            fenced.append(mid)
     if fenced:
-        group = bump(group, topology)
+        group = bump(group, topology, changes=changes)
     return group, fenced
 
 
 def collect_garbage(
-    group: Group, now_ms: int, retention_ms: int, max_ended_members: int | None = None
+    group: Group,
+    now_ms: int,
+    retention_ms: int,
+    max_ended_members: int | None = None,
+    *,
+    changes: list[Change],
 ) -> tuple[Group, list[str]]:
     """Forget ended members: those that ended ``retention_ms`` ago or more, and beyond the
     ``max_ended_members`` most recently ended ones (kept for operators and so that a late heartbeat of a
@@ -403,4 +443,6 @@ def collect_garbage(
     if not gone:
         return group, []
     members = {k: v for k, v in group.members.items() if k not in gone}
+    name = group.consumer_group
+    changes.extend(MemberRemoved(consumer_group=name, member_id=mid) for mid in sorted(gone))
     return replace(group, members=members), sorted(gone)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from .changes import Change, DrainedChanged, TopologyChanged
 from .errors import (
     ConfirmationMismatch,
     GroupHasLiveMembers,
@@ -57,7 +58,7 @@ def new_topology(stream_prefix: str, shard_count: int, now_ms: int) -> Topology:
 
 
 def change_shard_count(
-    state: PrefixState, shard_count: int, ordering: OrderingMode, now_ms: int
+    state: PrefixState, shard_count: int, ordering: OrderingMode, now_ms: int, *, changes: list[Change]
 ) -> PrefixState:
     require_int_in_range(shard_count, "shard_count", 1, MAX_SHARD_COUNT)
     raise_if_migration_active(state)
@@ -78,8 +79,11 @@ def change_shard_count(
             from_version=current.version, to_version=nxt.version, ordering=ordering, started_at_ms=now_ms
         ),
     )
-    groups = {name: bump(g, topology) for name, g in state.groups.items()}
-    return complete_migration_if_drained(PrefixState(topology=topology, groups=groups), now_ms)
+    changes.append(TopologyChanged())
+    groups = {name: bump(g, topology, changes=changes) for name, g in state.groups.items()}
+    return complete_migration_if_drained(
+        PrefixState(topology=topology, groups=groups), now_ms, changes=changes
+    )
 
 
 def raise_if_migration_active(state: PrefixState) -> None:
@@ -134,7 +138,7 @@ def shard_ranges(shards: Iterable[Shard]) -> str:
 
 
 def mark_drained(
-    state: PrefixState, consumer_group: str, shards: Iterable[Shard], now_ms: int
+    state: PrefixState, consumer_group: str, shards: Iterable[Shard], now_ms: int, *, changes: list[Change]
 ) -> PrefixState:
     """Record that ``consumer_group`` has consumed and acked everything in these draining shards."""
     group = state.groups[consumer_group]
@@ -147,9 +151,10 @@ def mark_drained(
         )
     if reported <= group.drained:
         return state  # already known: idempotent
-    group = bump(replace(group, drained=group.drained | reported), state.topology)
+    changes.append(DrainedChanged(consumer_group=consumer_group))
+    group = bump(replace(group, drained=group.drained | reported), state.topology, changes=changes)
     return complete_migration_if_drained(
-        replace(state, groups={**state.groups, consumer_group: group}), now_ms
+        replace(state, groups={**state.groups, consumer_group: group}), now_ms, changes=changes
     )
 
 
@@ -162,7 +167,12 @@ def undrained_shards(state: PrefixState, consumer_group: str) -> tuple[Shard, ..
 
 
 def release_drain(
-    state: PrefixState, consumer_group: str, now_ms: int, expected: frozenset[Shard] | None = None
+    state: PrefixState,
+    consumer_group: str,
+    now_ms: int,
+    expected: frozenset[Shard] | None = None,
+    *,
+    changes: list[Change] | None = None,
 ) -> PrefixState:
     """An operator gives up on ``consumer_group`` draining the old version (it has no live members).
 
@@ -176,6 +186,9 @@ def release_drain(
     Why only without live members: a live member may be reading those shards right now; releasing them
     under it would drop entries it is about to handle. With nobody reading, the drain can never finish
     on its own and would block every later shard-count change of the prefix.
+
+    ``changes``: where the changes are recorded; None for a caller that wants only the refusal, if
+    any (the store, before it counts what a release would abandon).
     """
     group = state.groups[consumer_group]
     live = sorted(m.member_id for m in group.live_members())
@@ -212,10 +225,10 @@ def release_drain(
             consumer_group=consumer_group,
             shards=[str(s) for s in unseen],
         )
-    return mark_drained(state, consumer_group, undrained, now_ms)
+    return mark_drained(state, consumer_group, undrained, now_ms, changes=[] if changes is None else changes)
 
 
-def complete_migration_if_drained(state: PrefixState, now_ms: int) -> PrefixState:
+def complete_migration_if_drained(state: PrefixState, now_ms: int, *, changes: list[Change]) -> PrefixState:
     """Retire draining versions that every group has drained; complete the migration with them."""
     topology = state.topology
     done = [v for v in topology.draining_versions if _drained_by_all(v, state.groups)]
@@ -230,11 +243,17 @@ def complete_migration_if_drained(state: PrefixState, now_ms: int) -> PrefixStat
     if migration is not None and migration.active and migration.from_version in retired:
         migration = replace(migration, completed_at_ms=now_ms)
     topology = replace(topology, versions=versions, migration=migration)
+    changes.append(TopologyChanged())
     # Every group had drained the retired shards, so neither targets nor readability change: no bump.
     groups = {
         name: replace(g, drained=frozenset(s for s in g.drained if s.version not in retired))
         for name, g in state.groups.items()
     }
+    changes.extend(
+        DrainedChanged(consumer_group=name)
+        for name, g in groups.items()
+        if g.drained != state.groups[name].drained
+    )
     return PrefixState(topology=topology, groups=groups)
 
 

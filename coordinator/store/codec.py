@@ -434,6 +434,25 @@ def decode_group_cached(
 
 
 _V = TypeVar("_V")
+
+
+def patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
+    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
+    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
+    and compared, never iterated for their order (the members' order comes from the documents:
+    in_document_order, decode_group_cached), so an added member is simply added: keeping them in key
+    order cost a sort of every member at every join."""
+    if not changes:
+        return kept
+    out = dict(kept)
+    for mid, value in changes.items():
+        if value is None:
+            out.pop(mid, None)
+        else:
+            out[mid] = value
+    return out
+
+
 # More keys appended than this: sorted whole instead (bisecting each one would cost more).
 _MERGED_AT_MOST = 64
 
@@ -462,22 +481,29 @@ def in_document_order(group: Group, read: Group | None, touched: Collection[str]
     """``group`` with its members, target and each member's assigned shards in the order a decode of
     its documents yields (sorted keys), so that a group kept from a commit iterates as one read back
     would. ``read``: the group as decoded, that ``group`` was decided from; its members (and target)
-    are in that order already, so only what differs from it (``touched``: the members that are not
-    ``read``'s very objects) is put in order."""
+    are in that order already, so only what differs from it is put in order: ``touched``, the members
+    the decision changed (its records name them: coordinator/protocol/changes.py); every other member
+    is ``read``'s as it was, so only ``touched`` is looked at when the member set is the same (a
+    heartbeat of a 10,000-member group neither compares nor copies the others)."""
     if read is None:
         members = {m: _assigned_in_document_order(group.members[m]) for m in sorted(group.members)}
         return replace(group, members=members, target=_target_in_order(group, None))
-    kept = len(read.members)
-    if read.members.keys() == group.members.keys():
-        members = dict(group.members)
-    elif len(group.members) > kept and list(islice(group.members, kept)) == list(read.members):
-        members = in_key_order(group.members, kept)  # members joined: appended after read's, in order
+    kept, was, now = len(read.members), read.members, group.members
+    if len(now) == kept and all((m in was) == (m in now) for m in touched):
+        # The same members (only touched ones can have come or gone), in read's order: the core replaces
+        # a member in place. Copied only if a touched member's shards are to be put in order.
+        ordered = {m: _assigned_in_document_order(now[m]) for m in touched if m in now}
+        changed = {m: member for m, member in ordered.items() if member is not now[m]}
+        members: Mapping[str, Member] = {**now, **changed} if changed else now
+        return replace(group, members=members, target=_target_in_order(group, read))
+    if len(now) > kept and list(islice(now, kept)) == list(was):
+        ordered_members = in_key_order(now, kept)  # members joined: appended after read's, in order
     else:
-        members = {m: group.members[m] for m in sorted(group.members)}
+        ordered_members = {m: now[m] for m in sorted(now)}
     for m in touched:
-        if m in members:
-            members[m] = _assigned_in_document_order(members[m])
-    return replace(group, members=members, target=_target_in_order(group, read))
+        if m in ordered_members:
+            ordered_members[m] = _assigned_in_document_order(ordered_members[m])
+    return replace(group, members=ordered_members, target=_target_in_order(group, read))
 
 
 def _target_in_order(group: Group, read: Group | None) -> Mapping[str, frozenset[Shard]]:

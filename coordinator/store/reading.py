@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -21,8 +21,6 @@ from coordinator.protocol.model import Group, PrefixState, validate_identifier
 
 from . import codec
 from .replies import text, translate_redis_errors
-
-_V = TypeVar("_V")
 
 # Decoded group documents a store keeps (Reader.decoded): enough for the groups one API process
 # serves at once; a 1,000-member group takes a few MB decoded.
@@ -138,9 +136,10 @@ class Reader:
                 # Only what changed since the position this store knew the group at: the rest is as
                 # it knows it (the very one whose position it sent, whatever another thread kept since).
                 kept = known[name]
-                records = patched(kept.records, dict(zip(members, docs, strict=True)))
+                records = codec.patched(kept.records, dict(zip(members, docs, strict=True)))
                 gone_or_rev = zip(members, docs, doc_revs, strict=True)
-                member_revs = patched(kept.revs, {m: None if d is None else r for m, d, r in gone_or_rev})
+                revs_changed = {m: None if d is None else r for m, d, r in gone_or_rev}
+                member_revs = codec.patched(kept.revs, revs_changed)
                 # Every member's lease read (a description): every member compared; else only these.
                 changed = None if len(lease_map) >= len(records) else {*members, *lease_map}
                 decoded = codec.decode_group_cached(
@@ -167,19 +166,3 @@ class Reader:
             position,
         )
 
-
-def patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
-    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
-    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
-    and compared, never iterated for their order (the members' order comes from the documents:
-    codec.in_document_order, codec.decode_group_cached), so an added member is simply added: keeping
-    them in key order cost a sort of every member at every join."""
-    if not changes:
-        return kept
-    out = dict(kept)
-    for mid, value in changes.items():
-        if value is None:
-            out.pop(mid, None)
-        else:
-            out[mid] = value
-    return out

@@ -29,12 +29,10 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import compress, islice
-from operator import is_not
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -69,14 +67,12 @@ from coordinator.protocol.errors import (
     MetadataCorrupt,
     StreamPrefixNotFound,
 )
-from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
+from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     MAX_ENTRY_IDS,
-    EndReason,
     Group,
     GroupConfig,
-    MemberState,
     OrderingMode,
     PrefixState,
     RetentionPolicy,
@@ -85,7 +81,7 @@ from coordinator.protocol.model import (
     validate_identifier,
 )
 
-from . import clients, codec, instruments
+from . import clients, codec, commit_plan, instruments
 from .backlog_actions import BacklogActions
 from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
@@ -99,8 +95,6 @@ from .turns import Turns
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
-
-_V = TypeVar("_V")
 
 START_FROM = {"latest": "$", "earliest": "0"}
 # The tick reads every group at least this often, whatever the tick index says (MetadataStore.tick).
@@ -717,7 +711,7 @@ class MetadataStore:
                 elif before_commit is not None:
                     with translate_redis_errors():
                         before_commit(outcome.state)
-                if outcome.state is not None and self._commit(prefix, loaded, outcome.state):
+                if outcome.state is not None and self._commit(prefix, loaded, outcome):
                     return outcome
             instruments.count(self.client, cas_conflicts=1)
             self._turns.contended(prefix)
@@ -752,92 +746,11 @@ class MetadataStore:
             if queued:
                 lock.release()
 
-    def _commit(self, stream_prefix: str, loaded: _Loaded, new: PrefixState) -> bool:
-        old = loaded.state
-        old_groups: dict[str, Group] = dict(old.groups) if old else {}
-        checks: list[str | bytes] = ["t#", loaded.topology_rev]
-        sets: dict[str, str | bytes] = {}
-        deletes: list[str] = []
-        lease_sets: list[str] = []
-        expiry_checks: list[str] = []
-        increments: list[str] = []
-        schedule: list[str] = []
-
-        written: dict[str, codec.DecodedGroup] = {}
-        names = set(loaded.group_names) - (set(loaded.group_revs) - set(new.groups)) | set(new.groups)
-        topo_doc = codec.encode_topology(new.topology, sorted(names))
-        topology_changed = topo_doc.encode() != loaded.raw_topology
-        if topology_changed:
-            sets["t"] = topo_doc
-            sets["t#"] = str(int(loaded.topology_rev or 0) + 1)
-            route = codec.route_field(new.topology)
-            if old is None or codec.route_field(old.topology) != route:
-                sets["route"] = route
-
-        for name in sorted(set(loaded.group_revs) | set(new.groups)):
-            rev = loaded.group_revs.get(name, "")
-            checks += [f"g#:{name}", rev]
-            before, after = old_groups.get(name), new.groups.get(name)
-            if before is after and not topology_changed:
-                continue
-            kept = loaded.decoded.get(name)
-            touched = _touched(before, after)
-            header = _header_of(kept, before, after)
-            # Only members' records change (a heartbeat reconciling, a revocation clock): the commit
-            # checks the header and the records it replaces, so commits of different members do not
-            # conflict. Anything else is group-wide: it checks that no record changed since it loaded
-            # (gm#, counted up by every member-only commit) and moves the header's revision on.
-            member_only = (
-                not topology_changed
-                and before is not None
-                and after is not None
-                and kept is not None
-                and kept.format == codec.GROUP_FORMAT
-                and kept.raw == header
-                and before.members.keys() == after.members.keys()
-            )
-            if not member_only:
-                checks += [f"gm#:{name}", loaded.members_revs.get(name, "")]
-            if after is not None:
-                if kept is None or kept.raw != header:
-                    sets[f"g:{name}"] = header
-                if not member_only:
-                    sets[f"g#:{name}"] = str(int(rev or 0) + 1)
-                record_revs = loaded.record_revs.get(name, {})
-                decoded, rewritten = self._record_changes(kept, before, after, header, record_revs, touched)
-                for mid in rewritten:
-                    sets[f"d:{name}:{mid}"] = decoded.records[mid]
-                    sets[f"d#:{name}:{mid}"] = decoded.revs[mid]
-                    if member_only:
-                        checks += [f"d#:{name}:{mid}", record_revs.get(mid, b"")]
-                        if f"gm#:{name}" not in increments:
-                            increments.append(f"gm#:{name}")
-                written[name] = decoded
-                lease_sets += self._lease_changes(name, before, after, touched, deletes, expiry_checks)
-            gone = sorted(m for m in touched if after is None or m not in after.members)
-            deletes += [f"{k}:{name}:{m}" for m in gone for k in ("d", "d#")]
-            if after is None:
-                deletes += [f"g:{name}", f"g#:{name}", f"gm#:{name}", *(f"l:{name}:{m}" for m in gone)]
-            moved = _targets_moved(before, after)
-            schedule += self._schedule_changes(name, kept, before, after, touched, moved)
-            # The group's own derived fields (ml:, lt:, ae:, ts:) follow the member set, the header and
-            # the ended members: a member-only change that ends nobody leaves them as they are.
-            same_group_fields = member_only and _ends_nobody(before, after, touched)
-            self._diff_derived(
-                old, before, new, after, topology_changed, touched | moved, sets, deletes, same_group_fields
-            )
-
-        args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms)]
-        for section in (
-            checks,
-            [x for kv in sets.items() for x in kv],
-            deletes,
-            lease_sets,
-            expiry_checks,
-            increments,
-            schedule,
-        ):
-            args += [str(len(section)), *section]
+    def _commit(self, stream_prefix: str, loaded: _Loaded, outcome: Outcome) -> bool:
+        """Write what the decision changed (the core's records, turned into commit.lua's arguments by
+        commit_plan.py) if nothing it was decided on changed since it was loaded; False on a conflict."""
+        plan = commit_plan.plan(loaded, outcome)
+        args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms), *plan.arguments()]
         with translate_redis_errors():
             reply = self._commit_script(keys=codec.commit_keys(stream_prefix), args=args)
         if int(reply[0]) not in (1, 2):
@@ -856,207 +769,9 @@ class MetadataStore:
                 position = (seq, args[0].encode() if isinstance(args[0], str) else args[0])
         else:
             position = None  # a retry of a commit whose reply was lost: where it landed is unknown
-        for name, decoded in written.items():
+        for name, decoded in plan.written.items():
             self._remember(stream_prefix, name, replace(decoded, position=position))
         return True
-
-    @staticmethod
-    def _record_changes(
-        kept: codec.DecodedGroup | None,
-        before: Group | None,
-        after: Group,
-        header: bytes,
-        record_revs: Mapping[str, bytes],
-        touched: set[str],
-    ) -> tuple[codec.DecodedGroup, list[str]]:
-        """``after`` as stored once committed, and the members whose records the commit must write: each
-        member's record is the stored one unless the command touched the member and its record differs
-        (then it is encoded afresh, at the next revision); every member's is encoded when the group was
-        read in format 1 (its members were in the document) or is new."""
-        stored = kept if kept is not None and kept.format == codec.GROUP_FORMAT else None
-        group = codec.in_document_order(after, before if stored is not None else None, touched)
-        rewritten: list[str] = []
-        records: Mapping[str, bytes]
-        revs: Mapping[str, bytes]
-        heartbeats: Mapping[str, int]
-        if stored is None:
-            records, revs, heartbeats = {}, {}, {}
-            for mid, member in group.members.items():
-                records[mid], heartbeats[mid] = codec.encode_member(member), member.last_heartbeat_ms
-                revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
-                rewritten.append(mid)
-        else:
-            new_records: dict[str, bytes | None] = {}
-            new_revs: dict[str, bytes | None] = {}
-            new_heartbeats: dict[str, int | None] = {}
-            for mid in sorted(touched):
-                now = group.members.get(mid)
-                if now is None:  # gone
-                    new_records[mid] = new_revs[mid] = new_heartbeats[mid] = None
-                    continue
-                record = codec.encode_member(now)
-                if stored.records.get(mid) == record:
-                    continue  # the same bytes: not written again
-                new_records[mid], new_heartbeats[mid] = record, now.last_heartbeat_ms
-                new_revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
-                rewritten.append(mid)
-            records = _patched(stored.records, new_records)
-            revs = _patched(record_revs, new_revs)
-            heartbeats = _patched(stored.heartbeats, new_heartbeats)
-        decoded = codec.DecodedGroup(
-            raw=header,
-            format=codec.GROUP_FORMAT,
-            group=group,
-            heartbeats=heartbeats,
-            records=records,
-            revs=revs,
-        )
-        return decoded, rewritten
-
-    @staticmethod
-    def _schedule_changes(
-        name: str,
-        kept: codec.DecodedGroup | None,
-        before: Group | None,
-        after: Group | None,
-        touched: set[str],
-        moved: set[str],
-    ) -> list[str]:
-        """The schedule index entries (tag, score or "") of one group that change. An entry depends on the
-        member and its target only, so only members the command touched or whose target entry changed
-        (``moved``) are recomputed (every member of a group read in format 1, which has no entries yet)."""
-        indexed = before if kept is not None and kept.format == codec.GROUP_FORMAT else None
-        if indexed is None or after is None:
-            ids = set(after.members if after is not None else ()) | set(indexed.members if indexed else ())
-        else:
-            ids = touched | moved
-        changes: list[str] = []
-        for mid in sorted(ids):
-            old_at = new_at = None
-            if indexed is not None and (member := indexed.members.get(mid)) is not None:
-                old_at = revocation_schedule_ms(indexed, member)
-            if after is not None and (member := after.members.get(mid)) is not None:
-                new_at = revocation_schedule_ms(after, member)
-            if old_at != new_at:
-                changes += [f"{name}:{mid}", "" if new_at is None else str(new_at)]
-        return changes
-
-    @staticmethod
-    def _diff_derived(
-        old: PrefixState | None,
-        before: Group | None,
-        new: PrefixState,
-        after: Group | None,
-        topology_changed: bool,
-        touched: set[str],
-        sets: dict[str, str | bytes],
-        deletes: list[str],
-        same_group_fields: bool = False,
-    ) -> None:
-        """Write the derived fields of one group that changed; only the members in ``touched`` (those
-        the command changed, and those whose target it moved) are recomputed unless something
-        group-wide that every member's fields show (config, drained shards, topology) changed. An epoch
-        bump alone is not such a change: it rewrites ``ae:`` and ``ge:``, which the fast path writes
-        into the response it answers, so the s: and r: of a member the bump left settled stay valid
-        (docs/store.md).
-        ``same_group_fields``: the group's own fields cannot have changed (a member-only commit of a
-        group read in format 2, which has every one of them, ending nobody): they are not recomputed."""
-        group_wide = (
-            topology_changed
-            or before is None
-            or after is None
-            or (before.config, before.drained) != (after.config, after.drained)
-        )
-        if not group_wide:
-            ids = touched
-        else:
-            ids = set(before.members if before else ()) | set(after.members if after else ())
-        old_fields: dict[str, str] = {}
-        new_fields: dict[str, str] = {}
-        if not same_group_fields:
-            # ml: lists the member ids: written when the member set changed (the old value is needed
-            # only to delete it with the group).
-            ids_changed = before is None or after is None or before.members.keys() != after.members.keys()
-            if before is not None:
-                old_fields = codec.group_fields(before, with_schedule=False, with_members=after is None)
-            new_fields = codec.group_fields(after, with_members=ids_changed) if after else {}
-        for mid in ids:
-            if before is not None and old is not None and mid in before.members:
-                old_fields.update(
-                    codec.member_fields(before, old.topology, before.members[mid], with_response=False)
-                )
-            if after is not None and mid in after.members:
-                new_fields.update(
-                    codec.member_fields(after, new.topology, after.members[mid], with_response=True)
-                )
-        # s: and r: are always rewritten (r:'s key marks "computed"; a group stored by the version before
-        # s: has f: instead, so a recomputed member gets its s: whatever the diff says), and ts: (a group
-        # whose ts: is new has its members indexed by commit.lua); lt: on every group-wide change and
-        # epoch bump, so that metadata written before it existed gets it at the group's next bump.
-        epochs_moved = (
-            before is None
-            or after is None
-            or (before.group_epoch, before.assignment_epoch) != (after.group_epoch, after.assignment_epoch)
-        )
-        sets.update(
-            {
-                k: v
-                for k, v in new_fields.items()
-                if k.startswith(("s:", "r:", "ts:"))
-                or ((group_wide or epochs_moved) and k.startswith("lt:"))
-                or old_fields.get(k) != v
-            }
-        )
-        deletes += [k for k in old_fields if k not in new_fields]
-        # The fast path answers a settled member with the group's epochs (ae:, ge:): written whenever the
-        # group's fields are and with every signature, so that a group stored by a version without ge:
-        # has both once it has a signature; lt: too (a member's own renewal reads its TTL there, and
-        # only metadata from before lt: falls back to the f: signature, which goes with this commit).
-        if after is not None and (not same_group_fields or any(k.startswith("s:") for k in new_fields)):
-            name = after.consumer_group
-            sets[f"ae:{name}"], sets[f"ge:{name}"] = str(after.assignment_epoch), str(after.group_epoch)
-            sets[f"lt:{name}"] = str(after.config.lease_ttl_ms)
-        # A recomputed member without a signature now may still have one that a coordinator of another
-        # version left (also when the group goes: nothing of it may stay behind); and the f: signature
-        # of the version before s: goes with the first recomputation of its member.
-        group = after or before
-        if group is not None:
-            name = group.consumer_group
-            for mid in ids:
-                if f"s:{name}:{mid}" not in new_fields and f"s:{name}:{mid}" not in old_fields:
-                    deletes += [f"s:{name}:{mid}", f"r:{name}:{mid}"]
-                deletes.append(f"f:{name}:{mid}")
-
-    @staticmethod
-    def _lease_changes(
-        name: str,
-        before: Group | None,
-        after: Group,
-        touched: set[str],
-        deletes: list[str],
-        expiry_checks: list[str],
-    ) -> list[str]:
-        """The leases of the members the command touched (the others keep theirs: the same lease)."""
-        lease_sets: list[str] = []
-        previous = before.members if before else {}
-        for mid in sorted(touched):
-            member = after.members.get(mid)
-            if member is None:
-                continue
-            was = previous.get(mid)
-            if was is None or member.lease_deadline_ms != was.lease_deadline_ms:
-                lease_sets += [f"l:{name}:{mid}", str(member.lease_deadline_ms)]
-            if (
-                member.state is MemberState.EXPIRED
-                and member.end_reason is EndReason.LEASE_EXPIRED
-                and was is not None
-                and was.state.is_live
-            ):
-                # Decided on a lease read at load time: still ended at commit time, or it was renewed.
-                expiry_checks.append(f"l:{name}:{mid}")
-        gone = sorted(mid for mid in touched if mid in previous and mid not in after.members)
-        deletes += [f"l:{name}:{mid}" for mid in gone]
-        return lease_sets
 
     def _create_consumer_groups(
         self,
@@ -1133,87 +848,6 @@ class MetadataStore:
             len(groups),
             deleted,
         )
-
-
-_TOUCHED_EXACT_ABOVE = 64
-
-
-def _touched(before: Group | None, after: Group | None) -> set[str]:
-    """The members a command added, changed (another Member object) or removed; the core derives a new
-    group with ``dataclasses.replace``, so every member it did not touch is the very same object."""
-    if before is None or after is None:
-        return {*(before.members if before else ()), *(after.members if after else ())}
-    was, now = before.members, after.members
-    if was.keys() == now.keys():
-        # The same members (the usual case: a heartbeat, a bump): compared pairwise in C. Both in the
-        # same order (the core replaces values in place), a pair is the same member; in another order
-        # a pair of different members only reads as touched (never the reverse: a Member object is one
-        # member's), so a result that large is computed again exactly.
-        ids = set(compress(now, map(is_not, now.values(), was.values())))
-        if len(ids) <= _TOUCHED_EXACT_ABOVE:
-            return ids
-    elif len(now) > len(was) and list(islice(now, len(was))) == list(was):
-        # Members joined: the core appends them after the others, in the same order (checked), so the
-        # others compare pairwise in C, exactly.
-        ids = set(compress(now, map(is_not, now.values(), was.values())))
-        return ids | set(islice(now, len(was), None))
-    get = was.get
-    ids = {m for m, member in now.items() if get(m) is not member}
-    return ids | (was.keys() - now.keys())
-
-
-def _targets_moved(before: Group | None, after: Group | None) -> set[str]:
-    """The members whose target entry differs between the two groups: a bump may move the targets of
-    members the command did not touch, and their derived fields and schedule follow their target. A
-    target lists only the members with shards (model.Group.target): this is in proportion to the
-    shards, not to the members."""
-    if before is None or after is None or before.target is after.target:
-        return set()
-    had, has = before.target, after.target
-    return {m for m in had.keys() | has.keys() if had.get(m) != has.get(m)}
-
-
-def _ends_nobody(before: Group | None, after: Group | None, touched: set[str]) -> bool:
-    """No member the command touched ended (or came back): the ended members a group's ts: field counts
-    are as they were."""
-    if before is None or after is None:
-        return False
-    was, now = before.members, after.members
-    return all(m in was and m in now and was[m].ended_at_ms == now[m].ended_at_ms for m in touched)
-
-
-def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Group | None) -> bytes:
-    """The group document (header) of ``after``: the stored one when nothing it holds changed (most
-    heartbeats change members' records only), else encoded afresh."""
-    if after is None:
-        return b""
-    if (
-        kept is not None
-        and before is not None
-        and kept.format == codec.GROUP_FORMAT
-        and after.target is before.target
-        and (after.config, after.group_epoch, after.assignment_epoch, after.drained, after.created_at_ms)
-        == (before.config, before.group_epoch, before.assignment_epoch, before.drained, before.created_at_ms)
-    ):
-        return kept.raw
-    return codec.encode_group_header(after)
-
-
-def _patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
-    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
-    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
-    and compared, never iterated for their order (the members' order comes from the documents:
-    codec.in_document_order, codec.decode_group_cached), so an added member is simply added: keeping
-    them in key order cost a sort of every member at every join."""
-    if not changes:
-        return kept
-    out = dict(kept)
-    for mid, value in changes.items():
-        if value is None:
-            out.pop(mid, None)
-        else:
-            out[mid] = value
-    return out
 
 
 @dataclass(slots=True)

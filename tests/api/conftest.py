@@ -15,6 +15,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from coordinator.store import MetadataStore, get_store, reset_store
+from tests.store.diff_oracle import every_commit_checked_against_the_diff  # noqa: F401 (autouse)
 
 from .helpers import ADMIN_TOKEN, MEMBER_TOKEN, Api
 

@@ -17,8 +17,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from coordinator.protocol.commands import (
     ChangeShardCount,
+    Command,
     CreateGroup,
     MemberHeartbeat,
+    Outcome,
     ReleaseDrain,
     ReportDrained,
     SetMaxConcurrency,
@@ -81,7 +83,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             max_concurrency=4,
         )
         cmd = CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=shards, config=config)
-        self.state: PrefixState = apply(None, cmd, self.now).state  # type: ignore[assignment]
+        self.state: PrefixState = self.decide(None, cmd).state  # type: ignore[assignment]
         self.sims: dict[str, SimMember] = {m: SimMember() for m in MEMBER_IDS}
         self.epochs_seen: dict[str, int] = {}
         self.group_epoch = 0
@@ -89,6 +91,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.last_seen: dict[str, tuple[object, ...]] = {}
 
     # ------------------------------------------------------------------ helpers
+
+    def decide(self, state: PrefixState | None, command: Command) -> Outcome:
+        """Every command of a rule is decided here, at the machine's time (tests/store/test_commit_plan.py
+        also checks what each outcome's records make the store write)."""
+        return apply(state, command, self.now)
 
     def send(
         self,
@@ -101,10 +108,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         sim = self.sims[member_id]
         hb = Heartbeat(member_id=member_id, member_epoch=epoch, owned=owned, capacity=capacity)
         try:
-            outcome = apply(
-                self.state,
-                MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb),
-                self.now,
+            outcome = self.decide(
+                self.state, MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb)
             )
         except (FencedMemberEpoch, UnknownMemberId):
             # The runtime drops every shard at once and rejoins later.
@@ -172,7 +177,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.now += ms
         tick = Tick(stream_prefix=PREFIX, max_ended_members=cap)
         before = self.state.groups[GROUP]
-        self.state = apply(self.state, tick, self.now).state  # type: ignore[assignment]
+        self.state = self.decide(self.state, tick).state  # type: ignore[assignment]
         group = self.state.groups[GROUP]
         ended = [m for m in group.members.values() if not m.state.is_live]
         assert len(ended) <= cap
@@ -191,9 +196,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = self.state
         group = before.groups[GROUP]
         try:
-            self.state = apply(
-                before, ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP), self.now
-            ).state  # type: ignore[assignment]
+            outcome = self.decide(before, ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP))
+            self.state = outcome.state  # type: ignore[assignment]
         except GroupHasLiveMembers:
             assert any(True for _ in group.live_members())
             event("release-drain: refused, live members")
@@ -213,13 +217,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(value=st.integers(1, 6))
     def set_max_concurrency(self, value: int) -> None:
         cmd = SetMaxConcurrency(stream_prefix=PREFIX, consumer_group=GROUP, max_concurrency=value)
-        self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+        self.state = self.decide(self.state, cmd).state  # type: ignore[assignment]
 
     @rule(shards=st.integers(1, 8), ordering=st.sampled_from(list(OrderingMode)))
     def change_shard_count(self, shards: int, ordering: OrderingMode) -> None:
         try:
             cmd = ChangeShardCount(stream_prefix=PREFIX, shard_count=shards, ordering=ordering)
-            self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+            self.state = self.decide(self.state, cmd).state  # type: ignore[assignment]
         except MigrationInProgress:
             assert self.state.topology.migration is not None and self.state.topology.migration.active
         except CoordinatorError as e:
@@ -231,7 +235,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         shards = sorted(s for v in self.state.topology.draining_versions for s in v.shards())
         chosen = data.draw(st.lists(st.sampled_from(shards), min_size=1, max_size=3))
         cmd = ReportDrained(stream_prefix=PREFIX, consumer_group=GROUP, shards=frozenset(chosen))
-        self.state = apply(self.state, cmd, self.now).state  # type: ignore[assignment]
+        self.state = self.decide(self.state, cmd).state  # type: ignore[assignment]
 
     @rule()
     def converge(self) -> None:

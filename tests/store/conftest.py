@@ -7,6 +7,7 @@ import pytest
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.model import GroupConfig
 from coordinator.store import MetadataStore
+from tests.store.diff_oracle import every_commit_checked_against_the_diff  # noqa: F401 (autouse)
 
 PREFIX, GROUP = "orders", "billing"
 

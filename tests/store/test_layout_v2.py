@@ -142,22 +142,23 @@ def decide(store: MetadataStore, hb: Heartbeat) -> tuple[Any, Any]:
     command = MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb)
     outcome = apply(loaded.state, command, loaded.now_ms)
     assert outcome.state is not None and outcome.state != loaded.state
-    return loaded, outcome.state
+    return loaded, outcome
 
 
 def test_heartbeats_of_different_members_decided_on_the_same_state_both_commit(
     store: MetadataStore, reconciling: dict[str, Any]
 ) -> None:
     other = MetadataStore(store.client)
-    a_loaded, a_state = decide(store, heartbeat_of(reconciling, "a"))
-    b_loaded, b_state = decide(other, heartbeat_of(reconciling, "b"))
-    assert store._commit(PREFIX, a_loaded, a_state)
-    assert other._commit(PREFIX, b_loaded, b_state)  # b's decision did not read a's change: no conflict
+    a_loaded, a_outcome = decide(store, heartbeat_of(reconciling, "a"))
+    b_loaded, b_outcome = decide(other, heartbeat_of(reconciling, "b"))
+    assert store._commit(PREFIX, a_loaded, a_outcome)
+    assert other._commit(PREFIX, b_loaded, b_outcome)  # b's decision did not read a's change: no conflict
     after = MetadataStore(store.client)._load(PREFIX, None).state
     assert after is not None
     members = after.groups[GROUP].members
-    for member, state in (("a", a_state), ("b", b_state)):
-        decided = state.groups[GROUP].members[member]
+    for member, outcome in (("a", a_outcome), ("b", b_outcome)):
+        assert outcome.state is not None
+        decided = outcome.state.groups[GROUP].members[member]
         assert members[member].assigned == decided.assigned and members[member].state is decided.state
     assert_derived_fields_consistent(store)
 

@@ -212,7 +212,7 @@ def test_tick_expires_on_redis_time_and_a_renewal_racing_it_wins(store: Metadata
 
     outcome = apply(loaded.state, Tick(stream_prefix=PREFIX), loaded.now_ms)
     assert outcome.state is not None and outcome.state.groups[GROUP].members["a"].state.value == "EXPIRED"
-    assert store._commit(PREFIX, loaded, outcome.state) is False
+    assert store._commit(PREFIX, loaded, outcome) is False
     assert hb(store, "a", 1, shards_of(a))["member_state"] == "STABLE"
 
 

@@ -16,6 +16,7 @@ from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, Shard
 from coordinator.store import MetadataStore, get_store, reset_store
 from tests.polling import wait_until
+from tests.store.diff_oracle import every_commit_checked_against_the_diff  # noqa: F401 (autouse)
 
 from .processes import Child
 
