@@ -70,8 +70,9 @@ from coordinator.protocol.model import (
     validate_identifier,
 )
 from coordinator.protocol.resharding import release_drain, undrained_shards
+from rsc_redis import keys as rkeys
+from rsc_redis import lua
 
-from . import codec
 from .replies import text
 from .replies import translate_redis_errors as redis_errors
 
@@ -97,7 +98,8 @@ PENDING_SAMPLE = 100  # the oldest pending entries read per shard for the backlo
 
 @functools.cache
 def _script_text(name: str) -> str:
-    return (_DIR / "operator_checks.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+    text = (_DIR / "operator_checks.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+    return lua.keys_lua() + "\n" + text
 
 
 def operator_script(store: Any, name: str) -> Script:
@@ -224,7 +226,7 @@ class BacklogMixin:
         ``extra`` commands, whose replies are returned), then XPENDING - + ``sample`` per pair with
         pending entries (``sample=0``: not read)."""
         shards = sorted({s for _, s in pairs})
-        keys = {s: codec.stream_key(stream_prefix, s) for s in shards}
+        keys = {s: rkeys.stream_key(stream_prefix, s) for s in shards}
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for shard in shards:
@@ -282,7 +284,7 @@ class BacklogMixin:
         group = state.groups[consumer_group]
         versions = {v.version: v.state for v in state.topology.versions}
         shards = sorted(state.topology.live_shards())
-        rd_key = codec.redeliver_key(prefix, consumer_group)
+        rd_key = rkeys.redeliver_key(prefix, consumer_group)
         figures, replies = self._figures(
             prefix,
             [(consumer_group, s) for s in shards],
@@ -297,7 +299,7 @@ class BacklogMixin:
             rows.append(
                 {
                     "shard": str(shard),
-                    "stream_key": codec.stream_key(prefix, shard),
+                    "stream_key": rkeys.stream_key(prefix, shard),
                     "version_state": versions[shard.version].value,
                     "owner": owners.get(shard),
                     "assignment": shard_assignment(group, state.topology, shard, owners).value,
@@ -337,7 +339,7 @@ class BacklogMixin:
     ) -> None:
         """Add ``backlog``, ``dead_letters`` and the migration's ``undrained`` rows to a group view."""
         prefix = state.topology.stream_prefix
-        dlq_key = codec.dead_letter_key(prefix, consumer_group)
+        dlq_key = rkeys.dead_letter_key(prefix, consumer_group)
         rows, (dlq_length,) = self._backlog_rows(state, consumer_group, now_ms, [("xlen", (dlq_key,))])
         view["backlog"] = rows
         view["dead_letters"] = {
@@ -492,7 +494,7 @@ class BacklogMixin:
             mode_args = ["oldest", str(limit)]
         _now, state, _group = self._load_group(stream_prefix, consumer_group)
         parsed = require_shard(state, shard)
-        keys = [codec.meta_key(stream_prefix), codec.stream_key(stream_prefix, parsed)]
+        keys = [rkeys.meta_key(stream_prefix), rkeys.stream_key(stream_prefix, parsed)]
         with redis_errors():
             reply = operator_script(self, "skip")(
                 keys=keys, args=[consumer_group, str(parsed.version), action, *mode_args]
@@ -509,7 +511,7 @@ class BacklogMixin:
         """Ask the shard's owner to re-read its own pending entries now (``HINCRBY rsc:{P}:rd:<G>``)."""
         _now, state, group = self._load_group(stream_prefix, consumer_group)
         parsed = require_shard(state, shard)
-        keys = [codec.meta_key(stream_prefix), codec.redeliver_key(stream_prefix, consumer_group)]
+        keys = [rkeys.meta_key(stream_prefix), rkeys.redeliver_key(stream_prefix, consumer_group)]
         with redis_errors():
             reply = operator_script(self, "redeliver")(
                 keys=keys, args=[consumer_group, str(parsed), str(parsed.version)]
@@ -582,7 +584,7 @@ class BacklogMixin:
         ordered = sorted(shards)
         if not ordered:
             return
-        keys = [codec.meta_key(stream_prefix), *(codec.stream_key(stream_prefix, s) for s in ordered)]
+        keys = [rkeys.meta_key(stream_prefix), *(rkeys.stream_key(stream_prefix, s) for s in ordered)]
         try:
             with redis_errors():
                 operator_script(self, "forget_released")(
