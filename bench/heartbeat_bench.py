@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from config.embedded_redis import RedisServer, free_port  # noqa: E402
 from config.serve import granian_argv  # noqa: E402
+from rsc_redis.keys import METRICS_KEY  # noqa: E402
 
 MEMBER_TOKEN = "bench-member-token"
 ADMIN_TOKEN = "bench-admin-token"
@@ -243,7 +244,7 @@ def convergence(port: int, members: int, shards: int, interval_ms: int, redis_ur
     decided again, the store's ``cas_conflicts`` counter) and answers other than 200 by error code
     (``CONCURRENT_UPDATE`` is a give-up after 64 conflicting attempts)."""
     counters = redis.Redis.from_url(redis_url)
-    conflicts_before = float(counters.hget("rsc:metrics", "cas_conflicts") or 0)
+    conflicts_before = float(counters.hget(METRICS_KEY, "cas_conflicts") or 0)
     refusals: dict[str, int] = {}
     refusals_lock = threading.Lock()
     prefix, group = "conv", f"conv-{members}"
@@ -310,7 +311,7 @@ def convergence(port: int, members: int, shards: int, interval_ms: int, redis_ur
     stop.set()
     for t in threads:
         t.join(timeout=10)
-    conflicts = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) - conflicts_before
+    conflicts = float(counters.hget(METRICS_KEY, "cas_conflicts") or 0) - conflicts_before
     counters.close()
     return {
         "seconds": elapsed,
@@ -428,7 +429,7 @@ def large_group(
     saying how far it got), then let it stay for ``seconds``. With ``redis_url``, also the
     compare-and-set conflicts while it formed (the store's ``cas_conflicts`` counter)."""
     counters = redis.Redis.from_url(redis_url) if redis_url else None
-    conflicts_before = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) if counters else 0.0
+    conflicts_before = float(counters.hget(METRICS_KEY, "cas_conflicts") or 0) if counters else 0.0
     prefix, group, shards = "large", f"large-{members}", 64
     create_group(
         port, prefix, group, members, shards,
@@ -471,7 +472,7 @@ def large_group(
         result["form_server_cpu_s"] = group_cpu_s([server_pgid]) - cpu0
         result["joined"], result["settled"] = sum(state[2::4]), sum(state[3::4])
         if counters is not None:
-            conflicts = float(counters.hget("rsc:metrics", "cas_conflicts") or 0) - conflicts_before
+            conflicts = float(counters.hget(METRICS_KEY, "cas_conflicts") or 0) - conflicts_before
             result["form_cas_conflicts"] = int(conflicts)
         if not result["formed"]:
             return result

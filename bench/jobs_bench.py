@@ -257,7 +257,7 @@ from bench.heartbeat_bench import group_cpu_s  # noqa: E402
 from config.embedded_redis import RedisServer  # noqa: E402
 from consumers.producer import Producer  # noqa: E402
 from coordinator.protocol.model import Shard  # noqa: E402
-from coordinator.store.codec import stream_key  # noqa: E402
+from rsc_redis.keys import stream_key  # noqa: E402
 from tests.e2e.checker import check  # noqa: E402
 from tests.e2e.stack import (  # noqa: E402
     MEMBER_TOKEN,

@@ -53,13 +53,14 @@ from config.embedded_redis import FORBIDDEN_PORT, RedisServer  # noqa: E402
 from consumers.dataplane import redis_client  # noqa: E402
 from consumers.producer import Producer  # noqa: E402
 from coordinator.protocol.commands import CreateGroup  # noqa: E402
-from coordinator.protocol.model import GroupConfig  # noqa: E402
+from coordinator.protocol.model import GroupConfig, Shard  # noqa: E402
 from coordinator.store.redis_store import MetadataStore  # noqa: E402
+from rsc_redis.keys import stream_key  # noqa: E402
 
 PREFIX = "pbench"
 SHARDS = 8
 RAW_STREAMS = [f"raw:{{{PREFIX}}}:{i}" for i in range(SHARDS)]
-PRODUCER_STREAMS = [f"rsc:{{{PREFIX}}}:v1:{i}" for i in range(SHARDS)]
+PRODUCER_STREAMS = [stream_key(PREFIX, Shard(version=1, index=i)) for i in range(SHARDS)]
 JSON = b"application/json"
 
 

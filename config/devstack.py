@@ -405,8 +405,8 @@ def _create_demo_group() -> None:
     from coordinator.protocol.commands import CreateGroup
     from coordinator.protocol.errors import GroupAlreadyExists, ShardCountConflict
     from coordinator.store import get_store, reset_store
-    from coordinator.store.codec import meta_key
     from coordinator.store.redis_store import default_config_from_settings
+    from rsc_redis.keys import meta_key
 
     name = f"{DEMO_STREAM_PREFIX}/{DEMO_CONSUMER_GROUP}"
     command = CreateGroup(

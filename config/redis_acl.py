@@ -29,17 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rsc_redis import keys
+
 COORDINATOR = "rsc-coordinator"
 MEMBER = "rsc-member"
 PRODUCER = "rsc-producer"
 
-# Key patterns (docs/protocol.md section 9). Identifiers never contain ':' or braces, so `{*}` is one
-# stream prefix and `v[0-9]*` one shard stream of some routing version.
-META = "rsc:{*}:meta"
-SHARDS = "rsc:{*}:v[0-9]*"
-DEAD_LETTERS = "rsc:{*}:dlq:*"
-REDELIVER = "rsc:{*}:rd:*"
-LEASE_RECORDS = "rsc:{*}:lr"
+# Key patterns, from the key layout (rsc_redis/keys.py; docs/protocol.md section 9). Identifiers never
+# contain ':' or braces, so `{*}` is one stream prefix and `v[0-9]*` one shard stream of some routing
+# version.
+META = keys.META.pattern()
+SHARDS = keys.SHARD_STREAMS.pattern()
+DEAD_LETTERS = keys.DEAD_LETTERS.pattern()
+REDELIVER = keys.REDELIVER.pattern()
+LEASE_RECORDS = keys.LEASE_RECORDS.pattern()
 
 # What redis-py sends on connect and for health checks. AUTH needs no permission. Not CLIENT SETINFO:
 # Redis 7.0 does not know it (an ACL file naming it does not load), and redis-py ignores its refusal.
@@ -54,7 +57,7 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
     # Every rsc:* key, and every command the store runs (coordinator/store/*.py and *.lua).
     COORDINATOR: (
         "resetchannels",
-        "~rsc:*",
+        f"~{keys.ALL_KEYS_PATTERN}",
         *_CONNECTION,
         *_SCRIPTS,
         "+multi",

@@ -14,7 +14,7 @@ are one script.
 Three paths, one script:
 
 * ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent through
-  :class:`coordinator.store.clients.HotScript` (connections kept out of the pool between calls: redis-py's
+  :class:`rsc_redis.clients.HotScript` (connections kept out of the pool between calls: redis-py's
   command path costs more than the command itself): no batch planning, the stream keys and shards of
   the cached route precomputed once per route.
 * ``send_batch``: the entries are grouped by shard and packed into calls of at most
@@ -66,8 +66,8 @@ from consumers.errors import (
 from coordinator.protocol.envelope import pack_producer_part
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.clients import HotScript, is_cluster, run_evalsha
-from coordinator.store.codec import meta_key, stream_key
+from rsc_redis.clients import HotScript, is_cluster, run_evalsha
+from rsc_redis.keys import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
 

@@ -99,7 +99,7 @@ def check_unscoped_member_tokens(app_configs: Any = None, **kwargs: Any) -> list
 
 def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """rsc.E007: Celery's broker cannot be a Redis Cluster (kombu has no cluster client)."""
-    from coordinator.store.clients import is_cluster_url
+    from rsc_redis.clients import is_cluster_url
 
     broker = getattr(settings, "CELERY_BROKER_URL", None) or ""
     if not (isinstance(broker, str) and is_cluster_url(broker)):

@@ -42,7 +42,8 @@ from prometheus_client.registry import Collector
 from coordinator.models import token_digest
 from coordinator.protocol.describe import ShardAssignment
 from coordinator.protocol.errors import CoordinatorError
-from coordinator.store.instruments import HEARTBEAT_SECONDS, METRICS_FIELDS, METRICS_KEY
+from coordinator.store.instruments import HEARTBEAT_SECONDS, METRICS_FIELDS
+from rsc_redis.keys import METRICS_KEY
 
 log = logging.getLogger(__name__)
 

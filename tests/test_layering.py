@@ -178,3 +178,109 @@ def test_importing_the_core_loads_no_framework_or_io_layer_transitively() -> Non
     loaded = result.stdout.split()
     layers = [name for name in FORBIDDEN if name not in {"socket", "threading", "subprocess"}]
     assert [m for m in loaded if any(m == n or m.startswith(n + ".") for n in layers)] == []
+
+
+# ------------------------------------------------------------------ the Redis vocabulary and consumers
+#
+# rsc_redis/ (the key layout, the Redis clients, the shared Lua) is at the bottom: the coordinator and
+# the members both import it, it imports neither, nor a framework. consumers/ (members, the data plane,
+# producers) reaches the coordinator only through what is pure (coordinator.protocol) and rsc_redis:
+# never the store, the API, the operations layer or the operator pages, which a member process must not
+# load.
+
+ROOT = PROTOCOL_DIR.parent.parent
+VOCABULARY_FORBIDDEN = (
+    "coordinator",
+    "consumers",
+    "admin_ui",
+    "config",
+    "django",
+    "celery",
+    "rest_framework",
+)
+CONSUMERS_FORBIDDEN = ("coordinator.store", "coordinator.api", "coordinator.operations", "admin_ui")
+# The one place consumers/ may reach the store: run_member's in-process coordinator
+# (RSC_COORDINATOR_URL=inprocess), which runs the store inside the member process on purpose.
+CONSUMERS_ALLOWED = {
+    ("consumers/management/commands/run_member.py", "coordinator.store"),
+    ("consumers/management/commands/run_member.py", "coordinator.store.get_store"),
+}
+
+
+def layer_violations(package: str, forbidden: tuple[str, ...], repository: Path = ROOT) -> list[str]:
+    """``path: imports module`` for each import of a ``forbidden`` module under ``package`` (a top-level
+    directory of ``repository``), but the pairs of :data:`CONSUMERS_ALLOWED`."""
+    root = repository / package
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root, package)
+        relative = path.relative_to(repository).as_posix()
+        for imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            hit = any(imported == name or imported.startswith(name + ".") for name in forbidden)
+            if hit and (relative, imported) not in CONSUMERS_ALLOWED:
+                found.append(f"{relative}: imports {imported}")
+    return found
+
+
+def test_the_redis_vocabulary_imports_no_layer_above_it() -> None:
+    assert list((ROOT / "rsc_redis").glob("*.py"))
+    assert layer_violations("rsc_redis", VOCABULARY_FORBIDDEN) == []
+
+
+def test_consumers_import_neither_the_store_nor_the_api_operations_or_operator_pages() -> None:
+    assert list((ROOT / "consumers").rglob("*.py"))
+    assert layer_violations("consumers", CONSUMERS_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden", "source"),
+    [
+        ("rsc_redis", VOCABULARY_FORBIDDEN, "from coordinator.protocol.model import Shard"),
+        ("rsc_redis", VOCABULARY_FORBIDDEN, "import consumers.errors"),
+        ("rsc_redis", VOCABULARY_FORBIDDEN, "from django.conf import settings"),
+        ("consumers", CONSUMERS_FORBIDDEN, "from coordinator.store import codec"),
+        ("consumers", CONSUMERS_FORBIDDEN, "from coordinator.store.clients import client_from_url"),
+        ("consumers", CONSUMERS_FORBIDDEN, "from coordinator import operations"),
+        ("consumers", CONSUMERS_FORBIDDEN, "from coordinator.api.errors import ApiError"),
+        ("consumers", CONSUMERS_FORBIDDEN, "from admin_ui import audit"),
+        ("consumers", CONSUMERS_FORBIDDEN, "def f():\n    from coordinator.store import get_store"),
+    ],
+)
+def test_the_layer_scan_flags_an_upward_import(
+    tmp_path: Path, package: str, forbidden: tuple[str, ...], source: str
+) -> None:
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "bad.py").write_text(source + "\n")
+    assert layer_violations(package, forbidden, tmp_path) != []
+
+
+def test_the_allowance_is_for_run_members_in_process_coordinator_alone(tmp_path: Path) -> None:
+    commands = tmp_path / "consumers" / "management" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "run_member.py").write_text("from coordinator.store import get_store\n")
+    (commands / "other.py").write_text("from coordinator.store import get_store\n")
+    assert layer_violations("consumers", CONSUMERS_FORBIDDEN, tmp_path) == [
+        "consumers/management/commands/other.py: imports coordinator.store",
+        "consumers/management/commands/other.py: imports coordinator.store.get_store",
+    ]
+
+
+def test_a_member_process_loads_no_part_of_the_store() -> None:
+    """The scan sees direct imports; a fresh interpreter importing the data plane and the producer also
+    catches indirect ones."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "import consumers.dataplane.plane, consumers.producer, consumers.runtime, consumers.listener\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = result.stdout.split()
+    upward = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in CONSUMERS_FORBIDDEN)]
+    assert upward == []
+    assert "rsc_redis.keys" in loaded

@@ -36,7 +36,7 @@ from coordinator.celery import beat_schedule
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("coordinator", "consumers", "admin_ui")
+PACKAGES = ("coordinator", "consumers", "admin_ui", "rsc_redis")
 MEMBER_TOKEN, ADMIN_TOKEN = "plugin-member-token-" + "m" * 24, "plugin-admin-token-" + "a" * 24
 SECRET_KEY = "plugin-test-" + hashlib.sha256(b"not a real deployment").hexdigest()
 
@@ -211,7 +211,7 @@ def write_host_project(root: Path) -> None:
 
 
 def package_files() -> list[str]:
-    """The files of the three packages as the work tree has them (tracked, or new and not ignored)."""
+    """The files of the packages as the work tree has them (tracked, or new and not ignored)."""
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "--", *PACKAGES],
         cwd=REPO, check=True, capture_output=True, text=True,

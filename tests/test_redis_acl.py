@@ -26,8 +26,8 @@ from coordinator.protocol.errors import MetadataCorrupt
 from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
 from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.codec import dead_letter_key, meta_key, redeliver_key, stream_key
 from coordinator.store.redis_store import MetadataStore
+from rsc_redis.keys import dead_letter_key, meta_key, redeliver_key, stream_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 
 PREFIX, GROUP = "orders", "billing"

@@ -31,7 +31,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from consumers.errors import InvalidRequest
-from coordinator.store.clients import client_from_url
+from rsc_redis.clients import client_from_url
 
 log = logging.getLogger("consumers.dataplane")
 

@@ -1,7 +1,7 @@
 -- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
 --
--- Not a script on its own: consumers/dataplane/scripts.py prepends this text (after
--- coordinator/store/lease_record.lua, whose helpers it uses) to fetch.lua, read_new.lua,
+-- Not a script on its own: consumers/dataplane/scripts.py prepends this text (after rsc_redis/keys.lua
+-- and rsc_redis/lease_record.lua, whose helpers it uses) to fetch.lua, read_new.lua,
 -- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
 -- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
 -- act. fence() reads the three fields it needs with one HMGET and is made of require_shard_key(),
@@ -36,7 +36,7 @@
 -- Touches (read only): HMGET m:<group>:<member> l:<group>:<member> o:<group>:<shard>; TIME; HGET of the
 -- member's record in rsc:{P}:lr when the l: field has ended.
 local function require_shard_key(meta, stream, shard)
-  if stream ~= string.sub(meta, 1, -5) .. shard then
+  if stream ~= stream_key_of(meta, shard) then
     error({err = 'ERR stream key ' .. stream .. ' is not the key of shard ' .. shard .. ' under ' .. meta})
   end
 end
@@ -123,7 +123,7 @@ end
 -- Raise a script error unless `key` is the group's key of `kind` ('rd', 'dlq') under `meta`: a caller
 -- that passed another group's key would read or write that group's data. `what` names it in the error.
 local function require_group_key(meta, key, kind, group, what)
-  if key ~= string.sub(meta, 1, -5) .. kind .. ':' .. group then
+  if key ~= group_key_of(meta, kind, group) then
     error({err = 'ERR key ' .. tostring(key) .. ' is not the ' .. what .. ' key of group ' .. group})
   end
 end

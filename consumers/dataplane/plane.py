@@ -48,8 +48,8 @@ from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, InvalidRequest
 from coordinator.protocol.model import Shard
-from coordinator.store import clients
-from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
+from rsc_redis import clients
+from rsc_redis.keys import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
 from . import checks, connection, scripts
 from .envelope import Delivery, Entry, decode_entries, decode_fetched

@@ -1,6 +1,7 @@
 -- Append entries to shards of the ACTIVE routing version, never to a sealed one (docs/producer.md).
 -- Not fenced by a member: a producer is not a member. Instead the route the producer computed the
 -- stream keys from is checked against the `route` field, atomically with the appends.
+-- Prefixed with rsc_redis/keys.lua (stream_key_of) by consumers/dataplane/scripts.py.
 --
 -- KEYS[1]   rsc:{P}:meta
 -- KEYS[2], KEYS[3], ...  the streams of this call, each once: rsc:{P}:v<version>:<index> as routed
@@ -39,12 +40,12 @@ if active ~= ARGV[1] or count ~= ARGV[2] then
   return {'STALE_ROUTE', route}
 end
 local shards = tonumber(count)
-local base = string.sub(KEYS[1], 1, -5) .. 'v' .. active .. ':'
 local sizes = {}
 local a = 3
 for k = 2, #KEYS do
   local index, size = ARGV[a], tonumber(ARGV[a + 1])
-  if not size or KEYS[k] ~= base .. index or tonumber(index) >= shards then
+  local shard = 'v' .. active .. ':' .. tostring(index)
+  if not size or KEYS[k] ~= stream_key_of(KEYS[1], shard) or tonumber(index) >= shards then
     error({err = 'ERR stream key ' .. KEYS[k] .. ' is not shard ' .. tostring(index) .. ' of version ' .. active})
   end
   sizes[k] = size

@@ -3,8 +3,9 @@
 The fenced scripts share one fence (``fence.lua``); Lua scripts cannot include one another, so the
 fence's text is prepended to each of them here, once per process, and the result registered with
 ``register_script`` (EVALSHA, with the NOSCRIPT fallback built into redis-py). In front of the fence,
-and of ``renew_lease.lua``, goes the store's lease-record rule (``coordinator/store/lease_record.lua``),
-which the coordinator's scripts share too.
+and of ``renew_lease.lua``, go the key helpers and the lease-record rule the coordinator's scripts share
+too (:func:`rsc_redis.lua.lease_record_lua`: ``rsc_redis/keys.lua``, ``rsc_redis/lease_record.lua``);
+``produce.lua`` starts with the key helpers alone.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import redis
 from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidRequest
-from coordinator.store.codec import lease_record_lua
+from rsc_redis.lua import keys_lua, lease_record_lua
 
 _DIR = Path(__file__).resolve().parent
 
@@ -32,13 +33,14 @@ _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN
 
 @cache
 def script_text(name: str) -> str:
-    """The source registered for ``name``: fenced scripts get ``fence.lua`` in front of them."""
+    """The source registered for ``name``: fenced scripts get ``fence.lua`` in front of them, and every
+    script the key helpers (with the lease-record rule, for the scripts that read a lease)."""
     body = (_DIR / f"{name}.lua").read_text()
     if name in FENCED_SCRIPTS:
         body = (_DIR / "fence.lua").read_text() + "\n" + body
     if name in _LEASE_READERS:
-        body = lease_record_lua() + "\n" + body
-    return body
+        return lease_record_lua() + "\n" + body
+    return keys_lua() + "\n" + body
 
 
 def register(client: redis.Redis, name: str) -> Script:

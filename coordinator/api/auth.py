@@ -60,7 +60,7 @@ from rest_framework.request import Request
 
 from coordinator.models import ANY, ApiCredential, matches_any, parse_patterns, token_digest
 from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
-from coordinator.store import codec
+from rsc_redis.keys import CREDENTIALS_GENERATION_KEY
 
 from .errors import ApiErrorCode
 
@@ -204,7 +204,7 @@ DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
 def _cache_ttl_s() -> float:
     return float(getattr(settings, "RSC_CREDENTIAL_CACHE_S", DB_CREDENTIALS_TTL_S))
 
-SHARED_GENERATION_KEY = codec.CREDENTIALS_GENERATION_KEY
+SHARED_GENERATION_KEY = CREDENTIALS_GENERATION_KEY
 _Candidates = list[_Candidate]
 _db_cache: tuple[float, bytes | None, _Candidates] | None = None  # (filled at, shared generation, rows)
 _db_generation = 0

@@ -46,8 +46,8 @@ from coordinator.protocol.model import (
     validate_entry_ids,
 )
 from coordinator.protocol.resharding import release_drain
+from rsc_redis import keys as rkeys
 
-from . import codec
 from .backlog_reads import BacklogReads
 from .operator_scripts import OperatorScripts, decode_fields, load_group, raise_for_status, require_shard
 from .reading import Reader
@@ -180,7 +180,7 @@ class BacklogActions:
             mode_args = ["oldest", str(limit)]
         _now, state, _group = load_group(self.reader, stream_prefix, consumer_group)
         parsed = require_shard(state, shard)
-        keys = [codec.meta_key(stream_prefix), codec.stream_key(stream_prefix, parsed)]
+        keys = [rkeys.meta_key(stream_prefix), rkeys.stream_key(stream_prefix, parsed)]
         with redis_errors():
             reply = self.scripts["skip"](
                 keys=keys, args=[consumer_group, str(parsed.version), action, *mode_args]
@@ -197,7 +197,7 @@ class BacklogActions:
         """Ask the shard's owner to re-read its own pending entries now (``HINCRBY rsc:{P}:rd:<G>``)."""
         _now, state, group = load_group(self.reader, stream_prefix, consumer_group)
         parsed = require_shard(state, shard)
-        keys = [codec.meta_key(stream_prefix), codec.redeliver_key(stream_prefix, consumer_group)]
+        keys = [rkeys.meta_key(stream_prefix), rkeys.redeliver_key(stream_prefix, consumer_group)]
         with redis_errors():
             reply = self.scripts["redeliver"](
                 keys=keys, args=[consumer_group, str(parsed), str(parsed.version)]
@@ -264,7 +264,7 @@ class BacklogActions:
         ordered = sorted(shards)
         if not ordered:
             return
-        keys = [codec.meta_key(stream_prefix), *(codec.stream_key(stream_prefix, s) for s in ordered)]
+        keys = [rkeys.meta_key(stream_prefix), *(rkeys.stream_key(stream_prefix, s) for s in ordered)]
         try:
             with redis_errors():
                 self.scripts["forget_released"](keys=keys, args=[consumer_group, *(str(s) for s in ordered)])

@@ -24,8 +24,8 @@ from redis.cluster import RedisCluster
 from coordinator.protocol.describe import shard_assignment
 from coordinator.protocol.model import Group, PrefixState, Shard, entry_id_key
 from coordinator.protocol.resharding import undrained_shards
+from rsc_redis import keys as rkeys
 
-from . import codec
 from .operator_scripts import load_group
 from .reading import Reader
 from .replies import text
@@ -104,7 +104,7 @@ class BacklogReads:
         ``extra`` commands, whose replies are returned), then XPENDING - + ``sample`` per pair with
         pending entries (``sample=0``: not read)."""
         shards = sorted({s for _, s in pairs})
-        keys = {s: codec.stream_key(stream_prefix, s) for s in shards}
+        keys = {s: rkeys.stream_key(stream_prefix, s) for s in shards}
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for shard in shards:
@@ -162,7 +162,7 @@ class BacklogReads:
         group = state.groups[consumer_group]
         versions = {v.version: v.state for v in state.topology.versions}
         shards = sorted(state.topology.live_shards())
-        rd_key = codec.redeliver_key(prefix, consumer_group)
+        rd_key = rkeys.redeliver_key(prefix, consumer_group)
         figures, replies = self.figures(
             prefix,
             [(consumer_group, s) for s in shards],
@@ -177,7 +177,7 @@ class BacklogReads:
             rows.append(
                 {
                     "shard": str(shard),
-                    "stream_key": codec.stream_key(prefix, shard),
+                    "stream_key": rkeys.stream_key(prefix, shard),
                     "version_state": versions[shard.version].value,
                     "owner": owners.get(shard),
                     "assignment": shard_assignment(group, state.topology, shard, owners).value,
@@ -215,7 +215,7 @@ class BacklogReads:
     ) -> None:
         """Add ``backlog``, ``dead_letters`` and the migration's ``undrained`` rows to a group view."""
         prefix = state.topology.stream_prefix
-        dlq_key = codec.dead_letter_key(prefix, consumer_group)
+        dlq_key = rkeys.dead_letter_key(prefix, consumer_group)
         rows, (dlq_length,) = self.rows(state, consumer_group, now_ms, [("xlen", (dlq_key,))])
         view["backlog"] = rows
         view["dead_letters"] = {

@@ -1,4 +1,5 @@
-"""How the protocol state is laid out in the metadata hash ``rsc:{P}:meta`` (see docs/store.md).
+"""How the protocol state is laid out in the metadata hash ``rsc:{P}:meta`` (see docs/store.md): the
+values of its fields. The keys and the field families are named in rsc_redis/keys.py (``META_FIELDS``).
 
 Documents (the source of truth), each with a revision used for compare-and-set:
 
@@ -24,8 +25,8 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``o:<group>:<shard>``: ``"<member> <shard assignment epoch> <R|B|V>"``: the owner of a shard; ``R``
   readable, ``B`` held back by strict ordering, ``V`` being revoked (ack only);
 * ``ts:<group>``: the group's tick schedule (:func:`tick_schedule_field`): with the lease index
-  ``rsc:{P}:lz`` (:func:`lease_index_key`) and the schedule index ``rsc:{P}:sz``
-  (:func:`schedule_index_key`), what lets the tick skip a group with nothing due;
+  ``rsc:{P}:lz`` (``rsc_redis.keys.lease_index_key``) and the schedule index ``rsc:{P}:sz``
+  (``rsc_redis.keys.schedule_index_key``), what lets the tick skip a group with nothing due;
 * ``rv:<group>:<member>``: a live member's revocation deadline (ms), while it has one: a member's own
   lease renewal (``renew_lease.lua``) never reaches past it;
 * ``ae:<group>``, ``ge:<group>``: the group's assignment and group epochs, which the fast path writes
@@ -40,9 +41,9 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 * ``r:<group>:<member>``: the JSON heartbeat response for that steady state, keys sorted, so that it
   starts with the two epochs the fast path replaces by the group's current ones.
 
-Outside the hash: ``rsc:{P}:hbr:<group>:<member>`` (:func:`heartbeat_rate_key`), a live member's
+Outside the hash (rsc_redis/keys.py): ``rsc:{P}:hbr:<group>:<member>``, a live member's
 heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata);
-``rsc:{P}:lr`` (:func:`lease_records_key`), the leases members renewed themselves, written only by
+``rsc:{P}:lr``, the leases members renewed themselves, written only by
 ``consumers/dataplane/renew_lease.lua``, read by every lease check, and pruned by the commit that ends
 a member.
 """
@@ -81,6 +82,7 @@ from coordinator.protocol.model import (
     Topology,
 )
 from coordinator.protocol.reconciliation import settled
+from rsc_redis import keys as rkeys
 
 TOPOLOGY_FORMAT = 1
 
@@ -104,32 +106,6 @@ def owned_argument(shards: frozenset[Shard]) -> str:
     return _owned_text(shards)
 
 
-def meta_key(stream_prefix: str) -> str:
-    return f"rsc:{{{stream_prefix}}}:meta"
-
-
-def stream_key(stream_prefix: str, shard: Shard) -> str:
-    return f"rsc:{{{stream_prefix}}}:v{shard.version}:{shard.index}"
-
-
-PREFIXES_KEY = "rsc:prefixes"
-# Bumped by every committed API-credential change (coordinator/api/auth.py): cached credentials are
-# used only while it holds the value they were read under.
-CREDENTIALS_GENERATION_KEY = "rsc:credentials:generation"
-
-
-def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) -> str:
-    """A live member's heartbeat-floor state (a GCRA arrival time that expires by itself)."""
-    return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
-
-
-@functools.cache
-def lease_record_lua() -> str:
-    """``lease_record.lua``: the lease-record rule every lease-reading script starts with (the store's
-    and the data plane's; Lua scripts cannot include one another)."""
-    return (Path(__file__).with_name("lease_record.lua")).read_text()
-
-
 @functools.cache
 def change_log_lua() -> str:
     """``change_log.lua``: the change log's layout, for the script that writes it (``commit.lua``) and the
@@ -137,54 +113,14 @@ def change_log_lua() -> str:
     return (Path(__file__).with_name("change_log.lua")).read_text()
 
 
-def lease_index_key(stream_prefix: str) -> str:
-    """Sorted set ``<group>:<member>`` scored by the member's ``l:`` lease deadline, for every *live*
-    member of the prefix: the tick reads only the groups with a lease due (docs/store.md, "The tick
-    index"). Kept by ``commit.lua`` and ``fast_heartbeat.lua``; a member's own renewal (``rsc:{P}:lr``)
-    is not in it until the tick's ``tick_due.lua`` finds the entry due and moves it."""
-    return f"rsc:{{{stream_prefix}}}:lz"
-
-
-def turn_key(stream_prefix: str) -> str:
-    """String with expiry: the token of the coordinator process whose decision on the prefix has the
-    turn while processes contend (turns.py). Not metadata: it expires by itself."""
-    return f"rsc:{{{stream_prefix}}}:turn"
-
-
-def schedule_index_key(stream_prefix: str) -> str:
-    """Sorted set ``<group>:<member>`` scored by when the tick must next look at that live member for its
-    revocation (:func:`coordinator.protocol.group.revocation_schedule_ms`: 0 when its revocation clock
-    must start or stop, else its revocation deadline; absent when neither). Per member, so that commits
-    of different members keep it without reading each other (docs/store.md, "The tick index")."""
-    return f"rsc:{{{stream_prefix}}}:sz"
-
-
 def commit_keys(stream_prefix: str) -> list[str]:
     """The keys ``commit.lua`` takes: the metadata hash, the members' own renewals, both indexes."""
     return [
-        meta_key(stream_prefix),
-        lease_records_key(stream_prefix),
-        lease_index_key(stream_prefix),
-        schedule_index_key(stream_prefix),
+        rkeys.meta_key(stream_prefix),
+        rkeys.lease_records_key(stream_prefix),
+        rkeys.lease_index_key(stream_prefix),
+        rkeys.schedule_index_key(stream_prefix),
     ]
-
-
-def lease_records_key(stream_prefix: str) -> str:
-    """Hash ``<group>:<member> -> "<member epoch> <lease deadline ms>"``: leases members renewed themselves,
-    in Redis, while the coordinator's API could not (``consumers/dataplane/renew_lease.lua``;
-    docs/protocol.md section 5). A record counts only at the member's live epoch (``m:``)."""
-    return f"rsc:{{{stream_prefix}}}:lr"
-
-
-def dead_letter_key(stream_prefix: str, consumer_group: str) -> str:
-    """The group's dead-letter stream (opt-in ``dead_letter=True`` listeners; docs/protocol.md section 14)."""
-    return f"rsc:{{{stream_prefix}}}:dlq:{consumer_group}"
-
-
-def redeliver_key(stream_prefix: str, consumer_group: str) -> str:
-    """Hash ``<shard> -> counter``: an operator's "redeliver" request bumps a shard's counter; the owner's
-    next fenced read returns it and the owner re-reads its own pending entries (section 14)."""
-    return f"rsc:{{{stream_prefix}}}:rd:{consumer_group}"
 
 
 def _dumps(value: object) -> str:
@@ -554,7 +490,7 @@ def response_to_json(r: HeartbeatResponse, stream_prefix: str) -> dict[str, Any]
         "shards": [
             {
                 "shard": str(a.shard),
-                "stream_key": stream_key(stream_prefix, a.shard),
+                "stream_key": rkeys.stream_key(stream_prefix, a.shard),
                 "assignment_epoch": a.assignment_epoch,
                 "readable": a.readable,
             }

@@ -41,8 +41,8 @@ from coordinator.protocol.errors import (
 )
 from coordinator.protocol.model import Shard, entry_id_key, require_int_in_range, validate_entry_ids
 from coordinator.protocol.routing import shard_index
+from rsc_redis import keys as rkeys
 
-from . import codec
 from .operator_scripts import OperatorScripts, decode_fields, load_group
 from .reading import Reader
 from .replies import text
@@ -127,7 +127,7 @@ class DeadLetters:
             validate_entry_ids([after], "after")
         require_int_in_range(count, "count", 1, MAX_PAGE)
         load_group(self.reader, stream_prefix, consumer_group)
-        key = codec.dead_letter_key(stream_prefix, consumer_group)
+        key = rkeys.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
             pipe.xlen(key)
@@ -144,7 +144,7 @@ class DeadLetters:
         (dlq_id,) = validate_entry_ids([dlq_id], "id")
         load_group(self.reader, stream_prefix, consumer_group)
         with redis_errors():
-            entries = self.client.xrange(codec.dead_letter_key(stream_prefix, consumer_group), dlq_id, dlq_id)
+            entries = self.client.xrange(rkeys.dead_letter_key(stream_prefix, consumer_group), dlq_id, dlq_id)
         if not entries:
             raise _not_found(consumer_group, [dlq_id])
         entry_id, raw = entries[0]
@@ -157,7 +157,7 @@ class DeadLetters:
         ids = sorted(validate_entry_ids(ids, "ids"), key=entry_id_key)
         active = load_group(self.reader, stream_prefix, consumer_group)[1].topology.active_version
         route: Any = f"{active.version} {active.shard_count}"  # the script re-checks it atomically
-        meta, dlq = codec.meta_key(stream_prefix), codec.dead_letter_key(stream_prefix, consumer_group)
+        meta, dlq = rkeys.meta_key(stream_prefix), rkeys.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for dlq_id in ids:
@@ -174,7 +174,7 @@ class DeadLetters:
             args: list[str] = [consumer_group, str(version), str(count)]
             for dlq_id, shard in zip(ids, shards, strict=True):
                 args += [dlq_id, str(shard.index)]
-            streams = [codec.stream_key(stream_prefix, s) for s in shards]
+            streams = [rkeys.stream_key(stream_prefix, s) for s in shards]
             with redis_errors():
                 reply = self.scripts["replay_dead_letter"](keys=[meta, dlq, *streams], args=args)
             status = text(reply[0])
@@ -200,10 +200,10 @@ class DeadLetters:
         if ids is not None:
             ids = validate_entry_ids(ids, "ids")
         load_group(self.reader, stream_prefix, consumer_group)
-        dlq = codec.dead_letter_key(stream_prefix, consumer_group)
+        dlq = rkeys.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
             reply = self.scripts["purge_dead_letters"](
-                keys=[codec.meta_key(stream_prefix), dlq], args=[consumer_group, *(ids or ())]
+                keys=[rkeys.meta_key(stream_prefix), dlq], args=[consumer_group, *(ids or ())]
             )
         self._raise_for_dead_letter_status(text(reply[0]), reply, stream_prefix, consumer_group)
         return {"purged": int(reply[1])}

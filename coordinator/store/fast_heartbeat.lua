@@ -1,5 +1,6 @@
 -- Every member heartbeat starts here: the per-member heartbeat floor, then the steady-state fast path
--- (renew a STABLE member's lease in one round trip, touching one field).
+-- (renew a STABLE member's lease in one round trip, touching one field). Prefixed with rsc_redis/keys.lua
+-- (CREDENTIALS_GENERATION_KEY) and rsc_redis/lease_record.lua.
 --
 -- KEYS[1]  rsc:{P}:meta
 -- KEYS[2]  rsc:{P}:hbr:<group>:<member>, the member's heartbeat-floor state (expires by itself)
@@ -31,8 +32,8 @@
 -- Touches: GET KEYS[5]; HEXISTS m:<g>:<m>; HMGET s:/l:/r:<g>:<m>, ae:/ge:<g>; GET/SET KEYS[2]; HGET KEYS[3] (only
 -- past l:); HSET l:<g>:<m>; ZADD KEYS[4].
 local meta = KEYS[1]
-if KEYS[5] and KEYS[5] ~= 'rsc:credentials:generation' then
-  return redis.error_reply('ERR KEYS[5] must be rsc:credentials:generation')
+if KEYS[5] and KEYS[5] ~= CREDENTIALS_GENERATION_KEY then
+  return redis.error_reply('ERR KEYS[5] must be ' .. CREDENTIALS_GENERATION_KEY)
 end
 if KEYS[5] and (redis.call('GET', KEYS[5]) or '0') ~= ARGV[10] then
   return {3}

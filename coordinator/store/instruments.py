@@ -15,9 +15,10 @@ from typing import Any
 
 from prometheus_client import Histogram
 
+from rsc_redis.keys import METRICS_KEY
+
 log = logging.getLogger(__name__)
 
-METRICS_KEY = "rsc:metrics"
 
 HEARTBEAT_SECONDS = Histogram(
     "rsc_heartbeat_seconds",
@@ -60,5 +61,3 @@ def heartbeat_timer() -> Iterator[dict[str, str]]:
         raise
     finally:
         HEARTBEAT_SECONDS.labels(labels["path"]).observe(time.perf_counter() - started)
-
-

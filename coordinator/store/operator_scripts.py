@@ -17,6 +17,7 @@ from redis.commands.core import Script
 from coordinator.protocol import envelope
 from coordinator.protocol.errors import GroupNotFound, InvalidRequest, MetadataCorrupt, UnknownShard
 from coordinator.protocol.model import Group, PrefixState, Shard, VersionState, validate_identifier
+from rsc_redis import lua
 
 from .reading import Reader
 from .replies import text
@@ -27,7 +28,8 @@ MAX_FIELD_CHARS = 4096
 
 @functools.cache
 def _script_text(name: str) -> str:
-    return (_DIR / "operator_checks.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+    text = (_DIR / "operator_checks.lua").read_text() + "\n" + (_DIR / f"{name}.lua").read_text()
+    return lua.keys_lua() + "\n" + text
 
 
 class OperatorScripts:

@@ -18,6 +18,7 @@ from redis.cluster import RedisCluster
 
 from coordinator.protocol.errors import MetadataCorrupt
 from coordinator.protocol.model import Group, PrefixState, validate_identifier
+from rsc_redis import keys as rkeys
 
 from . import codec
 from .replies import text, translate_redis_errors
@@ -82,7 +83,7 @@ class Reader:
             args += [name, decoded.position[0], decoded.position[1]]
         args += ["*"] if groups is None else groups
         with translate_redis_errors():
-            keys = [codec.meta_key(stream_prefix), codec.lease_records_key(stream_prefix)]
+            keys = [rkeys.meta_key(stream_prefix), rkeys.lease_records_key(stream_prefix)]
             now_ms, topo, trev, position, rows = self.load_script(keys=keys, args=args)
         if not topo:
             return Loaded(int(now_ms), None, "", {}, [])

@@ -80,8 +80,10 @@ from coordinator.protocol.model import (
     VersionState,
     validate_identifier,
 )
+from rsc_redis import clients, lua
+from rsc_redis import keys as rkeys
 
-from . import clients, codec, commit_plan, instruments
+from . import codec, commit_plan, instruments
 from .backlog_actions import BacklogActions
 from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
@@ -148,7 +150,7 @@ class MetadataStore:
         # keys): fast_heartbeat can check the credentials generation in its script. Asked per heartbeat.
         self.checks_credentials_in_script = not clients.is_cluster(client)
         # The lease readers start with the lease-record rule (lease_record.lua).
-        lease_rule = codec.lease_record_lua() + "\n"
+        lease_rule = lua.lease_record_lua() + "\n"
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
         log_rule = lease_rule + codec.change_log_lua() + "\n"
         self.reader = Reader(client, client.register_script(log_rule + _LUA("load.lua").read_text()))
@@ -262,7 +264,7 @@ class MetadataStore:
         the full path can decide. Raises HeartbeatTooFrequent (nothing changed) past the floor.
 
         ``credentials_generation``: the request was authenticated from credentials cached under this
-        value of ``codec.CREDENTIALS_GENERATION_KEY``; the script first checks it is still the value, in
+        value of ``rkeys.CREDENTIALS_GENERATION_KEY``; the script first checks it is still the value, in
         the same atomic step, and raises CredentialsChanged (nothing changed) if not. Only where
         :attr:`checks_credentials_in_script`."""
         validate_identifier(stream_prefix, "stream_prefix")
@@ -276,16 +278,16 @@ class MetadataStore:
         owner = "*" if hb.owner is None else codec.identity_digest(hb.owner)
         period, burst = (floor.period_ms, floor.burst) if floor is not None else (0, 1)
         keys = [
-            codec.meta_key(stream_prefix),
-            codec.heartbeat_rate_key(stream_prefix, consumer_group, hb.member_id),
-            codec.lease_records_key(stream_prefix),
-            codec.lease_index_key(stream_prefix),
+            rkeys.meta_key(stream_prefix),
+            rkeys.heartbeat_rate_key(stream_prefix, consumer_group, hb.member_id),
+            rkeys.lease_records_key(stream_prefix),
+            rkeys.lease_index_key(stream_prefix),
         ]
         args = [consumer_group, hb.member_id, hb.member_epoch, capacity, owned, client, owner, period, burst]
         if credentials_generation is not None:
             if not self.checks_credentials_in_script:
                 raise ValueError("credentials_generation needs one Redis, not a cluster")
-            keys.append(codec.CREDENTIALS_GENERATION_KEY)
+            keys.append(rkeys.CREDENTIALS_GENERATION_KEY)
             args.append(credentials_generation)
         with translate_redis_errors():
             fast = self._fast(keys=keys, args=args)
@@ -322,7 +324,7 @@ class MetadataStore:
             self._create_consumer_groups(state, [state.groups[name]], START_FROM[start_from], created)
             # Indexed before the commit: a group the tick cannot see would never expire its members. An
             # index entry without metadata (the commit failed) is skipped by the tick and listings.
-            self.client.sadd(codec.PREFIXES_KEY, prefix)
+            self.client.sadd(rkeys.PREFIXES_KEY, prefix)
 
         try:
             outcome = self._execute(command, [name], before_commit=before_commit)
@@ -332,7 +334,7 @@ class MetadataStore:
                 # removed the index entry after the first SADD (delete_prefix re-adds it if the metadata
                 # exists), and a losing creator's clean-up may have removed a consumer group this one
                 # found already there (BUSYGROUP) just before our commit made it ours.
-                self.client.sadd(codec.PREFIXES_KEY, prefix)
+                self.client.sadd(rkeys.PREFIXES_KEY, prefix)
                 self._create_consumer_groups(
                     outcome.state, [outcome.state.groups[name]], START_FROM[start_from]
                 )
@@ -351,11 +353,11 @@ class MetadataStore:
             pipe = self.client.pipeline(transaction=False)
             for version in outcome.state.topology.versions:
                 for shard in version.shards():
-                    pipe.xgroup_destroy(codec.stream_key(stream_prefix, shard), consumer_group)
+                    pipe.xgroup_destroy(rkeys.stream_key(stream_prefix, shard), consumer_group)
             pipe.execute(raise_on_error=False)
             keys = (
-                codec.dead_letter_key(stream_prefix, consumer_group),
-                codec.redeliver_key(stream_prefix, consumer_group),
+                rkeys.dead_letter_key(stream_prefix, consumer_group),
+                rkeys.redeliver_key(stream_prefix, consumer_group),
             )
             self.client.unlink(*keys)
 
@@ -445,7 +447,7 @@ class MetadataStore:
         through here, and one bad entry must not stop them for every other prefix. It is not removed:
         an operator should see it and find out who wrote it (``SREM rsc:prefixes <entry>``)."""
         with translate_redis_errors():
-            members = self.client.smembers(codec.PREFIXES_KEY)
+            members = self.client.smembers(rkeys.PREFIXES_KEY)
         names = sorted(m.decode(errors="replace") if isinstance(m, bytes) else str(m) for m in members)
         valid = [n for n in names if IDENTIFIER_RE.fullmatch(n)]
         if len(valid) != len(names):
@@ -454,7 +456,7 @@ class MetadataStore:
                 "skipped %d invalid entr%s of the stream prefix index %s: %s (remove with SREM)",
                 len(bad),
                 "y" if len(bad) == 1 else "ies",
-                codec.PREFIXES_KEY,
+                rkeys.PREFIXES_KEY,
                 ", ".join(repr(n) for n in bad),
             )
         return valid
@@ -623,10 +625,10 @@ class MetadataStore:
         groups: list[str] | None = None  # every group
         if not full:
             keys = [
-                codec.meta_key(prefix),
-                codec.lease_records_key(prefix),
-                codec.lease_index_key(prefix),
-                codec.schedule_index_key(prefix),
+                rkeys.meta_key(prefix),
+                rkeys.lease_records_key(prefix),
+                rkeys.lease_index_key(prefix),
+                rkeys.schedule_index_key(prefix),
             ]
             with translate_redis_errors():
                 _now, every, *due = self._tick_due(
@@ -671,7 +673,7 @@ class MetadataStore:
     def raw_metadata(self, stream_prefix: str) -> dict[bytes, bytes]:
         """The metadata hash as stored (tests compare it byte for byte)."""
         with translate_redis_errors():
-            return dict(self.client.hgetall(codec.meta_key(stream_prefix)))
+            return dict(self.client.hgetall(rkeys.meta_key(stream_prefix)))
 
     # ------------------------------------------------------------------------------------------ core
 
@@ -794,7 +796,7 @@ class MetadataStore:
                 continue
             for shard in v.shards():
                 for group in groups:
-                    key = codec.stream_key(prefix, shard)
+                    key = rkeys.stream_key(prefix, shard)
                     pipe.exists(key)
                     pipe.xgroup_create(key, group.consumer_group, id=start_id, mkstream=True)
                     targets.append((key, group.consumer_group))
@@ -825,7 +827,7 @@ class MetadataStore:
         used_keys = (
             set()
             if state is None
-            else {codec.stream_key(stream_prefix, s) for v in state.topology.versions for s in v.shards()}
+            else {rkeys.stream_key(stream_prefix, s) for v in state.topology.versions for s in v.shards()}
         )
         used_groups = set() if state is None else set(state.groups)
         groups = sorted((k, g) for k, g in created.groups if k not in used_keys or g not in used_groups)

@@ -1,6 +1,6 @@
 -- Replay dead letters: append each one's original event to the ACTIVE routing version and delete it from
 -- the group's dead-letter stream, all in one script (docs/protocol.md section 14).
--- Prefixed with operator_checks.lua.
+-- Prefixed with rsc_redis/keys.lua (stream_key_of) and operator_checks.lua.
 --
 -- Like produce.lua, the store routes each entry's partition_key itself (murmur2, Lua has none) and passes
 -- the version and shard count it used; they are compared with the `route` field here, atomically with
@@ -44,7 +44,6 @@ local active, count = string.match(route, '^(%d+) (%d+)')
 if active ~= ARGV[2] or count ~= ARGV[3] then
   return {'STALE_ROUTE', route}
 end
-local base = string.sub(KEYS[1], 1, -5) .. 'v' .. active .. ':'
 local envelope = {'event_id', 'partition_key', 'content_type', 'payload', 'headers'}
 local wanted = {event_id = true, partition_key = true, content_type = true, payload = true, headers = true,
   envelope = true}
@@ -53,7 +52,8 @@ local letters = {}
 local missing = {}
 for i = 4, #ARGV, 2 do
   local key = KEYS[3 + (i - 4) / 2]
-  if key ~= base .. ARGV[i + 1] or tonumber(ARGV[i + 1]) >= tonumber(count) then
+  local shard = 'v' .. active .. ':' .. ARGV[i + 1]
+  if key ~= stream_key_of(KEYS[1], shard) or tonumber(ARGV[i + 1]) >= tonumber(count) then
     error({err = 'ERR stream key ' .. key .. ' is not shard ' .. ARGV[i + 1] .. ' of version ' .. active})
   end
   local entry = redis.call('XRANGE', KEYS[2], ARGV[i], ARGV[i])[1]

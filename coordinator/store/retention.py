@@ -67,8 +67,11 @@ from coordinator.protocol.model import (
     entry_id_key,
     validate_identifier,
 )
+from rsc_redis import clients
+from rsc_redis import keys as rkeys
+from rsc_redis.keys import RETENTION_CURSOR_KEY
 
-from . import clients, codec
+from . import codec
 from .reading import Reader
 from .replies import text
 from .replies import translate_redis_errors as _redis_errors
@@ -76,7 +79,6 @@ from .replies import translate_redis_errors as _redis_errors
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
 
-CURSOR_KEY = "rsc:retention:cursor"
 DEFAULT_MAX_STREAMS = 2000
 # Entries one trim call may remove (about 3 ms of Redis time): bounded work even on a stream that was
 # never trimmed; the rest goes on the next visits.
@@ -178,8 +180,8 @@ class Retention:
         with _redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for _name, shard in candidates:
-                pipe.xinfo_stream(codec.stream_key(prefix, shard))
-                pipe.xinfo_groups(codec.stream_key(prefix, shard))
+                pipe.xinfo_stream(rkeys.stream_key(prefix, shard))
+                pipe.xinfo_groups(rkeys.stream_key(prefix, shard))
             replies = pipe.execute(raise_on_error=False)
         found: dict[str, list[Shard]] = {}
         behind: list[tuple[str, Shard, str]] = []  # nothing pending, last entry not delivered: look
@@ -199,7 +201,7 @@ class Retention:
             with _redis_errors():
                 pipe = self.client.pipeline(transaction=False)
                 for _name, shard, delivered in behind:
-                    pipe.xrange(codec.stream_key(prefix, shard), f"({delivered}", "+", count=1)
+                    pipe.xrange(rkeys.stream_key(prefix, shard), f"({delivered}", "+", count=1)
                 rest = pipe.execute(raise_on_error=False)
             for (name, shard, _delivered), entries in zip(behind, rest, strict=True):
                 if not isinstance(entries, Exception) and not entries:
@@ -224,8 +226,8 @@ class Retention:
             raise StreamPrefixNotFound(
                 f"stream prefix {stream_prefix!r} does not exist", stream_prefix=stream_prefix
             )
-        shard_keys = [codec.stream_key(stream_prefix, s) for s in _all_shards(loaded.state.topology)]
-        dlq_keys = [codec.dead_letter_key(stream_prefix, g) for g in loaded.group_names]
+        shard_keys = [rkeys.stream_key(stream_prefix, s) for s in _all_shards(loaded.state.topology)]
+        dlq_keys = [rkeys.dead_letter_key(stream_prefix, g) for g in loaded.group_names]
         with _redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for key in shard_keys + dlq_keys:
@@ -261,10 +263,10 @@ class Retention:
             raise
         assert isinstance(outcome.result, PrefixDeleted)
         with _redis_errors():
-            self.client.srem(codec.PREFIXES_KEY, stream_prefix)
-            if self.client.exists(codec.meta_key(stream_prefix)):
+            self.client.srem(rkeys.PREFIXES_KEY, stream_prefix)
+            if self.client.exists(rkeys.meta_key(stream_prefix)):
                 # Created again meanwhile (create_group indexes before and after its commit).
-                self.client.sadd(codec.PREFIXES_KEY, stream_prefix)
+                self.client.sadd(rkeys.PREFIXES_KEY, stream_prefix)
         return {"deleted_keys": outcome.result.deleted_keys}
 
     def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
@@ -273,13 +275,13 @@ class Retention:
         result = outcome.result
         assert isinstance(command, DeletePrefix) and isinstance(result, PrefixDeleted)
         prefix = command.stream_prefix
-        streams = [codec.stream_key(prefix, s) for s in _all_shards(result.topology)]
-        streams += [codec.dead_letter_key(prefix, g) for g in result.consumer_groups]
-        others = [codec.redeliver_key(prefix, g) for g in result.consumer_groups]
+        streams = [rkeys.stream_key(prefix, s) for s in _all_shards(result.topology)]
+        streams += [rkeys.dead_letter_key(prefix, g) for g in result.consumer_groups]
+        others = [rkeys.redeliver_key(prefix, g) for g in result.consumer_groups]
         others += codec.commit_keys(prefix)[1:]  # the members' own renewals and both indexes
         with _redis_errors():
             reply = self._retention_scripts["delete_prefix"](
-                keys=[codec.meta_key(prefix), *streams, *others],
+                keys=[rkeys.meta_key(prefix), *streams, *others],
                 args=[topology_rev, str(len(streams)), "0" if command.force else "1"],
             )
         status = int(reply[0])
@@ -307,7 +309,7 @@ class Retention:
                 raise InvalidRequest(f"{name} must be a positive integer", field=name)
         prefixes = self.stream_prefixes()
         with _redis_errors():
-            raw = self.client.get(CURSOR_KEY)
+            raw = self.client.get(RETENTION_CURSOR_KEY)
         budget = max_streams
         progress: dict[str, _Progress] = {}
         last: tuple[str, Shard] | None = None
@@ -328,7 +330,7 @@ class Retention:
                 last = (segment.stream_prefix, visited[-1])
         if last is not None:
             with _redis_errors():
-                self.client.set(CURSOR_KEY, f"{last[0]} {last[1]}")
+                self.client.set(RETENTION_CURSOR_KEY, f"{last[0]} {last[1]}")
         return [p.report() for p in progress.values() if p.streams_visited or p.error]
 
     def _retain_segment(
@@ -365,7 +367,7 @@ class Retention:
         with _redis_errors():
             pipe = self.client.pipeline(transaction=False)
             for shard in shards:
-                pipe.exists(codec.stream_key(prefix, shard))
+                pipe.exists(rkeys.stream_key(prefix, shard))
             return {s for s, n in zip(shards, pipe.execute(), strict=True) if int(n)}
 
     def _trim(
@@ -374,7 +376,7 @@ class Retention:
         args = ["" if policy.max_age_ms is None else str(policy.max_age_ms)]
         args.append("" if policy.max_len is None else str(policy.max_len))
         args.append(str(max_trim))
-        keys = [codec.stream_key(prefix, s) for s in shards]
+        keys = [rkeys.stream_key(prefix, s) for s in shards]
         for key, reply in zip(keys, self._run_each("trim", keys, args), strict=True):
             acked, capped = int(reply[0]), int(reply[1])
             if acked > 0 or capped > 0:
@@ -388,7 +390,7 @@ class Retention:
                 )
 
     def _delete_retired(self, prefix: str, shards: list[Shard], progress: _Progress) -> None:
-        keys = [codec.stream_key(prefix, s) for s in shards]
+        keys = [rkeys.stream_key(prefix, s) for s in shards]
         for shard, key, reply in zip(shards, keys, self._run_each("delete_retired", keys, []), strict=True):
             status = int(reply[0])
             if status == 1:

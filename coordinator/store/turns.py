@@ -32,8 +32,8 @@ from typing import Any
 import redis
 
 from coordinator.protocol.model import validate_identifier
+from rsc_redis import keys as rkeys
 
-from . import codec
 from .replies import translate_redis_errors
 
 # How long after its last conflict, or its last wait for the turn, a process keeps taking turns on a
@@ -67,7 +67,7 @@ class Turns:
             yield
             return
         validate_identifier(stream_prefix, "stream_prefix")  # a key name: contended ones always are
-        key, token = codec.turn_key(stream_prefix), uuid.uuid4().hex
+        key, token = rkeys.turn_key(stream_prefix), uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         with translate_redis_errors():
             while not (held := bool(self.client.set(key, token, nx=True, px=TURN_TTL_MS))):

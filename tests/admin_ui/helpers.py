@@ -12,7 +12,8 @@ from config.embedded_redis import RedisServer
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import ClientInfo, GroupConfig, OrderingMode, Shard
-from coordinator.store import MetadataStore, codec, reset_store
+from coordinator.store import MetadataStore, reset_store
+from rsc_redis import keys as rkeys
 
 PREFIX, GROUP, OTHER_GROUP = "orders", "billing", "audit"
 LIST_URL = "/admin/admin_ui/consumergroup/"
@@ -101,7 +102,7 @@ def messages_of(response: Any) -> list[str]:
 
 
 def stream(shard: str, prefix: str = PREFIX) -> str:
-    return codec.stream_key(prefix, Shard.parse(shard))
+    return rkeys.stream_key(prefix, Shard.parse(shard))
 
 
 def redis_now_ms(store: MetadataStore) -> int:
@@ -157,4 +158,4 @@ def add_dead_letter(store: MetadataStore, n: int, *, group: str = GROUP, error: 
         "dlq_member_id": "a",
         "dlq_at_ms": "1700000000500",
     }
-    return store.client.xadd(codec.dead_letter_key(PREFIX, group), fields).decode()
+    return store.client.xadd(rkeys.dead_letter_key(PREFIX, group), fields).decode()

@@ -14,7 +14,8 @@ from django.urls import reverse
 
 from admin_ui.models import AuditEntry
 from coordinator.protocol.model import RetentionPolicy
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .helpers import (
     GROUP,
@@ -95,7 +96,7 @@ def test_lifecycle_actions_refuse_users_without_the_manage_permission(
     anonymous = client.post(action_url, body)
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/admin/login/")
     assert store.raw_metadata(PREFIX) == before and trail() == []
-    assert store.client.xlen(codec.dead_letter_key(PREFIX, GROUP)) == 1
+    assert store.client.xlen(rkeys.dead_letter_key(PREFIX, GROUP)) == 1
 
 
 def test_lifecycle_actions_need_the_csrf_token(store: MetadataStore) -> None:
@@ -237,7 +238,7 @@ def test_redeliver_moves_the_shards_token_and_is_audited(operator: Client, store
         f"Redelivery requested on shard v1:1 of {PREFIX}/{GROUP}: its owner a re-reads its pending entries "
         "before anything new (redeliver token 1)."
     ]
-    assert store.client.hget(codec.redeliver_key(PREFIX, GROUP), "v1:1") == b"1"
+    assert store.client.hget(rkeys.redeliver_key(PREFIX, GROUP), "v1:1") == b"1"
     assert trail() == [("operator", "redeliver", "admin_ui", GROUP, "ok")]
     assert AuditEntry.objects.get().details["reason"] == "handler fixed"
 
@@ -316,7 +317,7 @@ def test_a_group_with_live_members_cannot_be_released(operator: Client, store: M
 
 
 def dlq_ids(store: MetadataStore) -> list[str]:
-    return [i.decode() for i, _ in store.client.xrange(codec.dead_letter_key(PREFIX, GROUP))]
+    return [i.decode() for i, _ in store.client.xrange(rkeys.dead_letter_key(PREFIX, GROUP))]
 
 
 def test_replaying_selected_dead_letters_appends_them_to_the_active_version(

@@ -10,7 +10,8 @@ from django.test import Client
 
 from config.embedded_redis import RedisServer
 from coordinator.protocol.commands import CreateGroup
-from coordinator.store import MetadataStore, codec, reset_store
+from coordinator.store import MetadataStore, reset_store
+from rsc_redis import keys as rkeys
 
 from .helpers import (
     GROUP,
@@ -147,7 +148,7 @@ def test_a_live_member_whose_lease_ran_out_is_flagged_until_the_tick_expires_it(
 ) -> None:
     create(store)
     hb(store, "a", 0, [], capacity=1)
-    store.client.hset(codec.meta_key(PREFIX), f"l:{GROUP}:a", "1")  # the lease ran out long ago
+    store.client.hset(rkeys.meta_key(PREFIX), f"l:{GROUP}:a", "1")  # the lease ran out long ago
     (row,) = table_rows(viewer.get(url("group_detail")), "members")
     assert row[3] == "ran out the next tick expires it"
     store.tick()

@@ -20,7 +20,8 @@ from django.db import close_old_connections
 
 from coordinator.api import auth, door
 from coordinator.models import ApiCredential
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
 from .test_fastpath import TIMING, _normalized, comparable_body, corpus, restore, snapshot
@@ -270,7 +271,7 @@ def test_a_credential_change_elsewhere_applies_to_the_next_request(steady: int, 
     assert behind.calls == []  # answered by the door, from the cached credentials
 
     ApiCredential.objects.filter(pk=credential.pk).update(active=False)  # no signal: "another process"
-    store.client.set(codec.CREDENTIALS_GENERATION_KEY, "changed")  # what that process's commit publishes
+    store.client.set(rkeys.CREDENTIALS_GENERATION_KEY, "changed")  # what that process's commit publishes
     lease = store.raw_metadata(PREFIX)[f"l:{GROUP}:m2".encode()]
     status, _h, raw = call(app, environ_of(steady_body, token))
     assert status == "401 Unauthorized", raw

@@ -18,7 +18,7 @@ from coordinator.api import auth
 from coordinator.models import ApiCredential
 from coordinator.protocol.group import Heartbeat
 from coordinator.store import MetadataStore
-from coordinator.store.codec import heartbeat_rate_key
+from rsc_redis.keys import heartbeat_rate_key
 
 from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api, assert_problem
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from coordinator.store import MetadataStore
-from coordinator.store.clients import client_from_url
+from rsc_redis.clients import client_from_url
 from tests.cluster.harness import LocalCluster
 
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from redis.cluster import key_slot
 
-from coordinator.store import codec
+from rsc_redis import keys as rkeys
 from tests.cluster.harness import LocalCluster
 
 
 def slot_of_prefix(prefix: str) -> int:
-    return int(key_slot(codec.meta_key(prefix).encode()))
+    return int(key_slot(rkeys.meta_key(prefix).encode()))
 
 
 def prefixes_on_every_primary(cluster: LocalCluster, per_primary: int = 1, stem: str = "p") -> list[str]:

@@ -1,11 +1,11 @@
-"""The cluster URL scheme (coordinator/store/clients.py), without a server."""
+"""The cluster URL scheme (rsc_redis/clients.py), without a server."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from coordinator.store.clients import client_from_url, is_cluster_url, node_url
+from rsc_redis.clients import client_from_url, is_cluster_url, node_url
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ from consumers.errors import InvalidRequest
 from consumers.process import redis_client_for
 from consumers.producer import Producer
 from coordinator.protocol.model import Shard
-from coordinator.store.clients import node_url
-from coordinator.store.codec import meta_key
+from rsc_redis.clients import node_url
+from rsc_redis.keys import meta_key
 from tests.cluster.harness import LocalCluster
 from tests.cluster.helpers import prefixes_on_every_primary, slot_of_prefix
 from tests.dataplane.harness import GROUP, Harness

@@ -13,8 +13,9 @@ from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import GroupNotFound, StreamPrefixNotFound
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, OrderingMode, Shard
-from coordinator.store import MetadataStore, codec
-from coordinator.store.clients import is_cluster
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
+from rsc_redis.clients import is_cluster
 from tests.cluster.harness import LocalCluster
 from tests.cluster.helpers import prefixes_on_every_primary, slot_of_prefix
 
@@ -66,7 +67,7 @@ def test_groups_on_prefixes_of_every_primary_live_their_whole_life(
     for prefix in prefixes:
         # Every key of the prefix, on the primary of its tag's slot.
         for i in range(2):
-            groups = admin.xinfo_groups(codec.stream_key(prefix, Shard(1, i)))
+            groups = admin.xinfo_groups(rkeys.stream_key(prefix, Shard(1, i)))
             assert sorted(g["name"] for g in groups) == ["audit", GROUP]
         # Join (full path), then steady (fast path: the lease moves, nothing else).
         a = hb(store, prefix, "a", 0, [])
@@ -83,7 +84,7 @@ def test_groups_on_prefixes_of_every_primary_live_their_whole_life(
         store.change_shard_count(prefix, 4, OrderingMode.STRICT)
         assert store.raw_metadata(prefix)[b"route"] == b"2 4 1"
         for i in range(4):
-            assert len(admin.xinfo_groups(codec.stream_key(prefix, Shard(2, i)))) == 2
+            assert len(admin.xinfo_groups(rkeys.stream_key(prefix, Shard(2, i)))) == 2
     reports = store.tick()
     assert sorted(r.stream_prefix for r in reports) == sorted(prefixes)
     assert all(r.error is None and r.retired_versions == (1,) for r in reports)
@@ -94,7 +95,7 @@ def test_groups_on_prefixes_of_every_primary_live_their_whole_life(
     # Delete: the groups (and their Redis consumer groups), then the prefix.
     for prefix in prefixes:
         store.delete_group(prefix, "audit")
-        assert [g["name"] for g in admin.xinfo_groups(codec.stream_key(prefix, Shard(2, 0)))] == [GROUP]
+        assert [g["name"] for g in admin.xinfo_groups(rkeys.stream_key(prefix, Shard(2, 0)))] == [GROUP]
         with pytest.raises(GroupNotFound):
             store.describe_group(prefix, "audit")
     gone = prefixes[0]
@@ -102,7 +103,7 @@ def test_groups_on_prefixes_of_every_primary_live_their_whole_life(
     with pytest.raises(StreamPrefixNotFound):
         store.describe_prefix(gone)
     assert store.stream_prefixes() == sorted(prefixes[1:])
-    assert admin.exists(codec.meta_key(gone), codec.stream_key(gone, Shard(2, 0))) == 0
+    assert admin.exists(rkeys.meta_key(gone), rkeys.stream_key(gone, Shard(2, 0))) == 0
 
 
 def test_the_tick_expires_members_on_every_primary(

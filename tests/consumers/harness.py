@@ -22,8 +22,8 @@ from consumers.runtime import Runtime
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.model import GroupConfig, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.codec import stream_key
 from coordinator.store.redis_store import MetadataStore
+from rsc_redis.keys import stream_key
 
 PREFIX = "orders"
 GROUP = "billing"

@@ -14,7 +14,7 @@ import pytest
 from consumers.listener import ErrorPolicy, Listener, ListenerConfigError, ListenerRegistry, OnError, listener
 from consumers.member.policy import Decision, FailurePolicy, KeptEntries, Next
 from coordinator.protocol.envelope import fields_of
-from coordinator.store.codec import dead_letter_key, redeliver_key
+from rsc_redis.keys import dead_letter_key, redeliver_key
 from tests.consumers.harness import GROUP, PREFIX, Cluster, Recorder, eventually
 
 DLQ = dead_letter_key(PREFIX, GROUP)

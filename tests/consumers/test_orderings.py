@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from consumers.listener import ListenerConfigError
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import stream_key
+from rsc_redis.keys import stream_key
 from tests.consumers.harness import (
     GROUP,
     PREFIX,

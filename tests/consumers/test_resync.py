@@ -32,7 +32,7 @@ from consumers.member.state import ShardStart
 from consumers.process import redis_client_for
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import dead_letter_key, redeliver_key
+from rsc_redis.keys import dead_letter_key, redeliver_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 from tests.dataplane.harness import GROUP, PREFIX, Harness, make_client
 from tests.dataplane.proxy import LossyProxy, fetch_has_entries

@@ -20,8 +20,8 @@ from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.codec import meta_key, stream_key
 from coordinator.store.redis_store import MetadataStore
+from rsc_redis.keys import meta_key, stream_key
 
 PREFIX = "orders"
 GROUP = "billing"

@@ -16,7 +16,7 @@ import redis
 from consumers.dataplane import DataPlane, Delivery, FenceStatus, scripts
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import meta_key
+from rsc_redis.keys import meta_key
 from tests.dataplane.harness import SHORT_LEASE_MS, Harness
 
 V1_0, V1_1 = Shard(1, 0), Shard(1, 1)

@@ -13,7 +13,7 @@ import pytest
 from consumers.dataplane import Delivery, FenceStatus, ShardFetch
 from consumers.errors import InvalidRequest
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import redeliver_key
+from rsc_redis.keys import redeliver_key
 from tests.dataplane.harness import SHORT_LEASE_MS, Harness
 
 V1_0, V1_1, V1_2 = Shard(1, 0), Shard(1, 1), Shard(1, 2)

@@ -13,6 +13,7 @@ from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, Shard
 from coordinator.store import codec
+from rsc_redis import keys as rkeys
 from tests.dataplane.harness import Harness
 
 V1_0 = Shard(1, 0)
@@ -25,18 +26,18 @@ def now_ms(client: redis.Redis) -> int:
 
 
 def records(h: Harness) -> dict[str, str]:
-    raw = h.client.hgetall(codec.lease_records_key(h.prefix))
+    raw = h.client.hgetall(rkeys.lease_records_key(h.prefix))
     return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def metadata(h: Harness) -> dict[bytes, bytes]:
-    return h.client.hgetall(codec.meta_key(h.prefix))
+    return h.client.hgetall(rkeys.meta_key(h.prefix))
 
 
 def end_coordinator_lease(h: Harness, member: str = "m1") -> None:
     """What no heartbeat through the API for a lease TTL leaves behind: the coordinator's lease
     deadline (``l:``) in the past."""
-    h.client.hset(codec.meta_key(h.prefix), f"l:{h.group}:{member}", now_ms(h.client) - 1)
+    h.client.hset(rkeys.meta_key(h.prefix), f"l:{h.group}:{member}", now_ms(h.client) - 1)
 
 
 def fetch_status(h: Harness, epoch: int) -> FenceStatus:
@@ -103,7 +104,7 @@ def test_only_a_record_at_the_live_epoch_extends_a_lease(harness: Harness) -> No
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    key = codec.lease_records_key(h.prefix)
+    key = rkeys.lease_records_key(h.prefix)
     end_coordinator_lease(h)
     h.client.hset(key, TAG, f"{m1.epoch - 1} {now_ms(h.client) + 60_000}")  # an earlier incarnation's
     assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
@@ -151,7 +152,7 @@ def test_records_go_when_their_members_groups_and_prefixes_go(harness: Harness) 
     assert h.plane.renew_lease("m3", m3.epoch).renewed
     h.store.delete_group(h.prefix, h.group)
     h.store.delete_prefix(h.prefix, force=True)
-    assert not h.client.exists(codec.lease_records_key(h.prefix))
+    assert not h.client.exists(rkeys.lease_records_key(h.prefix))
 
 
 def test_the_ttl_comes_from_the_group_or_the_members_steady_signature(harness: Harness) -> None:
@@ -161,14 +162,14 @@ def test_the_ttl_comes_from_the_group_or_the_members_steady_signature(harness: H
     h = harness
     h.create(shard_count=1, lease_ttl_ms=4_000)
     m1 = h.join("m1")
-    meta = codec.meta_key(h.prefix)
+    meta = rkeys.meta_key(h.prefix)
     assert h.client.hget(meta, "lt:billing") == b"4000"
     # As a version from before lt: left it: the signature in f: (the later s: has the same form).
     signature = h.client.hget(meta, f"s:{TAG}")
     h.client.hdel(meta, "lt:billing", f"s:{TAG}")
     h.client.hset(meta, f"f:{TAG}", signature)
     assert h.plane.renew_lease("m1", m1.epoch).ttl_ms == 4_000  # from f:billing:m1
-    h.client.hdel(codec.lease_records_key(h.prefix), TAG)
+    h.client.hdel(rkeys.lease_records_key(h.prefix), TAG)
     h.client.hdel(meta, f"f:{TAG}")
     assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.NO_LEASE_TTL
     assert records(h) == {}
@@ -188,7 +189,7 @@ def test_a_renewal_never_outlasts_the_members_revocation_deadline(harness: Harne
     h.heartbeat("m1")
     h.join("m2")  # the target moves a shard of m1's to m2; m1 does not heartbeat
     h.store.tick()
-    deadline = int(h.client.hget(codec.meta_key(h.prefix), f"rv:{TAG}") or 0)
+    deadline = int(h.client.hget(rkeys.meta_key(h.prefix), f"rv:{TAG}") or 0)
     assert 0 < deadline - now_ms(h.client) <= 1_000
     renewal = h.plane.renew_lease("m1", m1.epoch)
     assert renewal.renewed and 0 < renewal.ttl_ms <= 1_000
@@ -217,7 +218,7 @@ def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Har
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    meta, records_key = codec.meta_key(h.prefix), codec.lease_records_key(h.prefix)
+    meta, records_key = rkeys.meta_key(h.prefix), rkeys.lease_records_key(h.prefix)
     later = now_ms(h.client) + 60_000
     h.client.hset(records_key, TAG, f"{m1.epoch} {later}")
     assert commit_epoch_move(h, "token-move", m1.epoch + 1) == 1

@@ -12,7 +12,7 @@ import redis
 
 from consumers.dataplane import DeadLetterOutcome, FenceStatus, scripts
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import dead_letter_key, lease_records_key, meta_key, redeliver_key
+from rsc_redis.keys import dead_letter_key, lease_records_key, meta_key, redeliver_key
 from tests.dataplane.harness import Harness
 from tests.dataplane.test_fencing import two_members
 

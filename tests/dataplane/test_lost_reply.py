@@ -25,7 +25,7 @@ from consumers.errors import InvalidRequest
 from consumers.process import redis_client_for
 from consumers.producer import Producer
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import lease_records_key, meta_key, redeliver_key
+from rsc_redis.keys import lease_records_key, meta_key, redeliver_key
 from tests.dataplane.harness import GROUP, PREFIX, Harness
 from tests.dataplane.proxy import LossyProxy, has_entries
 

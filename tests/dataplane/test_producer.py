@@ -15,7 +15,7 @@ from consumers.producer import Producer, Route, SendResult
 from coordinator.protocol.envelope import fields_of
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.codec import meta_key
+from rsc_redis.keys import meta_key
 from tests.dataplane.harness import Harness, make_client
 
 V1 = [Shard(1, i) for i in range(2)]

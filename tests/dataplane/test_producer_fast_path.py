@@ -17,7 +17,7 @@ from consumers.producer import Producer, _encode
 from coordinator.protocol.envelope import fields_of
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store.codec import meta_key, stream_key
+from rsc_redis.keys import meta_key, stream_key
 from tests.dataplane.harness import Harness
 
 V1 = [Shard(1, i) for i in range(4)]

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from coordinator.protocol.model import Shard
-from coordinator.store.codec import stream_key
+from rsc_redis.keys import stream_key
 
 from .checker import Report, check
 from .conftest import keys_for_every_shard

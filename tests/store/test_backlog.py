@@ -22,7 +22,8 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
@@ -63,18 +64,18 @@ def read(
     store: MetadataStore, shard: str, consumer: str, count: int, group: str = GROUP, after: str = ">"
 ) -> list[str]:
     """XREADGROUP as ``consumer``: new entries (``>``) or its own pending ones (``0``)."""
-    key = codec.stream_key(PREFIX, Shard.parse(shard))
+    key = rkeys.stream_key(PREFIX, Shard.parse(shard))
     reply = store.client.xreadgroup(group, consumer, {key: after}, count=count)
     return [entry_id.decode() for entry_id, _ in reply[0][1]] if reply else []
 
 
 def ack(store: MetadataStore, shard: str, ids: list[str], group: str = GROUP) -> None:
-    store.client.xack(codec.stream_key(PREFIX, Shard.parse(shard)), group, *ids)
+    store.client.xack(rkeys.stream_key(PREFIX, Shard.parse(shard)), group, *ids)
 
 
 def stream_state(store: MetadataStore, shard: str, group: str = GROUP) -> tuple[Any, ...]:
     """Everything a refused action must leave as it was: length, group info, pending entries."""
-    key = codec.stream_key(PREFIX, Shard.parse(shard))
+    key = rkeys.stream_key(PREFIX, Shard.parse(shard))
     rows = store.client.xpending_range(key, group, "-", "+", 1000)
     pending = [(p["message_id"], p["consumer"]) for p in rows]
     return store.client.xlen(key), store.client.xinfo_groups(key), pending
@@ -161,7 +162,7 @@ def test_describe_group_shows_backlog_dead_letters_and_what_is_undrained(store: 
     read(store, "v1:0", "a", 3)
     ack(store, "v1:0", old0[1:])  # the first entry stays pending: v1:0 cannot drain
     ack(store, "v1:1", read(store, "v1:1", "a", 10))
-    store.client.xadd(codec.dead_letter_key(PREFIX, GROUP), {"event_id": "e"})
+    store.client.xadd(rkeys.dead_letter_key(PREFIX, GROUP), {"event_id": "e"})
     store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
     store.tick()  # observes v1:1 drained
 
@@ -311,7 +312,7 @@ def test_release_drain_of_the_last_blocking_group_completes_the_migration(store:
     assert migration["completed_at_ms"] is not None
     assert [v["state"] for v in result["prefix"]["topology"]["versions"]] == ["RETIRED", "ACTIVE"]
     for shard in ids:  # audit's offsets and pending list on the old shards are gone; billing's stay
-        key = codec.stream_key(PREFIX, Shard.parse(shard))
+        key = rkeys.stream_key(PREFIX, Shard.parse(shard))
         assert [g["name"] for g in store.client.xinfo_groups(key)] == [GROUP.encode()]
     with pytest.raises(MigrationNotActive):
         store.release_drain(PREFIX, "audit", confirm_unconsumed=0)
@@ -323,7 +324,7 @@ def test_release_drain_counts_the_whole_stream_when_redis_cannot_tell_the_lag(st
     join(store, "a")
     produce(store, "v1:0", 2, 2)
     ids = produce(store, "v1:1", 3, 2)
-    store.client.xdel(codec.stream_key(PREFIX, Shard.parse("v1:1")), ids[1])  # a hole audit has not read
+    store.client.xdel(rkeys.stream_key(PREFIX, Shard.parse("v1:1")), ids[1])  # a hole audit has not read
     store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
 
     rows = by_shard(store.backlog(PREFIX, "audit"))
@@ -334,7 +335,7 @@ def test_release_drain_counts_the_whole_stream_when_redis_cannot_tell_the_lag(st
     assert result["prefix"]["migration"]["active"] is True
     assert {r["consumer_group"] for r in result["prefix"]["migration"]["blocking"]} == {GROUP}
     for shard in ("v1:0", "v1:1"):  # v1 still drains for billing; audit's consumer groups there are gone
-        key = codec.stream_key(PREFIX, Shard.parse(shard))
+        key = rkeys.stream_key(PREFIX, Shard.parse(shard))
         assert [g["name"] for g in store.client.xinfo_groups(key)] == [GROUP.encode()]
 
 
@@ -371,7 +372,7 @@ def test_a_release_whose_migration_was_replaced_after_the_count_abandons_nothing
     assert refused.value.details["shards"] == ["v2:0", "v2:1", "v2:2", "v2:3"]
     assert refused.value.details["unconsumed_entries"] == 3  # what the operator must confirm now
     assert store.raw_metadata(PREFIX) == after_race["meta"]  # nothing released
-    assert [g["name"] for g in store.client.xinfo_groups(codec.stream_key(PREFIX, Shard.parse("v2:0")))] == [
+    assert [g["name"] for g in store.client.xinfo_groups(rkeys.stream_key(PREFIX, Shard.parse("v2:0")))] == [
         b"audit",
         GROUP.encode(),
     ]
@@ -390,14 +391,14 @@ def test_a_group_created_again_right_after_its_release_keeps_the_consumer_groups
     def recreate_then_forget(prefix: str, group: str, shards: Any) -> None:
         store.delete_group(PREFIX, "audit")
         create(store, shard_count=4, group="audit")
-        store.client.xgroup_setid(codec.stream_key(PREFIX, Shard.parse("v1:0")), "audit", "0")
+        store.client.xgroup_setid(rkeys.stream_key(PREFIX, Shard.parse("v1:0")), "audit", "0")
         real_forget(prefix, group, shards)
 
     monkeypatch.setattr(store.backlog_actions, "_forget_released", recreate_then_forget)
     store.release_drain(PREFIX, "audit", confirm_unconsumed=7)
 
     for shard in ids:
-        key = codec.stream_key(PREFIX, Shard.parse(shard))
+        key = rkeys.stream_key(PREFIX, Shard.parse(shard))
         assert [g["name"] for g in store.client.xinfo_groups(key)] == [b"audit", GROUP.encode()]
     # The new audit reads v1:0 from the start, acks it, and the migration completes.
     ack(store, "v1:0", read(store, "v1:0", "c", 10, group="audit"), group="audit")

@@ -10,11 +10,12 @@ import orjson
 
 from coordinator.protocol.model import Shard
 from coordinator.store import MetadataStore, codec
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_store import _steady
 
-META = codec.meta_key(PREFIX)
+META = rkeys.meta_key(PREFIX)
 
 
 def test_a_group_larger_than_its_shard_count_stores_only_the_targets_with_shards(

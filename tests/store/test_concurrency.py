@@ -17,7 +17,8 @@ from typing import Any
 from coordinator.protocol.errors import CoordinatorError
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import Shard
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_store import assert_derived_fields_consistent
@@ -152,4 +153,4 @@ def test_many_coordinators_and_members_at_once(redis_url: str) -> None:
     assert_derived_fields_consistent(store)
     owners = {k: v for k, v in store.raw_metadata(PREFIX).items() if k.startswith(b"o:")}
     assert len(owners) == 16
-    assert codec.meta_key(PREFIX) == "rsc:{orders}:meta"
+    assert rkeys.meta_key(PREFIX) == "rsc:{orders}:meta"

@@ -17,8 +17,9 @@ from coordinator.protocol import envelope
 from coordinator.protocol.errors import DeadLetterNotFound, GroupNotFound, InvalidRequest
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
 from coordinator.store import dead_letters as dead_letters_module
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
@@ -56,7 +57,7 @@ def dead_letter(
         ("dlq_member_id", "worker-1"),
         ("dlq_at_ms", "1700000001000"),
     ]
-    entry_id = store.client.xadd(codec.dead_letter_key(PREFIX, group), dict(fields), maxlen=100_000)
+    entry_id = store.client.xadd(rkeys.dead_letter_key(PREFIX, group), dict(fields), maxlen=100_000)
     return str(entry_id.decode())
 
 
@@ -74,11 +75,11 @@ def packed_dead_letter(store: Any, key: bytes, *, event_id: bytes = b"ev-9", pay
     """XADD one dead letter of an entry the producer packed (its one field, then the bookkeeping)."""
     part = envelope.pack_producer_part(event_id, key, b"application/json", b'{"trace":"t-9"}', payload)
     fields = [("envelope", envelope.pack(1, 1700000000000, part)), *BOOKKEEPING]
-    return str(store.client.xadd(codec.dead_letter_key(PREFIX, GROUP), dict(fields)).decode())
+    return str(store.client.xadd(rkeys.dead_letter_key(PREFIX, GROUP), dict(fields)).decode())
 
 
 def entry(store: Any, shard: str, entry_id: str) -> dict[str, str]:
-    ((_, fields),) = store.client.xrange(codec.stream_key(PREFIX, Shard.parse(shard)), entry_id, entry_id)
+    ((_, fields),) = store.client.xrange(rkeys.stream_key(PREFIX, Shard.parse(shard)), entry_id, entry_id)
     return {k.decode(): v.decode() for k, v in fields.items()}
 
 
@@ -187,11 +188,11 @@ def test_replay_appends_the_original_event_to_the_active_shard_and_removes_the_d
         "payload": '{"order":7}',
         "headers": '{"trace":"t-1"}',
     }
-    raw = dl_store.client.xrange(codec.stream_key(PREFIX, Shard.parse(shards[1])))
+    raw = dl_store.client.xrange(rkeys.stream_key(PREFIX, Shard.parse(shards[1])))
     assert raw[-1][1][b"payload"] == b"\x00\xff"  # bytes kept exactly
     assert dl_store.dead_letters(PREFIX, GROUP)["length"] == 0
     for group in (GROUP, "audit"):  # every group of the prefix gets it again
-        key = codec.stream_key(PREFIX, Shard.parse(shards[0]))
+        key = rkeys.stream_key(PREFIX, Shard.parse(shards[0]))
         got = dl_store.client.xreadgroup(group, "m", {key: ">"})
         assert [e[1][b"event_id"] for e in got[0][1]] == [b"ev-1"]
 
@@ -201,12 +202,12 @@ def test_replay_of_a_packed_dead_letter_appends_its_envelope_with_a_new_head(dl_
     dl_store.change_shard_count(PREFIX, 8, OrderingMode.STRICT)  # version 2 is the active one
     key = b"customer \xff 7"
     letter = packed_dead_letter(dl_store, key, payload=b"\x00 raw\n")
-    ((_, dead),) = dl_store.client.xrange(codec.dead_letter_key(PREFIX, GROUP))
+    ((_, dead),) = dl_store.client.xrange(rkeys.dead_letter_key(PREFIX, GROUP))
 
     (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter])["replayed"]
 
     assert replayed["shard"] == f"v2:{shard_index(key, 8)}"
-    stream = codec.stream_key(PREFIX, Shard.parse(replayed["shard"]))
+    stream = rkeys.stream_key(PREFIX, Shard.parse(replayed["shard"]))
     ((_, fields),) = dl_store.client.xrange(stream, replayed["entry_id"], replayed["entry_id"])
     assert list(fields) == [b"envelope"]  # the bookkeeping is not copied
     now_ms = dl_store.describe_group(PREFIX, GROUP)["now_ms"]
@@ -247,14 +248,14 @@ def test_replay_routed_with_a_route_that_changed_meanwhile_is_routed_again(
 
     assert raced == [4]
     assert replayed["shard"] == f"v2:{shard_index('customer-42', 8)}"
-    old_streams = [codec.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(4)]
+    old_streams = [rkeys.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(4)]
     assert [dl_store.client.xlen(k) for k in old_streams] == [0, 0, 0, 0]  # nothing reached the sealed one
 
 
 def test_replay_of_a_foreign_dead_letter_copies_only_the_envelope_it_has(dl_store: Any) -> None:
     create(dl_store, shard_count=2)
     letter = dl_store.client.xadd(
-        codec.dead_letter_key(PREFIX, GROUP), {"payload": "raw", "other": "x", "dlq_source_shard": "v1:0"}
+        rkeys.dead_letter_key(PREFIX, GROUP), {"payload": "raw", "other": "x", "dlq_source_shard": "v1:0"}
     ).decode()
     (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter])["replayed"]
     assert replayed["shard"] == f"v1:{shard_index(b'', 2)}"

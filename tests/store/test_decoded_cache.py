@@ -12,13 +12,14 @@ from typing import Any
 from coordinator.protocol.errors import CoordinatorError
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import OrderingMode, Shard
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_delta_load import Spy, without_leases
 from .test_store import assert_derived_fields_consistent
 
-META = codec.meta_key(PREFIX)
+META = rkeys.meta_key(PREFIX)
 
 
 def _fresh(client: Any) -> Any:
@@ -68,7 +69,7 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
                 if epoch is not None:
                     far = int(store.client.hget(META, f"l:{GROUP}:{member}") or 0) + 5_000
                     store.client.hset(
-                        codec.lease_records_key(PREFIX), f"{GROUP}:{member}", f"{epoch.decode()} {far}"
+                        rkeys.lease_records_key(PREFIX), f"{GROUP}:{member}", f"{epoch.decode()} {far}"
                     )
             elif op < 0.95:
                 actor.set_max_concurrency(PREFIX, GROUP, rng.randint(1, 4))

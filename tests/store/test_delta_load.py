@@ -14,13 +14,14 @@ import pytest
 
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import ClientInfo, Group, Shard
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
 from coordinator.store.replies import text
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_store import _steady, assert_derived_fields_consistent
 
-META = codec.meta_key(PREFIX)
+META = rkeys.meta_key(PREFIX)
 
 
 class Spy:

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from coordinator.store.clients import HotScript
+from rsc_redis.clients import HotScript
 
 ECHO = "return {KEYS[1], ARGV[1], ARGV[2]}"
 SLOW = (  # 300 ms of Redis's time, after counting the run in KEYS[1]

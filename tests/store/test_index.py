@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.protocol.group import Heartbeat
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
@@ -35,7 +36,7 @@ def index_errors(logs: pytest.LogCaptureFixture) -> list[str]:
 @pytest.fixture
 def polluted(store: MetadataStore) -> MetadataStore:
     create(store, shard_count=2)
-    store.client.sadd(codec.PREFIXES_KEY, *[e for e in BAD_ENTRIES if e], b"\xff\xfe")
+    store.client.sadd(rkeys.PREFIXES_KEY, *[e for e in BAD_ENTRIES if e], b"\xff\xfe")
     return store
 
 
@@ -51,7 +52,7 @@ def test_the_listing_skips_bad_entries_and_reports_them_once(
         assert entry in line
     assert "skipped 6 invalid entries" in line
     # Reported, not repaired: the entries stay for an operator to look at.
-    assert polluted.client.sismember(codec.PREFIXES_KEY, "bad{x}")
+    assert polluted.client.sismember(rkeys.PREFIXES_KEY, "bad{x}")
 
 
 def test_the_tick_skips_bad_entries_and_still_expires_members(

@@ -21,12 +21,13 @@ from coordinator.protocol.describe import describe_group
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import Shard
 from coordinator.store import MetadataStore, codec
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_store import assert_derived_fields_consistent
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "format1.json").read_text())
-META = codec.meta_key(PREFIX)
+META = rkeys.meta_key(PREFIX)
 
 
 def redis_now_ms(store: MetadataStore) -> int:
@@ -40,8 +41,8 @@ def load_format1(store: MetadataStore, *, shift_leases: bool) -> None:
     shift = redis_now_ms(store) - FIXTURE["captured_at_ms"] if shift_leases else 0
     meta = {k: (str(int(v) + shift) if k.startswith("l:") else v) for k, v in FIXTURE["meta"].items()}
     store.client.hset(META, mapping=meta)
-    store.client.zadd(codec.lease_index_key(PREFIX), {t: s + shift for t, s in FIXTURE["lease_index"]})
-    store.client.sadd(codec.PREFIXES_KEY, PREFIX)
+    store.client.zadd(rkeys.lease_index_key(PREFIX), {t: s + shift for t, s in FIXTURE["lease_index"]})
+    store.client.sadd(rkeys.PREFIXES_KEY, PREFIX)
 
 
 def fields(store: MetadataStore) -> dict[str, bytes]:
@@ -102,7 +103,7 @@ def test_the_next_commit_writes_the_group_in_format2_and_it_reads_the_same(store
     assert_derived_fields_consistent(store, legacy=("audit",))
     a = v2.members["a"]
     assert a.revocation_deadline_ms is not None
-    assert store.client.zscore(codec.schedule_index_key(PREFIX), f"{GROUP}:a") == a.revocation_deadline_ms
+    assert store.client.zscore(rkeys.schedule_index_key(PREFIX), f"{GROUP}:a") == a.revocation_deadline_ms
     assert stored[f"ts:{GROUP}"].split()[0] == b"-"  # the deadlines live in the index now
 
 

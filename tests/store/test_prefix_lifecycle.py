@@ -23,6 +23,7 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import OrderingMode, RetentionPolicy, Shard
 from coordinator.store import MetadataStore, codec
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
@@ -30,7 +31,7 @@ from .conftest import GROUP, PREFIX, create
 def snapshot(store: MetadataStore) -> dict[bytes, object]:
     """Every key of the prefix with its full content, and the prefix index."""
     keys = sorted(store.client.keys(f"rsc:{{{PREFIX}}}:*"))
-    content: dict[bytes, object] = {b"rsc:prefixes": sorted(store.client.smembers(codec.PREFIXES_KEY))}
+    content: dict[bytes, object] = {b"rsc:prefixes": sorted(store.client.smembers(rkeys.PREFIXES_KEY))}
     for key in keys:
         kind = store.client.type(key)
         if kind == b"hash":
@@ -47,12 +48,12 @@ def prefix_keys(store: MetadataStore) -> list[bytes]:
 
 
 def stream(index: int, version: int = 1) -> str:
-    return codec.stream_key(PREFIX, Shard(version=version, index=index))
+    return rkeys.stream_key(PREFIX, Shard(version=version, index=index))
 
 
 def add_dead_letter_and_redeliver(store: MetadataStore, group: str = GROUP) -> None:
-    store.client.xadd(codec.dead_letter_key(PREFIX, group), {"payload": "x", "dlq_source_shard": "v1:0"})
-    store.client.hincrby(codec.redeliver_key(PREFIX, group), "v1:0", 1)
+    store.client.xadd(rkeys.dead_letter_key(PREFIX, group), {"payload": "x", "dlq_source_shard": "v1:0"})
+    store.client.hincrby(rkeys.redeliver_key(PREFIX, group), "v1:0", 1)
 
 
 # ------------------------------------------------------------------------------------------ delete_prefix
@@ -77,7 +78,7 @@ def test_deleting_a_prefix_with_groups_is_refused_and_changes_nothing(store: Met
     }
     assert "consumer groups audit, billing and 2 entries" in refused.value.message
     assert snapshot(store) == before
-    assert store.raw_metadata(PREFIX) == before[codec.meta_key(PREFIX).encode()]
+    assert store.raw_metadata(PREFIX) == before[rkeys.meta_key(PREFIX).encode()]
 
 
 def test_a_prefix_without_groups_but_with_entries_is_refused_too(store: MetadataStore) -> None:
@@ -99,14 +100,14 @@ def test_forced_deletion_removes_every_key_of_the_prefix_and_its_index_entry(sto
     store.client.xadd(stream(0), {"n": "1"})
     add_dead_letter_and_redeliver(store)
     add_dead_letter_and_redeliver(store, "audit")
-    other = codec.stream_key("other", Shard(version=1, index=0))
+    other = rkeys.stream_key("other", Shard(version=1, index=0))
     store.client.xadd(other, {"n": "1"})  # another prefix: untouched
 
     # meta + 2 + 3 streams + 2 dead-letter streams + 2 redeliver hashes
     assert store.delete_prefix(PREFIX, force=True) == {"deleted_keys": 10}
 
     assert prefix_keys(store) == []
-    assert PREFIX.encode() not in store.client.smembers(codec.PREFIXES_KEY)
+    assert PREFIX.encode() not in store.client.smembers(rkeys.PREFIXES_KEY)
     assert store.client.exists(other) == 1
     with pytest.raises(StreamPrefixNotFound):
         store.describe_prefix(PREFIX)
@@ -124,7 +125,7 @@ def test_an_empty_prefix_is_deleted_without_force_and_can_be_created_again(store
     create(store, shard_count=5)  # a new prefix under the old name: fresh topology and index entry
     view = store.describe_prefix(PREFIX)
     assert (view["topology"]["shard_count"], [v["version"] for v in view["topology"]["versions"]]) == (5, [1])
-    assert PREFIX.encode() in store.client.smembers(codec.PREFIXES_KEY)
+    assert PREFIX.encode() in store.client.smembers(rkeys.PREFIXES_KEY)
 
 
 def test_entries_appended_after_the_count_stop_an_unforced_deletion_atomically(
@@ -182,9 +183,9 @@ def test_deleting_a_group_deletes_its_dead_letters_and_redeliver_counters_only(s
     add_dead_letter_and_redeliver(store)
     add_dead_letter_and_redeliver(store, "audit")
     store.delete_group(PREFIX, GROUP)
-    assert store.client.exists(codec.dead_letter_key(PREFIX, GROUP), codec.redeliver_key(PREFIX, GROUP)) == 0
+    assert store.client.exists(rkeys.dead_letter_key(PREFIX, GROUP), rkeys.redeliver_key(PREFIX, GROUP)) == 0
     assert (
-        store.client.exists(codec.dead_letter_key(PREFIX, "audit"), codec.redeliver_key(PREFIX, "audit")) == 2
+        store.client.exists(rkeys.dead_letter_key(PREFIX, "audit"), rkeys.redeliver_key(PREFIX, "audit")) == 2
     )
 
 
@@ -205,7 +206,7 @@ def test_a_topology_document_from_before_retention_reads_as_the_default_policy(s
     create(store, shard_count=1)
     doc = orjson.loads(store.raw_metadata(PREFIX)[b"t"])
     del doc["retention"]
-    store.client.hset(codec.meta_key(PREFIX), "t", orjson.dumps(doc))
+    store.client.hset(rkeys.meta_key(PREFIX), "t", orjson.dumps(doc))
     assert store.describe_prefix(PREFIX)["retention"]["max_len"] is None
     topology, groups = codec.decode_topology(orjson.dumps(doc))
     assert (topology.retention, groups) == (RetentionPolicy(), [GROUP])

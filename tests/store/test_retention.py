@@ -16,12 +16,13 @@ import pytest
 from coordinator.protocol.commands import CreateGroup, ReleaseDrain
 from coordinator.protocol.errors import InvalidRequest
 from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
-from coordinator.store import MetadataStore, codec
-from coordinator.store.retention import CURSOR_KEY
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
+from rsc_redis.keys import RETENTION_CURSOR_KEY
 
 from .conftest import GROUP, PREFIX, create
 
-V1_0 = codec.stream_key(PREFIX, Shard(version=1, index=0))
+V1_0 = rkeys.stream_key(PREFIX, Shard(version=1, index=0))
 
 
 def produce(store: MetadataStore, key: str, count: int, ids: list[str] | None = None) -> list[str]:
@@ -223,7 +224,7 @@ def test_a_refused_retention_changes_nothing(store: MetadataStore) -> None:
 def retire_v1(store: MetadataStore, *, consume: bool = True) -> list[str]:
     """Prefix with 2 shards and entries in v1; reshard to 4 and retire v1 (drained, or released)."""
     create(store, shard_count=2)
-    keys = [codec.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(2)]
+    keys = [rkeys.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(2)]
     for key in keys:
         produce(store, key, 5)
         if consume:
@@ -247,7 +248,7 @@ def test_a_retired_versions_streams_are_deleted_once_fully_acked_and_the_record_
     versions = store.describe_prefix(PREFIX)["topology"]["versions"]
     assert [(v["version"], v["state"]) for v in versions] == [(1, "RETIRED"), (2, "ACTIVE")]
     # The active version's streams are untouched, and a second pass finds nothing to delete.
-    assert store.client.exists(*(codec.stream_key(PREFIX, Shard(version=2, index=i)) for i in range(4))) == 4
+    assert store.client.exists(*(rkeys.stream_key(PREFIX, Shard(version=2, index=i)) for i in range(4))) == 4
     again = pass_report(store)
     assert again.deleted_keys == () and again.waiting == ()
 
@@ -257,7 +258,7 @@ def test_retired_streams_wait_for_the_grace_period(store: MetadataStore) -> None
     store.set_retention(PREFIX, RetentionPolicy(retired_grace_ms=3_600_000))
     store.change_shard_count(PREFIX, 4, OrderingMode.STRICT)
     store.tick()  # nothing was ever appended: drained at once
-    keys = [codec.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(2)]
+    keys = [rkeys.stream_key(PREFIX, Shard(version=1, index=i)) for i in range(2)]
     report = pass_report(store)
     assert report.deleted_keys == ()
     assert len(report.waiting) == 1 and report.waiting[0].startswith(
@@ -327,7 +328,7 @@ def test_each_pass_visits_at_most_max_streams_and_the_cursor_continues(store: Me
     for _ in range(3):
         reports = store.retention_pass(max_streams=4)
         visited.append([(r.stream_prefix, r.streams_visited) for r in reports])
-        cursors.append(store.client.get(CURSOR_KEY))
+        cursors.append(store.client.get(RETENTION_CURSOR_KEY))
     assert visited[0] == [("alpha", 2), ("beta", 2)]
     assert cursors == [b"beta v1:1", b"alpha v1:1", b"gamma v1:1"]
     assert visited[1] == [("gamma", 2), ("alpha", 2)]  # wraps around within the pass
@@ -346,12 +347,12 @@ def test_each_pass_visits_at_most_max_streams_and_the_cursor_continues(store: Me
 def test_a_split_prefix_is_one_report_and_an_unreadable_cursor_restarts(store: MetadataStore) -> None:
     create(store, shard_count=3)
     assert [r.streams_visited for r in store.retention_pass(max_streams=2)] == [2]
-    assert store.client.get(CURSOR_KEY) == b"orders v1:1"
+    assert store.client.get(RETENTION_CURSOR_KEY) == b"orders v1:1"
     # orders v1:2, then orders v1:0 again: both in one report for the prefix.
     assert [(r.stream_prefix, r.streams_visited) for r in store.retention_pass(max_streams=2)] == [
         ("orders", 2)
     ]
-    store.client.set(CURSOR_KEY, "garbage")
+    store.client.set(RETENTION_CURSOR_KEY, "garbage")
     assert [r.streams_visited for r in store.retention_pass(max_streams=100)] == [3]
 
 
@@ -365,8 +366,8 @@ def test_the_bounds_must_be_positive(store: MetadataStore, name: str, bad: Any) 
 
 def test_a_prefix_that_cannot_be_read_is_reported_and_the_others_are_trimmed(store: MetadataStore) -> None:
     create(store, shard_count=1)
-    store.client.sadd(codec.PREFIXES_KEY, "broken")
-    store.client.hset(codec.meta_key("broken"), mapping={"t": "{not json", "t#": "1"})
+    store.client.sadd(rkeys.PREFIXES_KEY, "broken")
+    store.client.hset(rkeys.meta_key("broken"), mapping={"t": "{not json", "t#": "1"})
     ids = produce(store, V1_0, 3)
     store.client.xack(V1_0, GROUP, *read(store, V1_0, GROUP, 3))
     reports = {r.stream_prefix: r for r in store.retention_pass()}

@@ -15,7 +15,8 @@ from coordinator.protocol.errors import (
     UnknownShard,
 )
 from coordinator.protocol.model import OrderingMode, Shard
-from coordinator.store import MetadataStore, codec
+from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 from .test_backlog import join, produce, read, stream_state
@@ -25,7 +26,7 @@ def old_and_recent_pending(store: MetadataStore) -> tuple[list[str], list[str]]:
     """v1:0 of a 1-shard prefix: 3 entries from 1970 and 2 new ones, all pending for member a."""
     create(store, shard_count=1)
     join(store, "a")
-    key = codec.stream_key(PREFIX, Shard.parse("v1:0"))
+    key = rkeys.stream_key(PREFIX, Shard.parse("v1:0"))
     old = [store.client.xadd(key, {"n": str(i)}, id=f"{1000 + i}-0").decode() for i in range(3)]
     recent = produce(store, "v1:0", 2, 1)
     read(store, "v1:0", "a", 10)
@@ -60,7 +61,7 @@ def test_skip_refuses_all_when_one_id_is_not_pending(store: MetadataStore) -> No
     join(store, "a")
     ids = produce(store, "v1:0", 4, 1)
     read(store, "v1:0", "a", 2)
-    store.client.xack(codec.stream_key(PREFIX, Shard.parse("v1:0")), GROUP, ids[1])
+    store.client.xack(rkeys.stream_key(PREFIX, Shard.parse("v1:0")), GROUP, ids[1])
     before = stream_state(store, "v1:0")
 
     with pytest.raises(EntryNotPending) as refused:
@@ -90,7 +91,7 @@ def test_skip_returns_an_entry_trimmed_while_pending_with_no_fields(store: Metad
     join(store, "a")
     ids = produce(store, "v1:0", 2, 1)
     read(store, "v1:0", "a", 2)
-    store.client.xdel(codec.stream_key(PREFIX, Shard.parse("v1:0")), ids[0])
+    store.client.xdel(rkeys.stream_key(PREFIX, Shard.parse("v1:0")), ids[0])
     result = store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=ids)
     assert [(s["id"], s["fields"] == {}) for s in result["skipped"]] == [(ids[0], True), (ids[1], False)]
 
@@ -98,7 +99,7 @@ def test_skip_returns_an_entry_trimmed_while_pending_with_no_fields(store: Metad
 def test_skipped_field_values_are_decoded_and_cut_for_people(store: MetadataStore) -> None:
     create(store, shard_count=1)
     join(store, "a")
-    key = codec.stream_key(PREFIX, Shard.parse("v1:0"))
+    key = rkeys.stream_key(PREFIX, Shard.parse("v1:0"))
     entry_id = store.client.xadd(key, {"payload": b"\xff" + b"x" * 5000}).decode()
     read(store, "v1:0", "a", 1)
     (skipped,) = store.skip_entries(PREFIX, GROUP, "v1:0", entry_ids=[entry_id])["skipped"]
@@ -155,12 +156,12 @@ def test_skip_and_redeliver_refuse_a_retired_shard_and_a_missing_group(store: Me
         store.skip_entries(PREFIX, "audit", "v2:0", older_than_ms=0)
     with pytest.raises(GroupNotFound):
         store.redeliver(PREFIX, "audit", "v2:0")
-    assert not store.client.exists(codec.redeliver_key(PREFIX, GROUP), codec.redeliver_key(PREFIX, "audit"))
+    assert not store.client.exists(rkeys.redeliver_key(PREFIX, GROUP), rkeys.redeliver_key(PREFIX, "audit"))
 
 
 def test_skip_refuses_when_the_redis_consumer_group_is_gone(store: MetadataStore) -> None:
     create(store, shard_count=1)
-    store.client.xgroup_destroy(codec.stream_key(PREFIX, Shard.parse("v1:0")), GROUP)
+    store.client.xgroup_destroy(rkeys.stream_key(PREFIX, Shard.parse("v1:0")), GROUP)
     with pytest.raises(GroupNotFound):
         store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=0)
 
@@ -171,13 +172,13 @@ def test_redeliver_bumps_the_shards_token_and_names_the_owner(store: MetadataSto
     join(store, "a")
     assert store.redeliver(PREFIX, GROUP, "v1:1") == {"shard": "v1:1", "redeliver_token": 2, "owner": "a"}
     assert store.redeliver(PREFIX, GROUP, "v1:0")["redeliver_token"] == 1
-    assert store.client.hgetall(codec.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
+    assert store.client.hgetall(rkeys.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
     assert [r["redeliver_token"] for r in store.backlog(PREFIX, GROUP)] == [1, 2]
     with pytest.raises(InvalidRequest):
         store.redeliver(PREFIX, GROUP, "1:0")
     with pytest.raises(UnknownShard):
         store.redeliver(PREFIX, GROUP, "v1:2")
-    assert store.client.hgetall(codec.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
+    assert store.client.hgetall(rkeys.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
 
 
 def test_an_id_written_with_leading_zeros_is_the_same_entry_and_is_skipped_once(store: MetadataStore) -> None:
@@ -233,7 +234,7 @@ def test_pending_entries_shows_a_trimmed_entry_without_fields_and_cuts_long_valu
 ) -> None:
     create(store, shard_count=1)
     join(store, "a")
-    key = codec.stream_key(PREFIX, Shard.parse("v1:0"))
+    key = rkeys.stream_key(PREFIX, Shard.parse("v1:0"))
     gone = store.client.xadd(key, {"n": "0"}).decode()
     big = store.client.xadd(key, {"payload": "é" * 100_000}).decode()
     read(store, "v1:0", "a", 2)
@@ -251,7 +252,7 @@ def test_pending_entries_of_a_shard_without_a_consumer_group_finds_nothing_pendi
     """A shard the group was released from has no consumer group: nothing is pending there (a skip is
     refused)."""
     create(store, shard_count=1)
-    store.client.xgroup_destroy(codec.stream_key(PREFIX, Shard.parse("v1:0")), GROUP)
+    store.client.xgroup_destroy(rkeys.stream_key(PREFIX, Shard.parse("v1:0")), GROUP)
     assert store.pending_entries(PREFIX, GROUP, "v1:0", entry_ids=["1-0"]) == {
         "shard": "v1:0",
         "entries": [],

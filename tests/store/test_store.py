@@ -24,6 +24,7 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.group import Heartbeat, revocation_schedule_ms
 from coordinator.protocol.model import GroupConfig, OrderingMode, Shard
 from coordinator.store import MetadataStore, codec
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
@@ -86,7 +87,7 @@ def assert_derived_fields_consistent(store: MetadataStore, legacy: tuple[str, ..
         for mid, member in group.members.items()
         if (at := revocation_schedule_ms(group, member)) is not None
     }
-    indexed = store.client.zrange(codec.schedule_index_key(PREFIX), 0, -1, withscores=True)
+    indexed = store.client.zrange(rkeys.schedule_index_key(PREFIX), 0, -1, withscores=True)
     assert {tag.decode(): int(score) for tag, score in indexed} == schedule
 
 
@@ -204,10 +205,10 @@ def test_tick_expires_on_redis_time_and_a_renewal_racing_it_wins(store: Metadata
     create(store, shard_count=2, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
     a = hb(store, "a", 0, [], capacity=1)
     # Push a's lease into the past in Redis (as if Redis's clock had moved on).
-    store.client.hset(codec.meta_key(PREFIX), "l:billing:a", 1)
+    store.client.hset(rkeys.meta_key(PREFIX), "l:billing:a", 1)
     loaded = store._load(PREFIX, None)
     # A renewal lands between the tick's load and its commit: the commit must refuse the expiry.
-    store.client.hset(codec.meta_key(PREFIX), "l:billing:a", 2**52)
+    store.client.hset(rkeys.meta_key(PREFIX), "l:billing:a", 2**52)
     from coordinator.protocol.commands import Tick, apply
 
     outcome = apply(loaded.state, Tick(stream_prefix=PREFIX), loaded.now_ms)
@@ -261,7 +262,7 @@ def test_deleting_a_group_forgets_its_offsets(store: MetadataStore) -> None:
 def test_an_unreadable_prefix_does_not_hide_the_others_from_listings(store: MetadataStore) -> None:
     create(store, shard_count=1)
     store.client.sadd("rsc:prefixes", "aaa")
-    store.client.hset(codec.meta_key("aaa"), mapping={"t": "{not json", "t#": "1"})
+    store.client.hset(rkeys.meta_key("aaa"), mapping={"t": "{not json", "t#": "1"})
     assert [(r["stream_prefix"], r["consumer_group"]) for r in store.list_groups()] == [(PREFIX, GROUP)]
 
 

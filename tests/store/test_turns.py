@@ -10,11 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.protocol.group import Heartbeat
-from coordinator.store import MetadataStore, codec, redis_store, turns
+from coordinator.store import MetadataStore, redis_store, turns
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
 
-TURN = codec.turn_key(PREFIX)
+TURN = rkeys.turn_key(PREFIX)
 
 
 @pytest.fixture

@@ -20,13 +20,14 @@ from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
 from coordinator.protocol.errors import InvalidRequest, StoreUnavailable
 from coordinator.protocol.model import RetentionPolicy, Shard
 from coordinator.service import TickLoop
-from coordinator.store import MetadataStore, codec, get_store, reset_store
+from coordinator.store import MetadataStore, get_store, reset_store
 from coordinator.tasks import retention
+from rsc_redis import keys as rkeys
 from tests.protocol.context import Context
 
 from .conftest import GROUP, PREFIX, Member, create_group
 
-V1_0 = codec.stream_key(PREFIX, Shard(version=1, index=0))
+V1_0 = rkeys.stream_key(PREFIX, Shard(version=1, index=0))
 
 
 @pytest.fixture

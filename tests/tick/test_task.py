@@ -11,8 +11,8 @@ from config.celery import app
 from coordinator import service
 from coordinator.protocol.model import GroupConfig
 from coordinator.store import MetadataStore, get_store, reset_store
-from coordinator.store.codec import lease_index_key, meta_key, schedule_index_key
 from coordinator.tasks import tick
+from rsc_redis.keys import lease_index_key, meta_key, schedule_index_key
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end
 

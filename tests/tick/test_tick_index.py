@@ -13,11 +13,12 @@ import pytest
 from coordinator.protocol.errors import ConcurrentUpdate
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig
-from coordinator.store import MetadataStore, codec, redis_store
+from coordinator.store import MetadataStore, redis_store
+from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end
 
-META, INDEX = codec.meta_key(PREFIX), codec.lease_index_key(PREFIX)
+META, INDEX = rkeys.meta_key(PREFIX), rkeys.lease_index_key(PREFIX)
 LONG_LEASE = GroupConfig(lease_ttl_ms=60_000, heartbeat_interval_ms=1_000)
 
 
@@ -100,7 +101,7 @@ def test_a_member_renewing_its_own_lease_is_reindexed_not_expired_and_its_group_
     epoch = store.client.hget(META, f"m:{GROUP}:m1").decode()
     wait_for_lease_end(store, "m1")
     far = int(store.client.hget(META, f"l:{GROUP}:m1")) + 30_000
-    store.client.hset(codec.lease_records_key(PREFIX), f"{GROUP}:m1", f"{epoch} {far}")  # renew_lease.lua's
+    store.client.hset(rkeys.lease_records_key(PREFIX), f"{GROUP}:m1", f"{epoch} {far}")  # renew_lease.lua's
     seen = loads(store, monkeypatch)
     [report] = partial_tick(store)
     assert report.expired == () and seen == []
@@ -195,7 +196,7 @@ def test_past_due_entries_beyond_what_one_tick_looks_at_are_repaired_a_batch_per
     members = [Member(store, f"m{i}") for i in range(3)]
     for member in members:
         member.heartbeat()
-    records = codec.lease_records_key(PREFIX)
+    records = rkeys.lease_records_key(PREFIX)
     wait_for_lease_end(store, "m0")
     wait_for_lease_end(store, "m1")
     wait_for_lease_end(store, "m2")

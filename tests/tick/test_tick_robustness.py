@@ -7,7 +7,7 @@ import contextlib
 
 from coordinator import service
 from coordinator.store import MetadataStore
-from coordinator.store.codec import meta_key
+from rsc_redis.keys import meta_key
 
 from .conftest import Member, create_group, member_view, wait_for_lease_end
 

@@ -1,7 +1,7 @@
 -- The members' own lease renewals (docs/protocol.md section 5): one rule for every script that reads
--- a lease. Not a script on its own: coordinator/store/redis_store.py prepends this text to load.lua,
--- fast_heartbeat.lua and commit.lua, consumers/dataplane/scripts.py to fence.lua's scripts and
--- renew_lease.lua.
+-- a lease. Not a script on its own: rsc_redis/lua.py puts it, after keys.lua (prefix_key), in front of
+-- load.lua, fast_heartbeat.lua, commit.lua and tick_due.lua (coordinator/store/redis_store.py) and of
+-- fence.lua's scripts and renew_lease.lua (consumers/dataplane/scripts.py).
 --
 -- rsc:{P}:lr is a hash, field <group>:<member> = "<member epoch> <deadline ms>". A member's lease is the
 -- later of its l: field and its record, and a record counts only at the epoch the member is live at
@@ -10,7 +10,7 @@
 -- Raise a script error unless `key` is the key `rsc:{P}:<suffix>` of `meta` (rsc:{P}:meta), named `what`
 -- in the error.
 local function require_key_of(meta, key, suffix, what)
-  if key ~= string.sub(meta, 1, -5) .. suffix then
+  if key ~= prefix_key(meta, suffix) then
     error({err = 'ERR key ' .. tostring(key) .. ' is not the ' .. what .. ' of ' .. meta})
   end
   return key

@@ -6,13 +6,15 @@ that seed node (one is enough; the client learns the others from ``CLUSTER SLOTS
 ``MOVED`` / ``ASK``). The scheme travels with the URL, so every process that is given ``REDIS_URL``
 (the coordinator, the tick, run_member, a producer) picks the right client without a second setting.
 
-Everything of one stream prefix shares the hash tag ``{P}`` (``codec``), so it lives in one slot: each
-script call and each MULTI of the store and the data plane touches one slot, and so one node. The few
-global keys (``rsc:prefixes``, ``rsc:retention:cursor``, ``rsc:metrics``,
+Everything of one stream prefix shares the hash tag ``{P}`` (rsc_redis/keys.py), so it lives in one
+slot: each script call and each MULTI of the store and the data plane touches one slot, and so one node.
+The few global keys (``rsc:prefixes``, ``rsc:retention:cursor``, ``rsc:metrics``,
 ``rsc:credentials:generation``) are single keys, each in its own slot, never used together with a
 prefix's keys in one command (docs/cluster.md lists them).
 
-This module is Django-free: the data plane and the producer (``consumers``) use it too.
+Script calls: :func:`run_scripts` and :func:`run_evalsha` (pipelined, on one Redis or a cluster) and
+:class:`HotScript` (one call on a hot path). Django-free: the store and the data plane and the producer
+(``consumers``) use it alike.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ class HotScript:
       interrupt) it is disconnected and handed back to the pool, and the error raised as redis-py
       raises it;
     * it never re-sends after a connection error or a timeout, as the clients of this project never do
-      (``consumers.dataplane.connection``);
+      (consumers/dataplane/connection.py);
     * ``NOSCRIPT`` (a restarted or flushed Redis: nothing ran) loads the script and sends it again once;
     * the connections stay checked out of the client's pool, so ``client.close()`` still disconnects
       them (they reconnect on their next use), and they are never more than the threads that called at
