@@ -56,7 +56,9 @@ from .throttling import AdminRateThrottle, admit_join, heartbeat_floor
 
 log = logging.getLogger(__name__)
 
-FAST_TRIED = "rsc_fast_heartbeat_tried"  # request attribute set by fastpath.heartbeat
+# Set in request.META (the WSGI environ) once the fast path ran the heartbeat script for this request
+# and found the member not steady (fastpath.py, door.py): this view then does not run it again.
+FAST_TRIED = "rsc.fast_tried"
 
 
 class JSONOnlyNegotiation(BaseContentNegotiation):
@@ -190,7 +192,7 @@ class HeartbeatView(ApiView):
         heartbeat = dataclasses.replace(heartbeat, owner=identity_of(request))
         # The pre-DRF fast path (fastpath.py) already ran the script (floor included) for this request
         # and found the member not steady: straight to the full path, the floor counted once.
-        if getattr(request._request, FAST_TRIED, False):
+        if request._request.META.get(FAST_TRIED):
             return Response(self.store.heartbeat(prefix, group, heartbeat, fast_tried=True))
         if heartbeat.member_epoch == 0:
             with admit_join():  # joins are shed first under load (429 JOINS_THROTTLED)
