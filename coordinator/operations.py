@@ -29,7 +29,7 @@ Every action takes the same steps, in this order, and the order is the point:
    that was done.
 
 Why one place: before this module the API views and the operator pages each called the store, and only
-the pages audited (STYLE.md, "a rule that lives twice"). Now views, pages and commands stay thin and
+the pages audited: one rule written twice, which drifts. Now views, pages and commands stay thin and
 cannot disagree about who may act, what is valid, or what is recorded. Reads (listings, backlog, the
 usage a confirmation shows) are not actions; callers read the store directly.
 

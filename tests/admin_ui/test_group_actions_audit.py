@@ -1,6 +1,6 @@
 """The group actions of the operator pages (max_concurrency, shard count, delete) go through
 coordinator/operations.py: the audit row is written first and, when it cannot be, nothing changes
-(fail closed, issue 10 item 3); a refusal is recorded with its code."""
+(fail closed, coordinator/operations.py); a refusal is recorded with its code."""
 
 from __future__ import annotations
 
