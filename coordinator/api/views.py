@@ -36,9 +36,12 @@ from .auth import (
     BearerTokenAuthentication,
     IsAdmin,
     IsMember,
+    Role,
     StaffSessionAuthentication,
+    TokenPrincipal,
     identity_of,
     require_scope,
+    role_of,
 )
 from .errors import ApiErrorCode, exception_handler
 from .parsers import StrictJSONParser, require_json_body
@@ -139,7 +142,18 @@ class ApiView(APIView):
             raise ValidationError({name: [ErrorDetail(e.message, code=f"invalid_{name}")]}) from e
 
     def actor(self) -> operations.Actor:
-        return operations.actor_from_api_request(self.request)
+        return actor_from_api_request(self.request)
+
+
+def actor_from_api_request(request: Any) -> operations.Actor:
+    """A DRF request: a bearer-token principal (admin if its role is) or a staff session (admin with
+    ``coordinator.manage_groups``), by the same rule as the API's permission classes."""
+    user: Any = request.user
+    is_admin = role_of(request) is Role.ADMIN
+    if isinstance(user, TokenPrincipal):
+        name = f"credential:{user.name}"
+        return operations.Actor(username=name, source=operations.Source.API, is_admin=is_admin)
+    return operations.Actor.of_user(user, source=operations.Source.API, is_admin=is_admin)
 
 
 def _declared_empty(request: Request) -> bool:
