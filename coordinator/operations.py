@@ -55,8 +55,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from admin_ui import audit
-from admin_ui.models import AuditEntry
+from coordinator import audit
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
     ConfirmationMismatch,

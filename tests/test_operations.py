@@ -17,11 +17,11 @@ from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.db import DatabaseError, transaction
 
 from admin_ui.lifecycle_views import actor_from_admin_request
-from admin_ui.models import AuditEntry
 from coordinator import operations
 from coordinator.api.auth import Role, TokenPrincipal
 from coordinator.api.errors import HTTP_STATUS
 from coordinator.api.views import actor_from_api_request
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
     ConfirmationMismatch,

@@ -10,7 +10,7 @@ import pytest
 from django.db import DatabaseError
 from django.test import Client
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 from coordinator.store import MetadataStore
 from tests.api.helpers import redis_snapshot
 
