@@ -1,5 +1,6 @@
-"""Where the operator pages keep the drain-rate samples of a running migration (admin_ui/migration.py
-explains the estimate): Django's cache, one key per (stream prefix, migration, group).
+"""Where the operator pages keep the drain-rate samples of a running migration
+(admin_ui/resharding_progress.py explains the estimate): Django's cache, one key per
+(stream prefix, migration, group).
 
 The samples are a convenience of the pages, not coordinator state: losing them (a restart, another
 process's local-memory cache) only means "no estimate yet" until the next refresh. With the default
@@ -15,7 +16,7 @@ from typing import Any
 
 from django.core.cache import cache
 
-from .migration import RATE_WINDOW_MS, Sample, add_sample, blocking_by_group, remaining_entries
+from .resharding_progress import RATE_WINDOW_MS, Sample, add_sample, blocking_by_group, remaining_entries
 
 log = logging.getLogger(__name__)
 

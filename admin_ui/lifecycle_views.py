@@ -524,12 +524,18 @@ class LifecycleViews:
         )
 
 
+def actor_from_admin_request(request: Any) -> operations.Actor:
+    """A Django admin request: admin if the user may manage groups (admin_ui/access.py)."""
+    user: Any = request.user
+    return operations.Actor.of_user(user, source=operations.Source.ADMIN_UI, is_admin=access.can_manage(user))
+
+
 def _act(request: HttpRequest, action: Callable[..., dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
     """Make one change through ``action`` of :mod:`coordinator.operations` as the request's user (it
     authorizes, audits and acts); returns its result, or None when it was refused, the reason having
     become the page's error message."""
     try:
-        return action(operations.actor_from_admin_request(request), *args, **kwargs)
+        return action(actor_from_admin_request(request), *args, **kwargs)
     except CoordinatorError as e:
         messages.error(request, error_text(e))
         return None

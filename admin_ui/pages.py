@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import redirect
 
-from coordinator.api.errors import HTTP_STATUS, ApiErrorCode
+from coordinator.api.errors import HTTP_STATUS
+from coordinator.operations import AuditUnavailable
 from coordinator.protocol.errors import ConcurrentUpdate, CoordinatorError, StoreUnavailable
 
 REFRESH_S = 5
@@ -15,9 +16,7 @@ def is_transient(error: CoordinatorError) -> bool:
     """The store or the audit trail could not serve right now (unreachable, busy, contended): worth
     retrying as is. Not ``error.retriable``, which is advice to members: a missing group is retriable
     for a member (it may be created) but not something an operator should wait for."""
-    return (
-        isinstance(error, StoreUnavailable | ConcurrentUpdate) or error.code == ApiErrorCode.AUDIT_UNAVAILABLE
-    )
+    return isinstance(error, StoreUnavailable | ConcurrentUpdate | AuditUnavailable)
 
 
 def error_text(error: CoordinatorError) -> str:

@@ -10,7 +10,7 @@ topology rebuilt from the view. Figures are the store's (``backlog`` rows, ``unc
 ``migration.blocking``); nothing here reads Redis or recomputes them.
 
 Two parts have their own modules, which this one composes: the member-by-shard matrix
-(admin_ui/matrix.py) and the migration's progress, reasons and ETA (admin_ui/migration.py).
+(admin_ui/matrix.py) and the migration's progress, reasons and ETA (admin_ui/resharding_progress.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from coordinator.protocol.model import (
 )
 from coordinator.store.redis_store import unconsumed_totals_of
 
-from . import matrix, migration
+from . import matrix, resharding_progress
 
 # The formatting helpers live in admin_ui/formatting.py (the matrix and migration modules use them too);
 # ``presenters.duration`` stays the name the views call.
@@ -67,12 +67,14 @@ def migration_badge(
     arrow = f"v{m['from_version']} → v{m['to_version']} ({m['ordering']})"
     if not m["active"]:
         return {"active": False, "text": f"{arrow} completed {utc(m['completed_at_ms'])}"}
-    progress = migration.group_progress(prefix_view, consumer_group, samples)
+    progress = resharding_progress.group_progress(prefix_view, consumer_group, samples)
     return {
         "active": True,
         "text": f"migrating {arrow}: {progress['drained']}/{progress['total']} drained",
         "done": progress["done"],
-        "blocking": [migration.blocking_text(row) for row in progress["blocking"][:LIST_BLOCKING_SHOWN]],
+        "blocking": [
+            resharding_progress.blocking_text(row) for row in progress["blocking"][:LIST_BLOCKING_SHOWN]
+        ],
         "blocking_more": max(0, len(progress["blocking"]) - LIST_BLOCKING_SHOWN),
         "eta": progress["estimate"],
     }
@@ -255,7 +257,7 @@ def migration_progress(
 ) -> dict[str, Any] | None:
     """The prefix's migration as the group page shows it: per group of the prefix, drained/total, the
     old shards that hold it back and why (``describe_prefix``'s ``migration.blocking``), the entries it
-    has left and an ETA from the drain rate (admin_ui/migration.py; ``samples``: the earlier figures
+    has left and an ETA from the drain rate (admin_ui/resharding_progress.py; ``samples``: the earlier figures
     per group, from admin_ui/drain_samples.py)."""
     m = view["migration"]
     if m is None:
@@ -264,7 +266,7 @@ def migration_progress(
     same = bool(pm) and pm["started_at_ms"] == m["started_at_ms"]  # not one that started in between
     groups = [
         {
-            **migration.group_progress(prefix_view, name, (samples or {}).get(name, ())),
+            **resharding_progress.group_progress(prefix_view, name, (samples or {}).get(name, ())),
             "is_this_group": name == view["consumer_group"],
         }
         for name in (sorted(pm["drained"]) if same and prefix_view is not None else ())
@@ -273,7 +275,7 @@ def migration_progress(
     return {
         **m,
         "groups": groups,
-        "eta": migration.overall_estimate(groups) if m["active"] and groups else None,
+        "eta": resharding_progress.overall_estimate(groups) if m["active"] and groups else None,
         "started": utc(m["started_at_ms"]),
         "completed": utc(m["completed_at_ms"]),
         "duration": duration(end_ms - m["started_at_ms"]),
@@ -408,9 +410,9 @@ def undrained_rows(view: View) -> list[dict[str, Any]]:
     return [
         {
             **u,
-            "owner_text": migration.owner_text(u),
+            "owner_text": resharding_progress.owner_text(u),
             "oldest_pending_age": duration(u["oldest_pending_age_ms"]),
-            "why": migration.why_undrained(u),
+            "why": resharding_progress.why_undrained(u),
         }
         for u in m.get("undrained", ())
     ]

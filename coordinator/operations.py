@@ -5,10 +5,12 @@ Theory of operation
 -------------------
 Every action takes the same steps, in this order, and the order is the point:
 
-1. **Authorize.** The caller's adapter (:func:`actor_from_api_request`, :func:`actor_from_admin_request`)
-   turns its request into an :class:`Actor` and decides ``is_admin`` by its own rules (an admin
-   credential or staff session for the API, ``coordinator.manage_groups`` for the pages). An actor that
-   is not an admin gets :class:`PermissionDeniedError`; nothing is written, nothing is changed.
+1. **Authorize.** The caller's adapter (``actor_from_api_request`` in coordinator/api/views.py,
+   ``actor_from_admin_request`` in admin_ui/lifecycle_views.py, :func:`actor_from_command` here for the
+   management commands) turns its request into an :class:`Actor` and decides ``is_admin`` by its own
+   rules (an admin credential or staff session for the API, ``coordinator.manage_groups`` for the
+   pages). An actor that is not an admin gets :class:`PermissionDeniedError`; nothing is written,
+   nothing is changed.
 2. **Validate.** Identifiers, the shard, entry ids, the reason and the cross-field rules, here, so that
    every entry point applies the same rules (the API's serializers call these validators to report
    per-field errors; the entry-id rule is the store's own). A malformed request raises
@@ -29,7 +31,7 @@ Every action takes the same steps, in this order, and the order is the point:
    that was done.
 
 Why one place: before this module the API views and the operator pages each called the store, and only
-the pages audited (STYLE.md, "a rule that lives twice"). Now views, pages and commands stay thin and
+the pages audited: one rule written twice, which drifts. Now views, pages and commands stay thin and
 cannot disagree about who may act, what is valid, or what is recorded. Reads (listings, backlog, the
 usage a confirmation shows) are not actions; callers read the store directly.
 
@@ -45,6 +47,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -52,10 +55,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from admin_ui import access, audit
-from admin_ui.models import AuditEntry
-from coordinator.api.auth import Role, TokenPrincipal, role_of
-from coordinator.api.errors import ApiErrorCode
+from coordinator import audit
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
     ConfirmationMismatch,
@@ -91,16 +92,28 @@ DEFAULT_AUDIT_RETENTION_DAYS = 365
 # ------------------------------------------------------------------------------------------ errors
 
 
-class PermissionDeniedError(CoordinatorError):
-    """The actor may not make operator changes (403)."""
+class OperationErrorCode(StrEnum):
+    """The codes of this layer's own errors (the core's are ``ErrorCode``). They carry no HTTP status:
+    coordinator/api/errors.py maps every code to one."""
 
-    code = ApiErrorCode.PERMISSION_DENIED  # type: ignore[assignment]
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    # The audit row of an operator action could not be written, so the action was not made (fail
+    # closed). Retriable: the database is usually back within seconds.
+    AUDIT_UNAVAILABLE = "AUDIT_UNAVAILABLE"
+    # An unexpected failure (a bug): the audit outcome of such an action, and the API's 500.
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+
+class PermissionDeniedError(CoordinatorError):
+    """The actor may not make operator changes."""
+
+    code = OperationErrorCode.PERMISSION_DENIED
 
 
 class AuditUnavailable(CoordinatorError):
-    """The audit row could not be written, so nothing was changed (503, retriable)."""
+    """The audit row could not be written, so nothing was changed (retriable)."""
 
-    code = ApiErrorCode.AUDIT_UNAVAILABLE  # type: ignore[assignment]
+    code = OperationErrorCode.AUDIT_UNAVAILABLE
     retriable = True
 
 
@@ -116,26 +129,10 @@ class Actor:
     source: str  # "api" | "admin_ui" | "command"
     is_admin: bool
 
-
-def actor_from_api_request(request: Any) -> Actor:
-    """A DRF request: a bearer-token principal (admin if its role is) or a staff session (admin with
-    ``coordinator.manage_groups``), by the same rule as the API's permission classes."""
-    user: Any = request.user
-    is_admin = role_of(request) is Role.ADMIN
-    if isinstance(user, TokenPrincipal):
-        return Actor(username=f"credential:{user.name}", source=Source.API, is_admin=is_admin)
-    return Actor(username=_username(user), user=_django_user(user), source=Source.API, is_admin=is_admin)
-
-
-def actor_from_admin_request(request: Any) -> Actor:
-    """A Django admin request: admin if the user may manage groups (admin_ui/access.py)."""
-    user: Any = request.user
-    return Actor(
-        username=_username(user),
-        user=_django_user(user),
-        source=Source.ADMIN_UI,
-        is_admin=access.can_manage(user),
-    )
+    @classmethod
+    def of_user(cls, user: Any, *, source: str, is_admin: bool) -> Actor:
+        """A Django user (or anonymous) acting through ``source``; the adapter decided ``is_admin``."""
+        return cls(username=_username(user), user=_django_user(user), source=source, is_admin=is_admin)
 
 
 def actor_from_command(command: str) -> Actor:
@@ -251,7 +248,7 @@ def _audited(
         _settle(entry, str(e.code), message=e.message, details={**details, "error": e.details})
         raise
     except Exception as e:  # a bug: recorded as such, then the caller's usual 500
-        _settle(entry, ApiErrorCode.INTERNAL_ERROR, message=type(e).__name__, details=details)
+        _settle(entry, OperationErrorCode.INTERNAL_ERROR, message=type(e).__name__, details=details)
         raise
     _settle(entry, AuditEntry.OK, details=details)
     return result

@@ -16,10 +16,12 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.db import DatabaseError, transaction
 
-from admin_ui.models import AuditEntry
+from admin_ui.lifecycle_views import actor_from_admin_request
 from coordinator import operations
 from coordinator.api.auth import Role, TokenPrincipal
 from coordinator.api.errors import HTTP_STATUS
+from coordinator.api.views import actor_from_api_request
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
     ConfirmationMismatch,
@@ -255,30 +257,30 @@ def test_an_outcome_that_cannot_be_recorded_leaves_the_row_pending_and_returns_t
 def test_the_api_adapter_names_tokens_by_credential_and_sessions_by_user() -> None:
     admin_token = TokenPrincipal(name="ci-admin", role=Role.ADMIN, source="database")
     member_token = TokenPrincipal(name="workers", role=Role.MEMBER, source="environment")
-    assert operations.actor_from_api_request(SimpleNamespace(user=admin_token)) == operations.Actor(
+    assert actor_from_api_request(SimpleNamespace(user=admin_token)) == operations.Actor(
         username="credential:ci-admin", user=None, source="api", is_admin=True
     )
-    assert operations.actor_from_api_request(SimpleNamespace(user=member_token)).is_admin is False
+    assert actor_from_api_request(SimpleNamespace(user=member_token)).is_admin is False
 
     staff = User.objects.create_user("ops", is_staff=True)
     staff.user_permissions.add(Permission.objects.get(codename="manage_groups"))
     staff = User.objects.get(pk=staff.pk)  # permissions are cached per instance
-    actor = operations.actor_from_api_request(SimpleNamespace(user=staff))
+    actor = actor_from_api_request(SimpleNamespace(user=staff))
     assert (actor.username, actor.user, actor.source, actor.is_admin) == ("ops", staff, "api", True)
     plain = User.objects.create_user("plain", is_staff=True)
-    assert operations.actor_from_api_request(SimpleNamespace(user=plain)).is_admin is False
+    assert actor_from_api_request(SimpleNamespace(user=plain)).is_admin is False
 
 
 def test_the_admin_adapter_asks_admin_ui_access() -> None:
     operator = User.objects.create_user("operator", is_staff=True)
     operator.user_permissions.add(Permission.objects.get(codename="manage_groups"))
     operator = User.objects.get(pk=operator.pk)
-    actor = operations.actor_from_admin_request(SimpleNamespace(user=operator))
+    actor = actor_from_admin_request(SimpleNamespace(user=operator))
     assert (actor.username, actor.user, actor.source) == ("operator", operator, "admin_ui")
     assert actor.is_admin is True
     viewer = User.objects.create_user("viewer", is_staff=True)
-    assert operations.actor_from_admin_request(SimpleNamespace(user=viewer)).is_admin is False
-    anonymous = operations.actor_from_admin_request(SimpleNamespace(user=AnonymousUser()))
+    assert actor_from_admin_request(SimpleNamespace(user=viewer)).is_admin is False
+    anonymous = actor_from_admin_request(SimpleNamespace(user=AnonymousUser()))
     assert (anonymous.username, anonymous.user, anonymous.is_admin) == ("", None, False)
 
 

@@ -28,7 +28,7 @@ response's bytes) does so once per ``request.is_secure()``: what those hooks add
 settings and that alone, so later answers reuse the headers they learnt, with their own Content-Length
 (``_Setup.steady_response``; learnt again after a settings change).
 
-Not steady after the script ran: the environ is marked (``fastpath.DOOR_TRIED``) so the view does not
+Not steady after the script ran: the environ is marked (``fastpath.FAST_TRIED``) so the view does not
 run the script (and count the floor) again. The body is read once and handed on in the environ.
 tests/api/test_door.py sends a corpus of requests through the door and through Django alone and
 compares status, headers and body, and one door's answers, one after another, with Django's.
@@ -138,8 +138,8 @@ class HeartbeatDoor:
             log.exception("heartbeat door failed on %s; Django answers it", request.path)
             return None
         if answer is None:
-            if getattr(request, fastpath.FAST_TRIED, False):
-                environ[fastpath.DOOR_TRIED] = True
+            if request.META.get(fastpath.FAST_TRIED):  # META is a copy of environ
+                environ[fastpath.FAST_TRIED] = True
             return None
         if isinstance(answer, bytes):
             return setup.steady_response(request, answer)

@@ -16,7 +16,8 @@ Errors reach a client through exactly three doors, and all three build their bod
    except 500: :func:`handler500` logs every unhandled exception under an incident id and shows it.
 
 The status of a code is :data:`HTTP_STATUS` and nothing else: docs/protocol.md section 12 for the core's
-codes, plus the codes that only the HTTP layer and the operations layer produce (:class:`ApiErrorCode`).
+codes, plus the operations layer's codes (:class:`OperationErrorCode`, coordinator/operations.py) and the
+codes that only the HTTP layer produces (:class:`ApiErrorCode`).
 Every 503 carries ``Retry-After`` (the store, its optimistic concurrency or the audit database will
 likely be back within a second).
 
@@ -47,6 +48,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.views import set_rollback
 
+from coordinator.operations import OperationErrorCode
 from coordinator.protocol.errors import CoordinatorError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -57,10 +59,10 @@ RETRY_AFTER_S = 1
 
 
 class ApiErrorCode(StrEnum):
-    """Codes that only the HTTP layer produces (the core's are :class:`ErrorCode`)."""
+    """Codes that only the HTTP layer produces (the core's are :class:`ErrorCode`, the operations
+    layer's :class:`OperationErrorCode`)."""
 
     UNAUTHENTICATED = "UNAUTHENTICATED"
-    PERMISSION_DENIED = "PERMISSION_DENIED"
     NOT_FOUND = "NOT_FOUND"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     NOT_ACCEPTABLE = "NOT_ACCEPTABLE"
@@ -71,10 +73,6 @@ class ApiErrorCode(StrEnum):
     # coordinator/api/auth.py: a member credential used outside its stream-prefix / group / member-id
     # scope. Nothing was read or changed.
     OUTSIDE_CREDENTIAL_SCOPE = "OUTSIDE_CREDENTIAL_SCOPE"
-    INTERNAL_ERROR = "INTERNAL_ERROR"
-    # coordinator/operations.py: the audit row of an operator action could not be written, so the action
-    # was not made (fail closed). Retriable: the database is usually back within seconds.
-    AUDIT_UNAVAILABLE = "AUDIT_UNAVAILABLE"
 
 
 # code -> (HTTP status, title). docs/protocol.md section 12; keep the two in step.
@@ -84,7 +82,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.INVALID_CONFIG: (400, "Invalid group configuration"),
     ErrorCode.UNKNOWN_SHARD: (400, "Unknown shard"),
     ApiErrorCode.UNAUTHENTICATED: (401, "Authentication required"),
-    ApiErrorCode.PERMISSION_DENIED: (403, "Permission denied"),
+    OperationErrorCode.PERMISSION_DENIED: (403, "Permission denied"),
     ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE: (403, "Outside the credential's scope"),
     ErrorCode.MEMBER_ID_NOT_OWNED: (403, "Member id belongs to another credential"),
     ErrorCode.GROUP_NOT_FOUND: (404, "Group not found"),
@@ -114,10 +112,10 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.HEARTBEAT_TOO_FREQUENT: (429, "Heartbeats too frequent"),
     ErrorCode.JOINS_THROTTLED: (429, "Too many joins at once"),
     ErrorCode.ILLEGAL_TRANSITION: (500, "Internal protocol violation"),
-    ApiErrorCode.INTERNAL_ERROR: (500, "Internal error"),
+    OperationErrorCode.INTERNAL_ERROR: (500, "Internal error"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Metadata store unavailable"),
     ErrorCode.CONCURRENT_UPDATE: (503, "Concurrent update"),
-    ApiErrorCode.AUDIT_UNAVAILABLE: (503, "Audit trail unavailable"),
+    OperationErrorCode.AUDIT_UNAVAILABLE: (503, "Audit trail unavailable"),
     ErrorCode.METADATA_CORRUPT: (500, "Metadata unreadable"),
 }
 
@@ -138,7 +136,7 @@ class PayloadTooLarge(drf.APIException):
 _DRF_CODES: tuple[tuple[type[drf.APIException], str], ...] = (
     (drf.NotAuthenticated, ApiErrorCode.UNAUTHENTICATED),
     (drf.AuthenticationFailed, ApiErrorCode.UNAUTHENTICATED),
-    (drf.PermissionDenied, ApiErrorCode.PERMISSION_DENIED),
+    (drf.PermissionDenied, OperationErrorCode.PERMISSION_DENIED),
     (drf.NotFound, ApiErrorCode.NOT_FOUND),
     (drf.MethodNotAllowed, ApiErrorCode.METHOD_NOT_ALLOWED),
     (drf.NotAcceptable, ApiErrorCode.NOT_ACCEPTABLE),
@@ -277,7 +275,8 @@ def _describe(exc: Exception, instance: str | None) -> _Described:
         retriable = code == ApiErrorCode.TOO_MANY_REQUESTS
         return code, _text(exc.detail), retriable, {}, {}, headers
     incident = log_incident(instance, exc, "unexpected error")
-    return ApiErrorCode.INTERNAL_ERROR, _incident_detail(incident), False, {}, {"incident_id": incident}, {}
+    extensions = {"incident_id": incident}
+    return OperationErrorCode.INTERNAL_ERROR, _incident_detail(incident), False, {}, extensions, {}
 
 
 def _retry_after(exc: CoordinatorError) -> dict[str, str]:
@@ -333,7 +332,7 @@ def _code_for_status(status: int) -> str:
     for code, (code_status, _title) in HTTP_STATUS.items():
         if code_status == status and code in ApiErrorCode.__members__.values():
             return code
-    return ErrorCode.INVALID_REQUEST if 400 <= status < 500 else ApiErrorCode.INTERNAL_ERROR
+    return ErrorCode.INVALID_REQUEST if 400 <= status < 500 else OperationErrorCode.INTERNAL_ERROR
 
 
 # ------------------------------------------------------------------------------------------ Django
@@ -372,7 +371,7 @@ def handler400(request: HttpRequest, exception: Exception | None = None) -> Http
 def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if not is_api_path(request):
         return defaults.permission_denied(request, exception)
-    return problem_response(request, ApiErrorCode.PERMISSION_DENIED, "permission denied")
+    return problem_response(request, OperationErrorCode.PERMISSION_DENIED, "permission denied")
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -396,7 +395,7 @@ def handler500(request: HttpRequest) -> HttpResponse:
     response: HttpResponse
     if is_api_path(request):
         body = problem(
-            ApiErrorCode.INTERNAL_ERROR,
+            OperationErrorCode.INTERNAL_ERROR,
             _incident_detail(incident),
             instance=request.path,
             incident_id=incident,

@@ -19,8 +19,8 @@ each of the type and in the range the serializer accepts; valid path identifiers
 own ``Heartbeat.validated()`` runs as on the DRF path. Then the script: the heartbeat floor, then the
 steady check (epoch, capacity, owned shards, the credential's identity as the member's owner, the
 lease by Redis's clock). A steady member gets the stored bytes with the headers DRF would send; a
-floor refusal gets the problem DRF would send; "not steady" marks the request (``FAST_TRIED``) so the
-DRF view skips the script it already ran (the floor is counted once) and takes the full path.
+floor refusal gets the problem DRF would send; "not steady" marks the request (``FAST_TRIED`` in its
+META) so the DRF view skips the script it already ran (the floor is counted once) and takes the full path.
 
 tests/api/test_fastpath.py sends a corpus of requests through both doors and compares status, headers
 and body byte for byte.
@@ -61,15 +61,9 @@ _REFUSED_SECONDS = HEARTBEAT_SECONDS.labels("refused")
 _drf_view = HeartbeatView.as_view()
 
 
-# Set in the WSGI environ by the heartbeat door (door.py) when it ran the script for this request and
-# found the member not steady: the view then goes straight to DRF, as with FAST_TRIED.
-DOOR_TRIED = "rsc.fast_heartbeat_tried"
-
-
 @csrf_exempt  # as DRF's views: only token requests are answered here, and tokens are not cookies
 def heartbeat(request: HttpRequest, stream_prefix: str, consumer_group: str) -> Any:
-    if request.META.get(DOOR_TRIED):
-        setattr(request, FAST_TRIED, True)
+    if request.META.get(FAST_TRIED):  # the heartbeat door (door.py) ran the script
         return _drf_view(request, stream_prefix=stream_prefix, consumer_group=consumer_group)
     answer = steady_body(request, stream_prefix, consumer_group)
     if answer is None:
@@ -87,7 +81,7 @@ def steady_body(
 ) -> bytes | HttpResponse | None:
     """A plainly steady heartbeat's answer: the stored response's bytes (the body of a 200
     ``application/json`` response with :data:`DRF_HEADERS`, not yet an HttpResponse) or the floor's
-    refusal; None when the DRF view must decide, and then ``FAST_TRIED`` is set on the request if the
+    refusal; None when the DRF view must decide, and then ``FAST_TRIED`` is set in ``request.META`` if the
     script ran. ``cached_only``: answer only from this process's cached credentials (never a database
     read). ``token``: what :func:`plain_token` returned for this request, when the caller has it."""
     try:
@@ -109,7 +103,7 @@ def steady_body(
     except (CoordinatorError, CredentialsChanged):
         return None  # nothing was written: DRF authenticates afresh and words any error
     if raw is None:
-        setattr(request, FAST_TRIED, True)
+        request.META[FAST_TRIED] = True
         return None
     _FAST_SECONDS.observe(time.perf_counter() - started)
     return raw

@@ -28,6 +28,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
+from coordinator.operations import OperationErrorCode
 from coordinator.protocol.describe import GroupState, ShardAssignment
 from coordinator.protocol.errors import ErrorCode
 from coordinator.protocol.model import (
@@ -480,7 +481,7 @@ class PurgeResponseSerializer(serializers.Serializer):
 
 # ---------------------------------------------------------------------------------------------- problems
 
-ALL_CODES = [c.value for c in ErrorCode] + [c.value for c in ApiErrorCode]
+ALL_CODES = [c.value for codes in (ErrorCode, OperationErrorCode, ApiErrorCode) for c in codes]
 assert set(ALL_CODES) == set(HTTP_STATUS), "every code needs a status in errors.HTTP_STATUS"
 
 
@@ -525,11 +526,11 @@ def problems(*codes: str) -> dict[tuple[int, str], OpenApiResponse]:
 # Any operation: no or a bad credential, the wrong role, a method the route lacks, a bug, Redis down.
 COMMON_CODES = (
     ApiErrorCode.UNAUTHENTICATED,
-    ApiErrorCode.PERMISSION_DENIED,
+    OperationErrorCode.PERMISSION_DENIED,
     ApiErrorCode.METHOD_NOT_ALLOWED,
     ErrorCode.ILLEGAL_TRANSITION,
     ErrorCode.METADATA_CORRUPT,
-    ApiErrorCode.INTERNAL_ERROR,
+    OperationErrorCode.INTERNAL_ERROR,
     ErrorCode.STORE_UNAVAILABLE,
     ErrorCode.CONCURRENT_UPDATE,
 )
@@ -588,4 +589,4 @@ DEAD_LETTER_ID = OpenApiParameter(
     description="The dead letter's id in the group's dead-letter stream.",
 )
 # Operator actions (coordinator/operations.py): audited first, refused if the audit row cannot be written.
-ACTION_CODES = (ApiErrorCode.AUDIT_UNAVAILABLE,)
+ACTION_CODES = (OperationErrorCode.AUDIT_UNAVAILABLE,)

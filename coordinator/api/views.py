@@ -36,9 +36,12 @@ from .auth import (
     BearerTokenAuthentication,
     IsAdmin,
     IsMember,
+    Role,
     StaffSessionAuthentication,
+    TokenPrincipal,
     identity_of,
     require_scope,
+    role_of,
 )
 from .errors import ApiErrorCode, exception_handler
 from .parsers import StrictJSONParser, require_json_body
@@ -56,7 +59,9 @@ from .throttling import AdminRateThrottle, admit_join, heartbeat_floor
 
 log = logging.getLogger(__name__)
 
-FAST_TRIED = "rsc_fast_heartbeat_tried"  # request attribute set by fastpath.heartbeat
+# Set in request.META (the WSGI environ) once the fast path ran the heartbeat script for this request
+# and found the member not steady (fastpath.py, door.py): this view then does not run it again.
+FAST_TRIED = "rsc.fast_tried"
 
 
 class JSONOnlyNegotiation(BaseContentNegotiation):
@@ -137,7 +142,18 @@ class ApiView(APIView):
             raise ValidationError({name: [ErrorDetail(e.message, code=f"invalid_{name}")]}) from e
 
     def actor(self) -> operations.Actor:
-        return operations.actor_from_api_request(self.request)
+        return actor_from_api_request(self.request)
+
+
+def actor_from_api_request(request: Any) -> operations.Actor:
+    """A DRF request: a bearer-token principal (admin if its role is) or a staff session (admin with
+    ``coordinator.manage_groups``), by the same rule as the API's permission classes."""
+    user: Any = request.user
+    is_admin = role_of(request) is Role.ADMIN
+    if isinstance(user, TokenPrincipal):
+        name = f"credential:{user.name}"
+        return operations.Actor(username=name, source=operations.Source.API, is_admin=is_admin)
+    return operations.Actor.of_user(user, source=operations.Source.API, is_admin=is_admin)
 
 
 def _declared_empty(request: Request) -> bool:
@@ -190,7 +206,7 @@ class HeartbeatView(ApiView):
         heartbeat = dataclasses.replace(heartbeat, owner=identity_of(request))
         # The pre-DRF fast path (fastpath.py) already ran the script (floor included) for this request
         # and found the member not steady: straight to the full path, the floor counted once.
-        if getattr(request._request, FAST_TRIED, False):
+        if request._request.META.get(FAST_TRIED):
             return Response(self.store.heartbeat(prefix, group, heartbeat, fast_tried=True))
         if heartbeat.member_epoch == 0:
             with admit_join():  # joins are shed first under load (429 JOINS_THROTTLED)

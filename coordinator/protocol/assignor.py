@@ -17,7 +17,7 @@ none, and a target with an entry per member would make every bump, and every rea
 group's header, cost time in proportion to the group rather than to its shards.
 
 Worker capacity is deliberately not an input: ``runtime_max_concurrency`` sizes the thread pool inside
-one member and is never an assignment weight (mission goal 6).
+one member and is never an assignment weight (docs/consumers.md).
 """
 
 from __future__ import annotations

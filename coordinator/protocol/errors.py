@@ -46,7 +46,9 @@ class ErrorCode(StrEnum):
 class CoordinatorError(Exception):
     """Base of every error the coordinator reports. ``details`` holds structured, JSON-safe fields."""
 
-    code: ClassVar[ErrorCode] = ErrorCode.INVALID_REQUEST
+    # An ErrorCode for the core's errors; a layer above may define errors with codes of its own
+    # (coordinator/operations.py). None carries an HTTP status: coordinator/api/errors.py maps codes.
+    code: ClassVar[StrEnum] = ErrorCode.INVALID_REQUEST
     retriable: ClassVar[bool] = False
 
     def __init__(self, message: str, **details: Any) -> None:

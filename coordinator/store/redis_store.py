@@ -814,7 +814,7 @@ class MetadataStore:
     def _remove_unused(self, stream_prefix: str, created: _Created) -> None:
         """Best effort, once a create_group / change_shard_count call has won, lost or failed: destroy
         the consumer groups and delete the (still empty, group-less) streams its attempts created that
-        the committed metadata does not use: a loser's debris (issue 10 item 7). What is used is read
+        the committed metadata does not use: a loser's debris, left otherwise. What is used is read
         after the outcome, so a winner's streams and groups are never touched; a rival that commits
         later re-creates what it needs after its commit (idempotently)."""
         if not created.groups and not created.streams:

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from admin_ui.models import AuditEntry
 from config.embedded_redis import RedisServer
+from coordinator.models import AuditEntry
 from coordinator.protocol.model import OrderingMode
 from coordinator.store import MetadataStore
 

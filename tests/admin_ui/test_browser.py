@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 from coordinator.store import MetadataStore
 
 from .conftest import staff_user

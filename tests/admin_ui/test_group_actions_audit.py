@@ -1,6 +1,6 @@
 """The group actions of the operator pages (max_concurrency, shard count, delete) go through
 coordinator/operations.py: the audit row is written first and, when it cannot be, nothing changes
-(fail closed, issue 10 item 3); a refusal is recorded with its code."""
+(fail closed, coordinator/operations.py); a refusal is recorded with its code."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import DatabaseError
 from django.test import Client
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 from coordinator.store import MetadataStore
 from tests.api.helpers import redis_snapshot
 

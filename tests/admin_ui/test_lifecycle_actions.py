@@ -12,7 +12,7 @@ from django.db import DatabaseError
 from django.test import Client
 from django.urls import reverse
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 from coordinator.protocol.model import RetentionPolicy
 from coordinator.store import MetadataStore
 from rsc_redis import keys as rkeys
@@ -469,7 +469,7 @@ def test_an_action_whose_audit_row_cannot_be_written_changes_nothing(
     def database_down(**_: Any) -> None:
         raise DatabaseError("the database is gone")
 
-    monkeypatch.setattr("admin_ui.audit.begin", database_down)
+    monkeypatch.setattr("coordinator.audit.begin", database_down)
     confirm = {"entry_ids": ids[0], "reason": "r", "confirm": "yes"}
     r = operator.post(shard_action("skip_entries"), confirm, follow=True)
     (message,) = messages_of(r)

@@ -12,8 +12,8 @@ from django.core.cache import cache
 from django.test import Client
 
 from admin_ui import drain_samples
-from admin_ui.migration import MIN_SPAN_MS, RATE_WINDOW_MS, STALLED_MS, add_sample, drain_estimate
-from admin_ui.models import AuditEntry
+from admin_ui.resharding_progress import MIN_SPAN_MS, RATE_WINDOW_MS, STALLED_MS, add_sample, drain_estimate
+from coordinator.models import AuditEntry
 from coordinator.protocol.model import OrderingMode
 from coordinator.store import MetadataStore
 

@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from admin_ui.models import AuditEntry
 from coordinator import operations
+from coordinator.models import AuditEntry
 from coordinator.protocol.errors import InvalidRequest
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 from coordinator.store import MetadataStore
 
 from .helpers import (

@@ -233,7 +233,7 @@ def test_steady_heartbeats_never_reach_django_and_the_floor_counts_once(
     # Not steady (a capacity change): the door ran the script (the floor's second heartbeat), Django
     # decides without running it again, and the body it reads is the one the door read.
     assert call(app, environ_of({**body, "capacity": 3}, MEMBER_TOKEN))[0] == "200 OK"
-    assert len(behind.calls) == 1 and behind.calls[0].get("rsc.fast_heartbeat_tried") is True
+    assert len(behind.calls) == 1 and behind.calls[0].get("rsc.fast_tried") is True
     status, _headers, problem = call(app, environ_of(body, MEMBER_TOKEN))
     assert status == "429 Too Many Requests"  # the third: past the burst of 2, answered by the door
     assert json.loads(problem)["code"] == "HEARTBEAT_TOO_FREQUENT"

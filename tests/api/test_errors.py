@@ -15,6 +15,7 @@ from rest_framework import exceptions as drf_exceptions
 
 from coordinator.api import errors
 from coordinator.api.errors import HTTP_STATUS, ApiErrorCode
+from coordinator.operations import OperationErrorCode
 from coordinator.protocol import errors as core
 from coordinator.protocol.errors import ErrorCode
 from coordinator.store import MetadataStore, get_store
@@ -38,7 +39,7 @@ def test_the_status_table_is_the_specification() -> None:
     assert {code: HTTP_STATUS[code][0] for code in spec} == spec
     # Every core code has a status; the HTTP layer adds only its own codes.
     assert set(ErrorCode) <= set(HTTP_STATUS)
-    assert set(HTTP_STATUS) == set(ErrorCode) | set(ApiErrorCode)
+    assert set(HTTP_STATUS) == set(ErrorCode) | set(OperationErrorCode) | set(ApiErrorCode)
 
 
 @pytest.mark.parametrize(

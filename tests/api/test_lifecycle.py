@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 
 from .helpers import (
     GROUP,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 
 from .helpers import (
     GROUP,

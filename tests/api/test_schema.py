@@ -24,9 +24,9 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from admin_ui.models import AuditEntry
 from coordinator import operations
 from coordinator.api.schemas import END, ENTRY_ID_PATTERN, whole
+from coordinator.models import AuditEntry
 from coordinator.protocol.describe import GroupState
 from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
 from coordinator.protocol.model import (

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from admin_ui.models import AuditEntry
+from coordinator.models import AuditEntry
 
 from .helpers import ADMIN_TOKEN, GROUP, PREFIX, Api, assert_problem, redis_snapshot
 

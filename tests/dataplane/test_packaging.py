@@ -1,5 +1,5 @@
 """The consumers package runs in plain Python processes: no Django needed. Its Lua scripts document
-themselves (STYLE.md: a header listing KEYS, ARGV, the return value and the keys touched)."""
+themselves (a header listing KEYS, ARGV, the return value and the keys touched)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection
 
-from admin_ui.models import AuditEntry
 from coordinator import operations
 from coordinator.api.errors import HTTP_STATUS
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig

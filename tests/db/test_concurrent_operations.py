@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from admin_ui.models import AuditEntry
 from coordinator import operations
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError
 from coordinator.protocol.group import Heartbeat

@@ -1,4 +1,4 @@
-"""One bad entry in the stream prefix index ``rsc:prefixes`` (issue 10 item 8) is skipped and reported
+"""One bad entry in the stream prefix index ``rsc:prefixes`` is skipped and reported
 once per listing or tick (an ERROR line naming it), never fatal to the group listing, the tick or the
 retention pass. Against a real Redis (tests/conftest.py)."""
 

@@ -11,7 +11,8 @@ was made, and is gone.)
 commits, and is lost if it rolls back after the change was made. Calling them inside ``atomic()`` is a
 programming error (Django raises ``RuntimeError``), not something to paper over.
 
-Every write also logs one line (logger ``admin_ui.audit``), so the trail survives in the log when the
+Every write also logs one line (logger ``admin_ui.audit``, its name from before the module moved
+here, kept for whoever filters the log on it), so the trail survives in the log when the
 table is pruned. Entry fields (a skip's payloads) go to the table only, never to the log.
 """
 
@@ -26,7 +27,7 @@ from django.db import transaction
 
 from .models import AuditEntry
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("admin_ui.audit")
 
 
 def begin(
