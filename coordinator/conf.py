@@ -13,7 +13,7 @@ settings module, before Django is configured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from typing import Any, Literal
 
 from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
@@ -195,3 +195,31 @@ def apply_defaults(settings: Any) -> list[str]:
     for name in missing:
         setattr(settings, name, default(name))
     return missing
+
+
+# The typed, frozen view of the settings: one attribute per entry of SETTINGS.
+Settings = make_dataclass("Settings", [(s.name, s.type) for s in SETTINGS], frozen=True, slots=True)
+_current: Any = None
+
+
+def settings() -> Any:
+    """Django's settings as a frozen ``Settings`` (a missing one at its default), built once and rebuilt
+    after Django's ``setting_changed`` (sent by ``override_settings`` and pytest-django's ``settings``
+    fixture), so code reads ``conf.settings().RSC_TICK_INTERVAL_MS`` instead of ``getattr`` with a
+    default of its own."""
+    global _current
+    current = _current
+    if current is None:
+        from django.conf import settings as django_settings
+        from django.test.signals import setting_changed
+
+        setting_changed.connect(_reset, dispatch_uid="coordinator.conf.settings")
+        current = Settings(**{s.name: getattr(django_settings, s.name, default(s.name)) for s in SETTINGS})
+        _current = current
+    return current
+
+
+def _reset(**kwargs: Any) -> None:
+    global _current
+    if kwargs.get("setting") in DEFAULTS:
+        _current = None
