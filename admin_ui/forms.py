@@ -11,9 +11,9 @@ from django.core.exceptions import ValidationError
 
 from coordinator.operations import MAX_REASON_CHARS
 from coordinator.protocol.errors import InvalidRequest
+from coordinator.protocol.limits import MAX_MAX_CONCURRENCY
 from coordinator.protocol.model import (
     MAX_ENTRY_IDS,
-    MAX_MAX_CONCURRENCY,
     MAX_MAX_LEN,
     MAX_RETENTION_MS,
     MAX_SHARD_COUNT,

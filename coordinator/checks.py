@@ -4,8 +4,8 @@
     rsc.E002  RSC_TICK_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
     rsc.E003  RSC_HEARTBEAT_INTERVAL_MS >= RSC_MEMBER_LEASE_TTL_MS
     rsc.E004  RSC_MEMBER_RETENTION_MS < RSC_MEMBER_LEASE_TTL_MS
-    rsc.E005  a setting outside the range its consumer accepts (RANGES_MS); among them
-              RSC_RETENTION_INTERVAL_MS below 1000 (a retention pass per second at most)
+    rsc.E005  a setting outside the range its consumer accepts (RANGES_MS, from the table in
+              coordinator/conf.py); among them RSC_RETENTION_INTERVAL_MS below 1000
     rsc.E006  a count setting (COUNTS) that is not an integer in its range
     rsc.W001  (`check --deploy` only) an RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS entry shorter than
               MIN_TOKEN_LENGTH characters: a guessable bearer token, like `make run`'s public dev tokens
@@ -14,7 +14,7 @@ The errors run before every manage.py command (runserver, migrate, run_tick, ...
 config/celery.py, when a Celery worker or beat starts; the deploy check with `manage.py check --deploy`.
 A missing or weak SECRET_KEY is not a check: with DEBUG off, config/settings.py refuses to start at all
 (the API server runs no checks). Projects that install the app without defining a
-setting get the default below (the same as config/settings.py).
+setting get the default of coordinator/conf.py (the same as config/settings.py).
 """
 
 from __future__ import annotations
@@ -24,38 +24,21 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
+from coordinator.conf import SETTINGS
 
-DEFAULTS_MS = {
-    "RSC_TICK_INTERVAL_MS": 1000,
-    "RSC_MEMBER_LEASE_TTL_MS": 10000,
-    "RSC_HEARTBEAT_INTERVAL_MS": 3000,
-    "RSC_REVOCATION_TIMEOUT_MS": 30000,
-    "RSC_MEMBER_RETENTION_MS": 600000,
-    "RSC_RETENTION_INTERVAL_MS": 30000,
-}
-
-# The lease, heartbeat and revocation settings are the defaults of every group created without its own
-# values, so they must lie in the ranges GroupConfig.validated() accepts (coordinator/protocol/model.py);
-# else every such create_group would fail with INVALID_REQUEST long after start-up.
-# tests/test_checks.py pins these bounds to GroupConfig. The retention is Tick.retention_ms's range.
+# Derived from the settings table (coordinator/conf.py), which holds each setting's default and range;
+# the group defaults' ranges there are GroupConfig's (coordinator/protocol/limits.py).
+DEFAULTS_MS: dict[str, int] = {s.name: s.default for s in SETTINGS if s.check == "ms"}
 RANGES_MS: dict[str, tuple[int, int, str]] = {
-    "RSC_MEMBER_LEASE_TTL_MS": (1_000, 3_600_000, "a group's lease_ttl_ms"),
-    "RSC_HEARTBEAT_INTERVAL_MS": (100, 600_000, "a group's heartbeat_interval_ms"),
-    "RSC_REVOCATION_TIMEOUT_MS": (1_000, 3_600_000, "a group's revocation_timeout_ms"),
-    "RSC_MEMBER_RETENTION_MS": (1, 7 * 24 * 3_600_000, "the tick's retention_ms"),
-    # A retention pass trims every stream it visits: more than one a second is load for nothing.
-    "RSC_RETENTION_INTERVAL_MS": (1_000, 7 * 24 * 3_600_000, "the retention pass interval"),
+    s.name: (s.low, s.high, s.what)
+    for s in SETTINGS
+    if s.check == "ms" and s.low is not None and s.high is not None
 }
-
 # Settings that are counts: name -> (default, low, high, what).
 COUNTS: dict[str, tuple[int, int, int, str]] = {
-    "RSC_MAX_ENDED_MEMBERS": (100, 0, MAX_ENDED_MEMBERS_LIMIT, "the tick's max_ended_members"),
-    "RSC_RETENTION_MAX_STREAMS": (2_000, 1, 1_000_000, "streams visited per retention pass"),
-    # coordinator/api/throttling.py: 0 turns the floor off; at most one heartbeat a minute is the end.
-    "RSC_HEARTBEAT_FLOOR_MS": (50, 0, 60_000, "the per-member heartbeat floor"),
-    "RSC_HEARTBEAT_BURST": (20, 1, 10_000, "the heartbeat floor's burst"),
-    "RSC_MAX_CONCURRENT_JOINS": (4, 0, 10_000, "joins at once per API process"),
+    s.name: (s.default, s.low, s.high, s.what)
+    for s in SETTINGS
+    if s.check == "count" and s.low is not None and s.high is not None
 }
 
 

@@ -64,6 +64,7 @@ from coordinator.protocol.errors import (
     GroupHasUnconsumedEntries,
     InvalidRequest,
 )
+from coordinator.protocol.limits import require_lease_above_tick
 from coordinator.protocol.model import (
     MAX_ENTRY_IDS,
     MAX_RETENTION_MS,
@@ -430,6 +431,7 @@ def create_group(actor: Actor, command: CreateGroup, *, start_from: str = "lates
     if not isinstance(command, CreateGroup):
         raise InvalidRequest("command must be a CreateGroup", field="command")
     prefix, group = _group_target(command.stream_prefix, command.consumer_group)
+    require_lease_above_tick(command.config.validated().lease_ttl_ms, settings.RSC_TICK_INTERVAL_MS)
     requested = {
         "shard_count": command.shard_count,
         "config": dataclasses.asdict(command.config),

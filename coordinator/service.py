@@ -27,17 +27,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.conf import settings
-
+from coordinator import conf
 from coordinator.protocol.errors import CoordinatorError
 from coordinator.store import StoreTickReport, get_store
 from coordinator.store.retention import RetentionReport
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RETENTION_MS = 600_000
-DEFAULT_MAX_ENDED_MEMBERS = 100
-DEFAULT_RETENTION_MAX_STREAMS = 2_000
 # run_tick's longest wait between attempts while the store is unreachable: long enough not to spin,
 # short enough that expiry resumes within a few seconds of Redis coming back.
 BACKOFF_MAX_MS = 5_000
@@ -45,9 +41,10 @@ BACKOFF_MAX_MS = 5_000
 
 def run_tick() -> list[StoreTickReport]:
     """One tick over every stream prefix; logs what it changed. Raises StoreUnavailable and the like."""
-    retention_ms = getattr(settings, "RSC_MEMBER_RETENTION_MS", DEFAULT_RETENTION_MS)
-    max_ended = getattr(settings, "RSC_MAX_ENDED_MEMBERS", DEFAULT_MAX_ENDED_MEMBERS)
-    reports = get_store().tick(retention_ms=retention_ms, max_ended_members=max_ended)
+    current = conf.settings()
+    reports = get_store().tick(
+        retention_ms=current.RSC_MEMBER_RETENTION_MS, max_ended_members=current.RSC_MAX_ENDED_MEMBERS
+    )
     for report in reports:
         log_report(report)
     return reports
@@ -57,8 +54,7 @@ def run_retention() -> list[RetentionReport]:
     """One retention pass (at most RSC_RETENTION_MAX_STREAMS streams, continuing where the previous one
     stopped), then the audit prune if the operations layer provides one. Raises StoreUnavailable and the
     like; the store's per-prefix failures are in the reports (and logged)."""
-    max_streams = getattr(settings, "RSC_RETENTION_MAX_STREAMS", DEFAULT_RETENTION_MAX_STREAMS)
-    reports = get_store().retention_pass(max_streams=max_streams)
+    reports = get_store().retention_pass(max_streams=conf.settings().RSC_RETENTION_MAX_STREAMS)
     for report in reports:
         log_retention_report(report)
     prune_audit_once()

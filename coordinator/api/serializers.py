@@ -27,14 +27,13 @@ from rest_framework import serializers
 
 from coordinator import operations
 from coordinator.protocol.commands import CreateGroup
-from coordinator.protocol.errors import CoordinatorError, InvalidConfig, InvalidIdentifier
+from coordinator.protocol.errors import CoordinatorError, InvalidIdentifier
 from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES, MAX_MAX_CONCURRENCY, require_lease_above_tick
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     MAX_CAPACITY,
-    MAX_MAX_CONCURRENCY,
     MAX_MAX_LEN,
-    MAX_MEMBERS_LIMIT,
     MAX_RETENTION_MS,
     MAX_SHARD_COUNT,
     MEMBER_ID_RE,
@@ -55,14 +54,6 @@ from .schemas import AFTER_PATTERN, ENTRY_ID_SCHEMA, SHARD_SCHEMA, whole
 
 MAX_MEMBER_EPOCH = 2**53  # the largest integer every JSON implementation represents exactly
 MAX_OWNED_SHARDS = 2 * MAX_SHARD_COUNT  # a draining and an active version at most
-# Ranges of GroupConfig.validated(); tests/api check that both agree at every bound.
-CONFIG_RANGES: dict[str, tuple[int, int]] = {
-    "max_concurrency": (1, MAX_MAX_CONCURRENCY),
-    "lease_ttl_ms": (1_000, 3_600_000),
-    "heartbeat_interval_ms": (100, 600_000),
-    "revocation_timeout_ms": (1_000, 3_600_000),
-    "max_members": (1, MAX_MEMBERS_LIMIT),
-}
 
 
 # ---------------------------------------------------------------------------------------------- fields
@@ -253,7 +244,7 @@ class LeaseTtlField(StrictIntegerField):
 
 
 def _config_field(name: str, help_text: str) -> StrictIntegerField:
-    low, high = CONFIG_RANGES[name]
+    low, high = GROUP_CONFIG_RANGES[name]
     field_class = LeaseTtlField if name == "lease_ttl_ms" else StrictIntegerField
     return field_class(min_value=low, max_value=high, required=False, help_text=help_text)
 
@@ -292,26 +283,21 @@ class CreateGroupSerializer(StrictSerializer):
     def to_command(self) -> tuple[CreateGroup, str]:
         data = dict(self.validated_data)
         config = default_config_from_settings(settings)
-        overrides = {name: data[name] for name in CONFIG_RANGES if name in data}
+        overrides = {name: data[name] for name in GROUP_CONFIG_RANGES if name in data}
         command = CreateGroup(
             stream_prefix=data["stream_prefix"],
             consumer_group=data["consumer_group"],
             shard_count=data.get("shard_count"),
             config=GroupConfig(**{**_config_dict(config), **overrides}),
         )
-        tick_ms = settings.RSC_TICK_INTERVAL_MS
-        if command.config.lease_ttl_ms <= tick_ms:
-            # docs/protocol.md section 5: the tick must run within every lease, or expiry lags a whole tick.
-            raise InvalidConfig(
-                f"lease_ttl_ms ({command.config.lease_ttl_ms}) must be above the coordinator's tick interval "
-                f"(RSC_TICK_INTERVAL_MS = {tick_ms})",
-                field="lease_ttl_ms",
-            )
+        # Checked again by operations.create_group for every entry point; here so a bad request fails
+        # before the operation runs (the same function, the same INVALID_CONFIG answer).
+        require_lease_above_tick(command.config.lease_ttl_ms, settings.RSC_TICK_INTERVAL_MS)
         return command, data["start_from"]
 
 
 def _config_dict(config: GroupConfig) -> dict[str, int]:
-    return {name: getattr(config, name) for name in CONFIG_RANGES}
+    return {name: getattr(config, name) for name in GROUP_CONFIG_RANGES}
 
 
 class MaxConcurrencySerializer(StrictSerializer):

@@ -28,18 +28,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from coordinator import conf
 from coordinator.protocol.errors import JoinsThrottled
 from coordinator.store import HeartbeatFloor
 
 from .auth import TokenPrincipal
-
-DEFAULT_ADMIN_API_RATE = "600/min"
-DEFAULT_HEARTBEAT_FLOOR_MS = 50
-DEFAULT_HEARTBEAT_BURST = 20
 
 
 def heartbeat_floor() -> HeartbeatFloor | None:
@@ -48,12 +44,10 @@ def heartbeat_floor() -> HeartbeatFloor | None:
     ones get 429 HEARTBEAT_TOO_FREQUENT with Retry-After and change nothing. Kept in Redis by the fast
     path's script, so it holds across every API process. ``RSC_HEARTBEAT_FLOOR_MS=0`` turns it off.
     Read on every request, so a changed setting applies at once."""
-    period = int(getattr(settings, "RSC_HEARTBEAT_FLOOR_MS", DEFAULT_HEARTBEAT_FLOOR_MS))
+    period = int(conf.settings().RSC_HEARTBEAT_FLOOR_MS)
     if period <= 0:
         return None
-    return HeartbeatFloor(
-        period, max(1, int(getattr(settings, "RSC_HEARTBEAT_BURST", DEFAULT_HEARTBEAT_BURST)))
-    )
+    return HeartbeatFloor(period, max(1, int(conf.settings().RSC_HEARTBEAT_BURST)))
 
 
 class AdminRateThrottle(SimpleRateThrottle):
@@ -62,7 +56,7 @@ class AdminRateThrottle(SimpleRateThrottle):
     scope = "admin_api"
 
     def get_rate(self) -> str:
-        return str(getattr(settings, "RSC_ADMIN_API_RATE", DEFAULT_ADMIN_API_RATE))
+        return str(conf.settings().RSC_ADMIN_API_RATE)
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         user: Any = request.user
@@ -75,7 +69,6 @@ class AdminRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": ident}
 
 
-DEFAULT_MAX_CONCURRENT_JOINS = 4
 _joins_lock = threading.Lock()
 _joins_running = 0
 
@@ -88,7 +81,7 @@ def admit_join() -> Iterator[None]:
     change to it); shedding joins first keeps steady heartbeats and renewals, hence every live member's
     lease, served under load. ``0`` admits every join."""
     global _joins_running
-    limit = int(getattr(settings, "RSC_MAX_CONCURRENT_JOINS", DEFAULT_MAX_CONCURRENT_JOINS))
+    limit = int(conf.settings().RSC_MAX_CONCURRENT_JOINS)
     with _joins_lock:
         if limit and _joins_running >= limit:
             wait_ms = 500 + random.randrange(1_500)  # spread the retries of a crowd of joiners

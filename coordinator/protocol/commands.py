@@ -24,8 +24,8 @@ from .errors import (
     StreamPrefixNotFound,
 )
 from .group import Heartbeat, bump, collect_garbage, expire_members, heartbeat
+from .limits import MAX_MAX_CONCURRENCY
 from .model import (
-    MAX_MAX_CONCURRENCY,
     Group,
     GroupConfig,
     OrderingMode,

@@ -14,13 +14,12 @@ from enum import StrEnum
 from math import gcd
 
 from .errors import InvalidConfig, InvalidIdentifier, InvalidRequest
+from .limits import GROUP_CONFIG_RANGES
 
 IDENTIFIER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MEMBER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_SHARD_COUNT = 1024
-MAX_MAX_CONCURRENCY = 1024
 MAX_CAPACITY = 1024
-MAX_MEMBERS_LIMIT = 10_000
 # Retention bounds (docs/protocol.md, retention): a year is the longest age or grace period accepted.
 MAX_RETENTION_MS = 31_536_000_000
 MIN_MAX_AGE_MS = 60_000
@@ -265,11 +264,8 @@ class GroupConfig:
     max_members: int = 1_000
 
     def validated(self) -> GroupConfig:
-        require_int_in_range(self.max_concurrency, "max_concurrency", 1, MAX_MAX_CONCURRENCY)
-        require_int_in_range(self.lease_ttl_ms, "lease_ttl_ms", 1_000, 3_600_000)
-        require_int_in_range(self.heartbeat_interval_ms, "heartbeat_interval_ms", 100, 600_000)
-        require_int_in_range(self.revocation_timeout_ms, "revocation_timeout_ms", 1_000, 3_600_000)
-        require_int_in_range(self.max_members, "max_members", 1, MAX_MEMBERS_LIMIT)
+        for name, (low, high) in GROUP_CONFIG_RANGES.items():
+            require_int_in_range(getattr(self, name), name, low, high)
         if self.heartbeat_interval_ms >= self.lease_ttl_ms:
             raise InvalidConfig(
                 f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below lease_ttl_ms "

@@ -10,8 +10,8 @@ import pytest
 
 from coordinator.api.errors import PayloadTooLarge
 from coordinator.api.parsers import StrictJSONParser
-from coordinator.api.serializers import CONFIG_RANGES
 from coordinator.protocol.errors import InvalidRequest
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES
 from coordinator.protocol.model import GroupConfig
 
 from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, assert_problem
@@ -277,9 +277,9 @@ def test_a_body_longer_than_its_declared_length_is_still_bounded(
         StrictJSONParser().parse(io.BytesIO(b'{"a": "' + b"x" * 100 + b'"}'))
 
 
-@pytest.mark.parametrize("name", sorted(CONFIG_RANGES))
+@pytest.mark.parametrize("name", sorted(GROUP_CONFIG_RANGES))
 def test_config_ranges_agree_with_the_core(name: str) -> None:
-    low, high = CONFIG_RANGES[name]
+    low, high = GROUP_CONFIG_RANGES[name]
     base = {"lease_ttl_ms": 3_600_000, "heartbeat_interval_ms": 100}
     for value in (low, high):
         GroupConfig(**{**base, name: value}).validated()
