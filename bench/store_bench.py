@@ -137,7 +137,7 @@ def big_group(
         changes.append(MemberChanged(consumer_group=group, member_id=mid))
         changes.append(LeaseSet(consumer_group=group, member_id=mid, deadline_ms=member.lease_deadline_ms))
     outcome = Outcome(state=replace(state, groups={group: formed}), changes=tuple(changes))
-    assert store._commit(prefix, loaded, outcome)
+    assert store.committer.commit(prefix, loaded, outcome)
 
 
 def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:

@@ -35,13 +35,13 @@ def leases(store: MetadataStore) -> dict[str, int]:
 def loads(store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> list[list[str] | None]:
     """The groups every load of the store asks for (None: all), from now on."""
     seen: list[list[str] | None] = []
-    original = store._load
+    original = store.reader.load
 
     def counting(prefix: str, groups: list[str] | None, lease_of: str | None = None) -> Any:
         seen.append(None if groups is None else list(groups))
         return original(prefix, groups, lease_of)
 
-    monkeypatch.setattr(store, "_load", counting)
+    monkeypatch.setattr(store.reader, "load", counting)
     return seen
 
 
@@ -175,15 +175,15 @@ def test_a_full_tick_that_failed_is_tried_again_at_the_next_tick(
 ) -> None:
     create_group(store)
     Member(store, "m1").heartbeat()
-    original = store._execute
+    original = store.committer.execute
 
     def conflicting(*args: Any, **kwargs: Any) -> Any:
         raise ConcurrentUpdate("a conflict storm")
 
-    monkeypatch.setattr(store, "_execute", conflicting)
+    monkeypatch.setattr(store.committer, "execute", conflicting)
     [report] = store.tick()
     assert report.error is not None and PREFIX not in store._full_tick_at
-    monkeypatch.setattr(store, "_execute", original)
+    monkeypatch.setattr(store.committer, "execute", original)
     seen = loads(store, monkeypatch)
     store.tick()
     assert seen == [None] and PREFIX in store._full_tick_at  # full again, and only now marked done
