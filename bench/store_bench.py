@@ -163,7 +163,7 @@ def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
         store.tick()  # the first tick of a process reads everything; then the index decides
 
         def partial(_i: int, store: MetadataStore = store) -> None:
-            store._full_tick_at["tick"] = time.monotonic()
+            store.ticker.full_tick_at["tick"] = time.monotonic()
             [report] = store.tick()  # the only prefix
             assert report.expired == () and report.collected == ()
 

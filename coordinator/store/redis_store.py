@@ -22,7 +22,6 @@ shard whose stream does not exist.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +36,7 @@ from coordinator.protocol.commands import (
     DeleteGroup,
     MemberHeartbeat,
     MemberHeartbeats,
-    ReportDrained,
     SetMaxConcurrency,
-    Tick,
-    TickReport,
 )
 from coordinator.protocol.describe import (
     HeartbeatResponse,
@@ -66,7 +62,6 @@ from coordinator.protocol.model import (
     PrefixState,
     RetentionPolicy,
     Shard,
-    VersionState,
     validate_identifier,
 )
 from rsc_redis import clients, lua
@@ -80,28 +75,15 @@ from .committing import Committer, Created
 from .dead_letters import DeadLetters
 from .operator_scripts import OperatorScripts
 from .reading import Loaded, Reader
-from .replies import text, translate_redis_errors
+from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
+from .ticking import StoreTickReport, Ticker
 from .turns import Turns
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
 
 START_FROM = {"latest": "$", "earliest": "0"}
-# The tick reads every group at least this often, whatever the tick index says (MetadataStore.tick).
-FULL_TICK_INTERVAL_S = 60.0
-# Index entries past their deadline tick_due.lua looks at per prefix; beyond, every group is read.
-TICK_INDEX_LOOK = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreTickReport:
-    stream_prefix: str
-    expired: tuple[tuple[str, str], ...]
-    collected: tuple[tuple[str, str], ...]
-    drained: tuple[tuple[str, str], ...] = ()  # (group, shard) found drained by this tick
-    retired_versions: tuple[int, ...] = ()
-    error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
 class CredentialsChanged(Exception):
@@ -125,8 +107,8 @@ class MetadataStore:
 
     It answers heartbeats and the operators' commands, and composes the parts of docs/store.md ("The
     store's parts"): ``reader``, ``committer`` (the full path), ``backlog_reads``, ``backlog_actions``,
-    ``dead_letter_ops`` and ``retention``; the public operations of the last four are reached through
-    the thin methods at the end of this class."""
+    ``dead_letter_ops``, ``retention`` and ``ticker``; the public operations of the last five are
+    reached through the thin methods at the end of this class."""
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
@@ -138,9 +120,6 @@ class MetadataStore:
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
         log_rule = lease_rule + codec.change_log_lua() + "\n"
         self.reader = Reader(client, client.register_script(log_rule + _LUA("load.lua").read_text()))
-        self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
-        # When this store last read every group of a prefix in a tick that succeeded (monotonic s).
-        self._full_tick_at: dict[str, float] = {}
         # The full path (committing.py); a prefix's deletion is committed by the retention part.
         self.committer = Committer(
             client,
@@ -170,6 +149,13 @@ class MetadataStore:
             self.reader,
             execute=lambda command, groups: self.committer.execute(command, groups),
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
+            stream_prefixes=lambda: self.stream_prefixes(),
+        )
+        self.ticker = Ticker(
+            client,
+            client.register_script(lease_rule + _LUA("tick_due.lua").read_text()),
+            self.retention,
+            execute=lambda command, groups: self.committer.execute(command, groups),
             stream_prefixes=lambda: self.stream_prefixes(),
         )
 
@@ -572,90 +558,8 @@ class MetadataStore:
     ) -> list[RetentionReport]:
         return self.retention.retention_pass(max_streams=max_streams, max_trim_per_stream=max_trim_per_stream)
 
-    # ------------------------------------------------------------------------------------------ tick
-
     def tick(self, retention_ms: int = 600_000, max_ended_members: int = 100) -> list[StoreTickReport]:
-        """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement.
-
-        Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
-        reported in its ``StoreTickReport.error`` and does not hold back the others. Only failing to
-        list the prefixes at all raises."""
-        started = time.perf_counter()
-        reports = []
-        prefixes = self.stream_prefixes()
-        for gone in set(self._full_tick_at) - set(prefixes):
-            self._full_tick_at.pop(gone, None)
-        for prefix in prefixes:
-            # Every FULL_TICK_INTERVAL_S (since the last one that succeeded) the tick reads every group
-            # of the prefix whatever the index says: a group the index would wrongly pass over (a bug, a
-            # hand-edited key) is late by about that much, never stranded.
-            started_prefix = time.monotonic()
-            last_full = self._full_tick_at.get(prefix)
-            full = last_full is None or started_prefix - last_full >= FULL_TICK_INTERVAL_S
-            try:
-                report = self._tick_prefix(prefix, retention_ms, max_ended_members, full=full)
-                if full:
-                    self._full_tick_at[prefix] = started_prefix
-            except CoordinatorError as e:
-                log.warning("tick of stream prefix %r failed: %s", prefix, e)
-                report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)
-            if report is not None:
-                reports.append(report)
-        expired = sum(len(r.expired) for r in reports)
-        instruments.count(
-            self.client, tick_runs=1, tick_seconds=time.perf_counter() - started, members_expired=expired
-        )
-        return reports
-
-    def _tick_prefix(
-        self, prefix: str, retention_ms: int, max_ended_members: int, *, full: bool = True
-    ) -> StoreTickReport | None:
-        tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
-        groups: list[str] | None = None  # every group
-        if not full:
-            keys = [
-                rkeys.meta_key(prefix),
-                rkeys.lease_records_key(prefix),
-                rkeys.lease_index_key(prefix),
-                rkeys.schedule_index_key(prefix),
-            ]
-            with translate_redis_errors():
-                _now, every, *due = self._tick_due(
-                    keys=keys, args=[tick.retention_ms, tick.max_ended_members, TICK_INDEX_LOOK]
-                )
-            if int(every) == -1:
-                return None  # no metadata
-            if int(every) == 0:
-                if not due:
-                    return StoreTickReport(stream_prefix=prefix, expired=(), collected=())
-                groups = sorted(map(text, due))
-        outcome = self.committer.execute(tick, groups)
-        if outcome.state is None:
-            return None
-        assert isinstance(outcome.result, TickReport)
-        report = outcome.result
-        drained = self.retention.observe_drained(outcome.state)
-        retired = list(report.retired_versions)
-        for group, shards in drained.items():
-            before = {v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED}
-            cmd = ReportDrained(stream_prefix=prefix, consumer_group=group, shards=frozenset(shards))
-            try:
-                after = self.committer.execute(cmd, None).state
-            except GroupNotFound:
-                continue  # deleted meanwhile
-            assert after is not None
-            retired += [
-                v.version
-                for v in after.topology.versions
-                if v.state is VersionState.RETIRED and v.version not in before
-            ]
-        return StoreTickReport(
-            stream_prefix=prefix,
-            expired=report.expired,
-            collected=report.collected,
-            drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
-            retired_versions=tuple(sorted(set(retired))),
-        )
+        return self.ticker.tick(retention_ms, max_ended_members)
 
     # ------------------------------------------------------------------------------------------ raw
 

@@ -111,7 +111,8 @@ def test_the_tick_finds_a_format1_groups_revocation_deadline_and_upgrades_the_gr
     store: MetadataStore,
 ) -> None:
     load_format1(store, shift_leases=True)  # a's revocation deadline (30 s after the capture) has passed
-    report = store._tick_prefix(PREFIX, 600_000, 100, full=False)  # as the index and ts: say, nothing more
+    # As the index and ts: say, nothing more.
+    report = store.ticker.tick_prefix(PREFIX, 600_000, 100, full=False)
     assert report is not None and report.expired == ((GROUP, "a"),)
     state = store._load(PREFIX, None).state
     assert state is not None
