@@ -137,7 +137,7 @@ def big_group(
         changes.append(MemberChanged(consumer_group=group, member_id=mid))
         changes.append(LeaseSet(consumer_group=group, member_id=mid, deadline_ms=member.lease_deadline_ms))
     outcome = Outcome(state=replace(state, groups={group: formed}), changes=tuple(changes))
-    assert store._commit(prefix, loaded, outcome)
+    assert store.committer.commit(prefix, loaded, outcome)
 
 
 def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
         store.tick()  # the first tick of a process reads everything; then the index decides
 
         def partial(_i: int, store: MetadataStore = store) -> None:
-            store._full_tick_at["tick"] = time.monotonic()
+            store.ticker.full_tick_at["tick"] = time.monotonic()
             [report] = store.tick()  # the only prefix
             assert report.expired == () and report.collected == ()
 

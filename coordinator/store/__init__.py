@@ -6,7 +6,8 @@ import threading
 
 from coordinator.protocol.errors import StoreUnavailable
 
-from .redis_store import CredentialsChanged, HeartbeatFloor, MetadataStore, StoreTickReport
+from .redis_store import CredentialsChanged, HeartbeatFloor, MetadataStore
+from .ticking import StoreTickReport
 
 __all__ = [
     "CredentialsChanged",

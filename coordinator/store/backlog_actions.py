@@ -61,7 +61,8 @@ MAX_AGE_MS = MAX_RETENTION_MS  # one year: the largest older_than_ms
 
 class BacklogActions:
     """The operators' actions on entries. ``execute`` runs a core command through the store's full path
-    (``MetadataStore._execute``); ``describe_prefix`` is the store's prefix view, returned by a release."""
+    (``Committer.execute``, committing.py); ``describe_prefix`` is the store's prefix view, returned by
+    a release."""
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ decided together").
 
 Theory of operation
 -------------------
-Within a process, decisions on a stream prefix already take turns (``MetadataStore._deciding_on``):
+Within a process, decisions on a stream prefix already take turns (``Committer.deciding_on``):
 while one runs, the others wait. A decision at 10,000 members costs a few milliseconds in the core and
 about as much again to load and commit, whatever it decides. So a waiting heartbeat does not wait for
 its own turn: it puts a *ticket* in its group's queue, and whichever thread gets the turn takes every

@@ -8,7 +8,7 @@ Documents (the source of truth), each with a revision used for compare-and-set:
   or, in format 1 (read, never written), the whole group with its members;
 * ``d:<group>:<member>`` / ``d#:<group>:<member>``: one member's record (without its lease) and its
   revision; ``gm#:<group>`` counts the commits that wrote member records only (see
-  ``MetadataStore._commit``: a group-wide commit checks it);
+  ``Committer.commit``: a group-wide commit checks it);
 * ``l:<group>:<member>``: a member's lease deadline (ms, Redis clock). Kept apart from the group document
   so that a steady-state heartbeat renews it without rewriting the group.
 

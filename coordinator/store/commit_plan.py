@@ -52,7 +52,7 @@ from . import codec
 
 
 class LoadedState(Protocol):
-    """What the commit needs of the load its decision was made on (redis_store's load)."""
+    """What the commit needs of the load its decision was made on (reading.py's ``Loaded``)."""
 
     @property
     def state(self) -> PrefixState | None: ...

@@ -7,30 +7,23 @@ The coordinator keeps no state between requests; every command is
 1. *fast path* (heartbeats only): ``fast_heartbeat.lua`` applies the per-member heartbeat floor, then
    renews a steady member's lease in one round trip and returns its cached response, or says "not
    steady";
-2. *full path*: ``load.lua`` reads the documents the command needs and Redis's clock, the pure core
-   (:func:`coordinator.protocol.commands.apply`) decides, and ``commit.lua`` writes the changed documents
-   and derived fields only if none of the loaded documents changed meanwhile (compare-and-set on their
-   revisions). On a conflict the command is re-run on fresh state, with jittered backoff.
+2. *full path* (committing.py): ``load.lua`` reads the documents the command needs and Redis's clock,
+   the pure core (:func:`coordinator.protocol.commands.apply`) decides, and ``commit.lua`` writes the
+   changed documents and derived fields only if none of the loaded documents changed meanwhile
+   (compare-and-set on their revisions). On a conflict the command is re-run on fresh state, with
+   jittered backoff.
 
 Two coordinators racing therefore never lose an update: one commit wins, the other re-decides on the
-winner's state. A rejected command (the core raises) writes nothing. A command whose outcome state is
-``None`` for an existing prefix (``DeletePrefix``) commits by deleting the prefix's keys instead
-(``delete_prefix.lua``, in ``retention.py``), under the same compare-and-set on the topology revision.
-Stream keys and Redis consumer groups are created before the commit that makes them visible
-(idempotently), so a member never gets a shard whose stream does not exist.
+winner's state. A rejected command (the core raises) writes nothing. Stream keys and Redis consumer
+groups are created before the commit that makes them visible (idempotently), so a member never gets a
+shard whose stream does not exist.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import random
-import threading
-import time
-import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +32,11 @@ from redis.cluster import RedisCluster
 
 from coordinator.protocol.commands import (
     ChangeShardCount,
-    Command,
     CreateGroup,
     DeleteGroup,
     MemberHeartbeat,
     MemberHeartbeats,
-    Outcome,
-    ReportDrained,
     SetMaxConcurrency,
-    Tick,
-    TickReport,
-    apply,
 )
 from coordinator.protocol.describe import (
     HeartbeatResponse,
@@ -59,7 +46,6 @@ from coordinator.protocol.describe import (
     topology_view,
 )
 from coordinator.protocol.errors import (
-    ConcurrentUpdate,
     CoordinatorError,
     GroupNotFound,
     HeartbeatTooFrequent,
@@ -71,48 +57,33 @@ from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     MAX_ENTRY_IDS,
-    Group,
     GroupConfig,
     OrderingMode,
     PrefixState,
     RetentionPolicy,
     Shard,
-    VersionState,
     validate_identifier,
 )
 from rsc_redis import clients, lua
 from rsc_redis import keys as rkeys
 
-from . import codec, commit_plan, instruments
+from . import codec, instruments
 from .backlog_actions import BacklogActions
 from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
+from .committing import Committer, Created
 from .dead_letters import DeadLetters
 from .operator_scripts import OperatorScripts
-from .reading import Loaded as _Loaded  # the commit path's name for it
-from .reading import Reader
-from .replies import text, translate_redis_errors
+from .reading import Loaded, Reader
+from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
+from .ticking import StoreTickReport, Ticker
 from .turns import Turns
 
 log = logging.getLogger(__name__)
 _LUA = Path(__file__).with_name
 
 START_FROM = {"latest": "$", "earliest": "0"}
-# The tick reads every group at least this often, whatever the tick index says (MetadataStore.tick).
-FULL_TICK_INTERVAL_S = 60.0
-# Index entries past their deadline tick_due.lua looks at per prefix; beyond, every group is read.
-TICK_INDEX_LOOK = 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StoreTickReport:
-    stream_prefix: str
-    expired: tuple[tuple[str, str], ...]
-    collected: tuple[tuple[str, str], ...]
-    drained: tuple[tuple[str, str], ...] = ()  # (group, shard) found drained by this tick
-    retired_versions: tuple[int, ...] = ()
-    error: CoordinatorError | None = None  # this prefix could not be ticked; the others were
 
 
 class CredentialsChanged(Exception):
@@ -131,18 +102,13 @@ class HeartbeatFloor:
         return f"one heartbeat per {self.period_ms} ms (bursts of {self.burst})"
 
 
-# The longest a decision waits for another of this process on the same stream prefix (_deciding_on).
-DECISION_WAIT_S = 1.0
-
-
 class MetadataStore:
     """All coordinator state operations. Thread-safe: it holds only a redis-py client (a pool).
 
-    It runs the protocol's commands itself and composes the parts of docs/store.md ("The store's
-    parts"): ``reader``, ``backlog_reads``, ``backlog_actions``, ``dead_letter_ops`` and ``retention``;
-    their public operations are reached through the thin methods at the end of this class."""
-
-    max_attempts = 64
+    It answers heartbeats and the operators' commands, and composes the parts of docs/store.md ("The
+    store's parts"): ``reader``, ``committer`` (the full path), ``backlog_reads``, ``backlog_actions``,
+    ``dead_letter_ops``, ``retention`` and ``ticker``; the public operations of the last five are
+    reached through the thin methods at the end of this class."""
 
     def __init__(self, client: redis.Redis | RedisCluster) -> None:
         self.client = client
@@ -154,19 +120,18 @@ class MetadataStore:
         self._fast = clients.HotScript(client, lease_rule + _LUA("fast_heartbeat.lua").read_text())
         log_rule = lease_rule + codec.change_log_lua() + "\n"
         self.reader = Reader(client, client.register_script(log_rule + _LUA("load.lua").read_text()))
-        self._commit_script = client.register_script(log_rule + _LUA("commit.lua").read_text())
-        self._tick_due = client.register_script(lease_rule + _LUA("tick_due.lua").read_text())
-        # When this store last read every group of a prefix in a tick that succeeded (monotonic s).
-        self._full_tick_at: dict[str, float] = {}
-        self._delete_if_unused = client.register_script(_LUA("delete_if_unused.lua").read_text())
-        # One decision at a time per stream prefix in this process (_deciding_on); made again in a
-        # forked child, whose locks could have been copied held.
-        self._deciding: dict[str, threading.RLock] = {}
-        self._deciding_pid = os.getpid()
+        # The full path (committing.py); a prefix's deletion is committed by the retention part.
+        self.committer = Committer(
+            client,
+            self.reader,
+            client.register_script(log_rule + _LUA("commit.lua").read_text()),
+            Turns(client),
+            commit_deletion=lambda command, rev, outcome: self.retention.commit_deletion(
+                command, rev, outcome
+            ),
+        )
         # Full-path heartbeats of a group that queue behind another decision are decided together.
         self._heartbeats = HeartbeatBatches()
-        # Across processes, decisions on a prefix take turns while they contend (turns.py).
-        self._turns = Turns(client)
         # The parts (docs/store.md); the store's own operations they use are handed in as callables.
         scripts = OperatorScripts(client)
         self.backlog_reads = BacklogReads(client, self.reader)
@@ -175,15 +140,22 @@ class MetadataStore:
             self.reader,
             scripts,
             self.backlog_reads,
-            execute=lambda command, groups: self._execute(command, groups),
+            execute=lambda command, groups: self.committer.execute(command, groups),
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
         )
         self.dead_letter_ops = DeadLetters(client, self.reader, scripts)
         self.retention = Retention(
             client,
             self.reader,
-            execute=lambda command, groups: self._execute(command, groups),
+            execute=lambda command, groups: self.committer.execute(command, groups),
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
+            stream_prefixes=lambda: self.stream_prefixes(),
+        )
+        self.ticker = Ticker(
+            client,
+            client.register_script(lease_rule + _LUA("tick_due.lua").read_text()),
+            self.retention,
+            execute=lambda command, groups: self.committer.execute(command, groups),
             stream_prefixes=lambda: self.stream_prefixes(),
         )
 
@@ -229,7 +201,9 @@ class MetadataStore:
             def decide(heartbeats: list[Heartbeat]) -> Sequence[HeartbeatResponse | CoordinatorError]:
                 return self._decide_heartbeats(stream_prefix, consumer_group, heartbeats)
 
-            response = self._heartbeats.decide(stream_prefix, consumer_group, hb, self._deciding_on, decide)
+            response = self._heartbeats.decide(
+                stream_prefix, consumer_group, hb, self.committer.deciding_on, decide
+            )
             return codec.response_to_json(response, stream_prefix)
 
     def _decide_heartbeats(
@@ -241,13 +215,13 @@ class MetadataStore:
         if len(heartbeats) == 1:
             hb = heartbeats[0]
             one = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)
-            outcome = self._execute(one, [consumer_group], lease_of=ids)
+            outcome = self.committer.execute(one, [consumer_group], lease_of=ids)
             assert isinstance(outcome.result, HeartbeatResponse)
             return [outcome.result]
         many = MemberHeartbeats(
             stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeats=tuple(heartbeats)
         )
-        outcome = self._execute(many, [consumer_group], lease_of=ids)
+        outcome = self.committer.execute(many, [consumer_group], lease_of=ids)
         assert isinstance(outcome.result, tuple)
         return outcome.result
 
@@ -318,16 +292,18 @@ class MetadataStore:
     def create_group(self, command: CreateGroup, start_from: str = "latest") -> dict[str, Any]:
         if start_from not in START_FROM:
             raise InvalidRequest("start_from must be 'latest' or 'earliest'", field="start_from")
-        prefix, name, created = command.stream_prefix, command.consumer_group, _Created()
+        prefix, name, created = command.stream_prefix, command.consumer_group, Created()
 
         def before_commit(state: PrefixState) -> None:
-            self._create_consumer_groups(state, [state.groups[name]], START_FROM[start_from], created)
+            self.committer.create_consumer_groups(
+                state, [state.groups[name]], START_FROM[start_from], created
+            )
             # Indexed before the commit: a group the tick cannot see would never expire its members. An
             # index entry without metadata (the commit failed) is skipped by the tick and listings.
             self.client.sadd(rkeys.PREFIXES_KEY, prefix)
 
         try:
-            outcome = self._execute(command, [name], before_commit=before_commit)
+            outcome = self.committer.execute(command, [name], before_commit=before_commit)
             assert outcome.state is not None
             with translate_redis_errors():
                 # Again after the commit: a deletion of the prefix that raced this creation may have
@@ -335,18 +311,20 @@ class MetadataStore:
                 # exists), and a losing creator's clean-up may have removed a consumer group this one
                 # found already there (BUSYGROUP) just before our commit made it ours.
                 self.client.sadd(rkeys.PREFIXES_KEY, prefix)
-                self._create_consumer_groups(
+                self.committer.create_consumer_groups(
                     outcome.state, [outcome.state.groups[name]], START_FROM[start_from]
                 )
         finally:
-            self._remove_unused(prefix, created)
+            self.committer.remove_unused(prefix, created)
         return self.describe_group(prefix, name)
 
     def delete_group(self, stream_prefix: str, consumer_group: str) -> None:
         """Forget the group: its metadata, then its Redis consumer groups (offsets and pending lists), so
         a group created again with the same name starts where its ``start_from`` says, then its dead
         letters and redeliver counters. Streams stay."""
-        outcome = self._execute(DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None)
+        outcome = self.committer.execute(
+            DeleteGroup(stream_prefix=stream_prefix, consumer_group=consumer_group), None
+        )
         if outcome.state is None:
             return
         with translate_redis_errors():
@@ -371,31 +349,31 @@ class MetadataStore:
         cmd = SetMaxConcurrency(
             stream_prefix=stream_prefix, consumer_group=consumer_group, max_concurrency=value
         )
-        self._execute(cmd, [consumer_group])
+        self.committer.execute(cmd, [consumer_group])
         return self.describe_group(stream_prefix, consumer_group)
 
     def change_shard_count(
         self, stream_prefix: str, shard_count: int, ordering: OrderingMode
     ) -> dict[str, Any]:
         command = ChangeShardCount(stream_prefix=stream_prefix, shard_count=shard_count, ordering=ordering)
-        created = _Created()
+        created = Created()
 
         def before_commit(state: PrefixState) -> None:
             # The new version's streams and consumer groups exist before any producer can route there.
             new = state.topology.active_version
             groups = list(state.groups.values())
-            self._create_consumer_groups(state, groups, "0", created, only_version=new.version)
+            self.committer.create_consumer_groups(state, groups, "0", created, only_version=new.version)
 
         try:
-            outcome = self._execute(command, None, before_commit=before_commit)
+            outcome = self.committer.execute(command, None, before_commit=before_commit)
         finally:
             # A losing change (MIGRATION_IN_PROGRESS after a rival's v2 won, say) leaves no streams of
             # its own shard count behind; nor does an attempt re-decided on a conflict.
-            self._remove_unused(stream_prefix, created)
+            self.committer.remove_unused(stream_prefix, created)
         if outcome.state is not None:
             new = outcome.state.topology.active_version
             with translate_redis_errors():  # idempotent; see create_group
-                self._create_consumer_groups(
+                self.committer.create_consumer_groups(
                     outcome.state, list(outcome.state.groups.values()), "0", only_version=new.version
                 )
         return self.describe_prefix(stream_prefix)
@@ -580,93 +558,8 @@ class MetadataStore:
     ) -> list[RetentionReport]:
         return self.retention.retention_pass(max_streams=max_streams, max_trim_per_stream=max_trim_per_stream)
 
-    def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
-        return self.retention._commit_deletion(command, topology_rev, outcome)  # the commit path's name
-
-    # ------------------------------------------------------------------------------------------ tick
-
     def tick(self, retention_ms: int = 600_000, max_ended_members: int = 100) -> list[StoreTickReport]:
-        """One tick over every stream prefix: expiry, garbage collection, drain detection, retirement.
-
-        Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
-        reported in its ``StoreTickReport.error`` and does not hold back the others. Only failing to
-        list the prefixes at all raises."""
-        started = time.perf_counter()
-        reports = []
-        prefixes = self.stream_prefixes()
-        for gone in set(self._full_tick_at) - set(prefixes):
-            self._full_tick_at.pop(gone, None)
-        for prefix in prefixes:
-            # Every FULL_TICK_INTERVAL_S (since the last one that succeeded) the tick reads every group
-            # of the prefix whatever the index says: a group the index would wrongly pass over (a bug, a
-            # hand-edited key) is late by about that much, never stranded.
-            started_prefix = time.monotonic()
-            last_full = self._full_tick_at.get(prefix)
-            full = last_full is None or started_prefix - last_full >= FULL_TICK_INTERVAL_S
-            try:
-                report = self._tick_prefix(prefix, retention_ms, max_ended_members, full=full)
-                if full:
-                    self._full_tick_at[prefix] = started_prefix
-            except CoordinatorError as e:
-                log.warning("tick of stream prefix %r failed: %s", prefix, e)
-                report = StoreTickReport(stream_prefix=prefix, expired=(), collected=(), error=e)
-            if report is not None:
-                reports.append(report)
-        expired = sum(len(r.expired) for r in reports)
-        instruments.count(
-            self.client, tick_runs=1, tick_seconds=time.perf_counter() - started, members_expired=expired
-        )
-        return reports
-
-    def _tick_prefix(
-        self, prefix: str, retention_ms: int, max_ended_members: int, *, full: bool = True
-    ) -> StoreTickReport | None:
-        tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
-        groups: list[str] | None = None  # every group
-        if not full:
-            keys = [
-                rkeys.meta_key(prefix),
-                rkeys.lease_records_key(prefix),
-                rkeys.lease_index_key(prefix),
-                rkeys.schedule_index_key(prefix),
-            ]
-            with translate_redis_errors():
-                _now, every, *due = self._tick_due(
-                    keys=keys, args=[tick.retention_ms, tick.max_ended_members, TICK_INDEX_LOOK]
-                )
-            if int(every) == -1:
-                return None  # no metadata
-            if int(every) == 0:
-                if not due:
-                    return StoreTickReport(stream_prefix=prefix, expired=(), collected=())
-                groups = sorted(map(text, due))
-        outcome = self._execute(tick, groups)
-        if outcome.state is None:
-            return None
-        assert isinstance(outcome.result, TickReport)
-        report = outcome.result
-        drained = self.retention.observe_drained(outcome.state)
-        retired = list(report.retired_versions)
-        for group, shards in drained.items():
-            before = {v.version for v in outcome.state.topology.versions if v.state is VersionState.RETIRED}
-            cmd = ReportDrained(stream_prefix=prefix, consumer_group=group, shards=frozenset(shards))
-            try:
-                after = self._execute(cmd, None).state
-            except GroupNotFound:
-                continue  # deleted meanwhile
-            assert after is not None
-            retired += [
-                v.version
-                for v in after.topology.versions
-                if v.state is VersionState.RETIRED and v.version not in before
-            ]
-        return StoreTickReport(
-            stream_prefix=prefix,
-            expired=report.expired,
-            collected=report.collected,
-            drained=tuple((g, str(s)) for g, ss in sorted(drained.items()) for s in sorted(ss)),
-            retired_versions=tuple(sorted(set(retired))),
-        )
+        return self.ticker.tick(retention_ms, max_ended_members)
 
     # ------------------------------------------------------------------------------------------ raw
 
@@ -682,182 +575,8 @@ class MetadataStore:
 
     def _load(
         self, stream_prefix: str, groups: list[str] | None, lease_of: str | Collection[str] | None = None
-    ) -> _Loaded:
+    ) -> Loaded:
         return self.reader.load(stream_prefix, groups, lease_of)
-
-    def _remember(self, stream_prefix: str, name: str, decoded: codec.DecodedGroup) -> None:
-        self.reader.remember(stream_prefix, name, decoded)
-
-    def _execute(
-        self,
-        command: Command,
-        groups: list[str] | None,
-        before_commit: Callable[[PrefixState], None] | None = None,
-        lease_of: Collection[str] | None = None,
-    ) -> Outcome:
-        """Load, decide, commit; re-decide on conflict. ``groups=None`` loads every group. ``lease_of``:
-        the command is those members' heartbeats, which decide on no other member's lease (_load)."""
-        delay_s = 0.001
-        prefix = command.stream_prefix
-        for _attempt in range(self.max_attempts):
-            with self._deciding_on(prefix), self._turns.turn(prefix, DECISION_WAIT_S):
-                loaded = self._load(prefix, groups, lease_of)
-                outcome = apply(loaded.state, command, loaded.now_ms)  # raises, having written nothing
-                if outcome.state is None and loaded.state is not None:
-                    # The prefix is gone (DeletePrefix): delete its keys if the topology is unchanged.
-                    deleted = self._commit_deletion(command, loaded.topology_rev, outcome)
-                    if deleted is not None:
-                        return deleted
-                elif outcome.state is None or outcome.state == loaded.state:
-                    return outcome
-                elif before_commit is not None:
-                    with translate_redis_errors():
-                        before_commit(outcome.state)
-                if outcome.state is not None and self._commit(prefix, loaded, outcome):
-                    return outcome
-            instruments.count(self.client, cas_conflicts=1)
-            self._turns.contended(prefix)
-            time.sleep(random.uniform(0, delay_s))
-            delay_s = min(delay_s * 2, 0.05)
-        raise ConcurrentUpdate(
-            f"gave up after {self.max_attempts} conflicting attempts on stream prefix "
-            f"{command.stream_prefix!r}"
-        )
-
-    @contextlib.contextmanager
-    def _deciding_on(self, stream_prefix: str) -> Iterator[None]:
-        """One load-decide-commit at a time per stream prefix among this process's threads.
-
-        Two decisions on one prefix that both change the group's header (joins, leaves, epoch bumps)
-        cannot both commit: the second is decided again. Under Python's GIL the threads of one process
-        do not decide in parallel anyway, so letting them race only spends CPU on attempts that lose
-        (at 10,000 members, ~10 ms each) and, with enough of them, ends in CONCURRENT_UPDATE. Queued
-        here, they lose only to other processes. The wait is bounded (DECISION_WAIT_S): past it (a
-        decision stuck on an unresponsive Redis) the attempt goes ahead unqueued, as before, so a Redis
-        stall does not add up one socket timeout per queued request. Steady heartbeats (the fast path)
-        never queue here."""
-        if self._deciding_pid != os.getpid():  # a forked child: its only thread is this one
-            self._deciding, self._deciding_pid = {}, os.getpid()
-        locks = self._deciding
-        # setdefault is atomic: two threads asking for a new prefix's lock at once get the same one
-        lock = locks.get(stream_prefix) or locks.setdefault(stream_prefix, threading.RLock())
-        queued = lock.acquire(timeout=DECISION_WAIT_S)
-        try:
-            yield
-        finally:
-            if queued:
-                lock.release()
-
-    def _commit(self, stream_prefix: str, loaded: _Loaded, outcome: Outcome) -> bool:
-        """Write what the decision changed (the core's records, turned into commit.lua's arguments by
-        commit_plan.py) if nothing it was decided on changed since it was loaded; False on a conflict."""
-        plan = commit_plan.plan(loaded, outcome)
-        args: list[str | bytes] = [uuid.uuid4().hex, str(loaded.now_ms), *plan.arguments()]
-        with translate_redis_errors():
-            reply = self._commit_script(keys=codec.commit_keys(stream_prefix), args=args)
-        if int(reply[0]) not in (1, 2):
-            return False
-        # What this process just wrote is what it will most likely read next (the next join, the next
-        # heartbeat of the same group): its leases are applied from Redis when it is read. Its records
-        # are exactly Redis's at this commit's position if no other commit came between the load and
-        # this one; else at the load's position, plus this commit's records (which the log lists again
-        # after it, so a delta from there reads them again: harmless).
-        # A load without a position knows nothing of what came before this commit (an unlogged commit of
-        # a coordinator from before the log may have), so neither does its commit.
-        position = loaded.position
-        if int(reply[0]) == 1:
-            seq, previous = int(reply[1]), reply[2]
-            if position is not None and seq == position[0] + 1 and previous == position[1]:
-                position = (seq, args[0].encode() if isinstance(args[0], str) else args[0])
-        else:
-            position = None  # a retry of a commit whose reply was lost: where it landed is unknown
-        for name, decoded in plan.written.items():
-            self._remember(stream_prefix, name, replace(decoded, position=position))
-        return True
-
-    def _create_consumer_groups(
-        self,
-        state: PrefixState,
-        groups: list[Group],
-        start_id: str,
-        created: _Created | None = None,
-        only_version: int | None = None,
-    ) -> None:
-        """XGROUP CREATE ... MKSTREAM on every shard of the non-retired versions (or ``only_version``);
-        BUSYGROUP is fine. ``created`` collects what this call created (a consumer group whose CREATE
-        answered OK, a stream that did not exist just before), so that :meth:`_remove_unused` can take
-        back what the committed state does not use. One MULTI: EXISTS and CREATE of a key are not split
-        by another client (all keys share the prefix's hash tag, so this also works on a Cluster)."""
-        prefix = state.topology.stream_prefix
-        pipe = self.client.pipeline(transaction=True)
-        targets: list[tuple[str, str]] = []
-        for v in state.topology.versions:
-            if v.state is VersionState.RETIRED or (only_version is not None and v.version != only_version):
-                continue
-            for shard in v.shards():
-                for group in groups:
-                    key = rkeys.stream_key(prefix, shard)
-                    pipe.exists(key)
-                    pipe.xgroup_create(key, group.consumer_group, id=start_id, mkstream=True)
-                    targets.append((key, group.consumer_group))
-        replies = pipe.execute(raise_on_error=False) if targets else []
-        for (key, name), existed, reply in zip(targets, replies[0::2], replies[1::2], strict=True):
-            if isinstance(reply, Exception):
-                if "BUSYGROUP" not in str(reply):
-                    raise reply
-                continue
-            if created is not None:
-                created.groups.add((key, name))
-                if not existed:
-                    created.streams.add(key)
-
-    def _remove_unused(self, stream_prefix: str, created: _Created) -> None:
-        """Best effort, once a create_group / change_shard_count call has won, lost or failed: destroy
-        the consumer groups and delete the (still empty, group-less) streams its attempts created that
-        the committed metadata does not use: a loser's debris, left otherwise. What is used is read
-        after the outcome, so a winner's streams and groups are never touched; a rival that commits
-        later re-creates what it needs after its commit (idempotently)."""
-        if not created.groups and not created.streams:
-            return
-        try:
-            state = self._read(stream_prefix, None)[1]
-        except CoordinatorError as e:
-            log.warning("could not check for debris of a lost race on %r: %s", stream_prefix, e)
-            return
-        used_keys = (
-            set()
-            if state is None
-            else {rkeys.stream_key(stream_prefix, s) for v in state.topology.versions for s in v.shards()}
-        )
-        used_groups = set() if state is None else set(state.groups)
-        groups = sorted((k, g) for k, g in created.groups if k not in used_keys or g not in used_groups)
-        streams = sorted(k for k in created.streams if k not in used_keys)
-        if not groups and not streams:
-            return
-        try:
-            with translate_redis_errors():
-                pipe = self.client.pipeline(transaction=False)
-                for key, name in groups:
-                    pipe.xgroup_destroy(key, name)
-                pipe.execute(raise_on_error=False)
-                deleted = sum(int(self._delete_if_unused(keys=[k])) for k in streams)
-        except CoordinatorError as e:
-            log.warning("debris of a lost race on %r not removed: %s", stream_prefix, e)
-            return
-        log.info(
-            "removed debris of a lost race on %r: %d consumer group(s), %d stream(s)",
-            stream_prefix,
-            len(groups),
-            deleted,
-        )
-
-
-@dataclass(slots=True)
-class _Created:
-    """What one create_group / change_shard_count call created in Redis before its commit(s)."""
-
-    streams: set[str] = field(default_factory=set)  # stream keys
-    groups: set[tuple[str, str]] = field(default_factory=set)  # (stream key, consumer group)
 
 
 def unconsumed_totals_of(rows: list[dict[str, Any]]) -> dict[str, int]:

@@ -269,7 +269,7 @@ class Retention:
                 self.client.sadd(rkeys.PREFIXES_KEY, stream_prefix)
         return {"deleted_keys": outcome.result.deleted_keys}
 
-    def _commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
+    def commit_deletion(self, command: Any, topology_rev: str, outcome: Outcome) -> Outcome | None:
         """The commit of a command whose outcome state is ``None``: ``delete_prefix.lua``. Returns the
         outcome (with the number of keys deleted), or ``None`` on a conflict (decide again)."""
         result = outcome.result

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Every full-path decision is a compare-and-set: two processes deciding on one prefix at once never lose
 an update, but the one whose commit comes second decided for nothing and decides again. Within a
-process decisions already queue (``MetadataStore._deciding_on``); across processes, a group that many
+process decisions already queue (``Committer.deciding_on``); across processes, a group that many
 members join at once (10,000 members forming at Kafka's default heartbeat interval) kept two API
 processes losing races to each other: thousands of decisions made twice, each costing milliseconds.
 

@@ -89,7 +89,7 @@ def test_concurrent_update_from_the_real_store_is_a_503_with_retry_after(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api.create_group()
-    monkeypatch.setattr(get_store(), "max_attempts", 0)  # the store gives up at once
+    monkeypatch.setattr(get_store().committer, "max_attempts", 0)  # the store gives up at once
     problem = assert_problem(
         api.post("admin/groups", {"stream_prefix": PREFIX, "consumer_group": "g2"}), 503, "CONCURRENT_UPDATE"
     )

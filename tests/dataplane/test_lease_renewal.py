@@ -132,9 +132,9 @@ def test_the_ticks_expiry_commit_refuses_a_member_that_renewed_itself_since_the_
     args = ["token-expire", str(now), "0", "0", "0", "0", "1", f"l:{TAG}", "0", "0"]  # only an expiry check
     keys = codec.commit_keys(h.prefix)
     h.client.hset(keys[1], TAG, f"{m1.epoch} {now + 60_000}")
-    assert h.store._commit_script(keys=keys, args=args) == [0]  # renewed since: not expired
+    assert h.store.committer.commit_script(keys=keys, args=args) == [0]  # renewed since: not expired
     h.client.hset(keys[1], TAG, f"{m1.epoch - 1} {now + 60_000}")
-    assert h.store._commit_script(keys=keys, args=args)[0] == 1  # another epoch's record: it did end
+    assert h.store.committer.commit_script(keys=keys, args=args)[0] == 1  # another epoch's record: it did end
 
 
 def test_records_go_when_their_members_groups_and_prefixes_go(harness: Harness) -> None:
@@ -209,7 +209,7 @@ def commit_epoch_move(h: Harness, token: str, new_epoch: int) -> int:
     rev = h.client.hget(keys[0], "t#").decode()
     sections = [["t#", rev], [f"m:{TAG}", str(new_epoch)], [], [], [], [], []]
     args = [token, str(now_ms(h.client))] + [x for part in sections for x in (str(len(part)), *part)]
-    return int(h.store._commit_script(keys=keys, args=args)[0])
+    return int(h.store.committer.commit_script(keys=keys, args=args)[0])
 
 
 def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Harness) -> None:

@@ -14,7 +14,7 @@ import pytest
 from coordinator.protocol.commands import MemberHeartbeat, MemberHeartbeats
 from coordinator.protocol.errors import CoordinatorError, GroupNotFound, UnknownMemberId
 from coordinator.protocol.group import Heartbeat
-from coordinator.store import MetadataStore, redis_store
+from coordinator.store import MetadataStore, committing
 from coordinator.store.batching import HeartbeatBatches
 
 from .conftest import GROUP, PREFIX, create
@@ -23,13 +23,13 @@ from .conftest import GROUP, PREFIX, create
 def _decisions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The commands the core decides, in order."""
     seen: list[Any] = []
-    real_apply = redis_store.apply
+    real_apply = committing.apply
 
     def apply(state: Any, command: Any, now_ms: int) -> Any:
         seen.append(command)
         return real_apply(state, command, now_ms)
 
-    monkeypatch.setattr(redis_store, "apply", apply)
+    monkeypatch.setattr(committing, "apply", apply)
     return seen
 
 
@@ -49,7 +49,7 @@ def _behind_a_held_turn(store: MetadataStore, calls: list[Callable[[], Any]]) ->
             results[i] = e
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    with store._deciding_on(PREFIX):
+    with store.committer.deciding_on(PREFIX):
         for i, t in enumerate(threads):
             t.start()
             deadline = time.monotonic() + 10

@@ -78,7 +78,8 @@ class CommitPlanMachine(CoordinatorMachine):
 
     def decide(self, state: PrefixState | None, command: Command) -> Outcome:
         outcome = super().decide(state, command)
-        # The store commits only a decision that changed the state (MetadataStore._execute).
+        # The store commits only a decision that changed the state (Committer.execute in
+        # coordinator/store/committing.py).
         if outcome.state is not None and outcome.state != state:
             assert outcome.changes, "a change without records"
             assert_plans_equal(loaded_from(state, self.decisions), outcome)

@@ -1,7 +1,7 @@
-"""Decisions on one stream prefix queue within a process (MetadataStore._deciding_on): a second
-thread's join loads only after the first thread's decision committed, so it never loses a
-compare-and-set to its own process; and the wait is bounded, so a decision that hangs does not hold the
-others back longer than DECISION_WAIT_S."""
+"""Decisions on one stream prefix queue within a process (Committer.deciding_on, in
+coordinator/store/committing.py): a second thread's join loads only after the first thread's decision
+committed, so it never loses a compare-and-set to its own process; and the wait is bounded, so a
+decision that hangs does not hold the others back longer than DECISION_WAIT_S."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from coordinator.protocol.group import Heartbeat
-from coordinator.store import MetadataStore, redis_store
+from coordinator.store import MetadataStore, committing
 
 from .conftest import GROUP, PREFIX, create
 
@@ -25,7 +25,7 @@ def _blocking_first_decision(
 ) -> tuple[threading.Event, threading.Event]:
     """The first decision (core ``apply``) stops until ``release`` is set; ``entered`` says it got there."""
     entered, release = threading.Event(), threading.Event()
-    real_apply = redis_store.apply
+    real_apply = committing.apply
     calls = [0]
 
     def apply(state: Any, command: Any, now_ms: int) -> Any:
@@ -37,7 +37,7 @@ def _blocking_first_decision(
             assert release.wait(10)
         return real_apply(state, command, now_ms)
 
-    monkeypatch.setattr(redis_store, "apply", apply)
+    monkeypatch.setattr(committing, "apply", apply)
     return entered, release
 
 
@@ -69,7 +69,7 @@ def test_a_second_decision_waits_for_the_first_and_loses_no_race(
 
 def test_the_wait_is_bounded(store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
     create(store)
-    monkeypatch.setattr(redis_store, "DECISION_WAIT_S", 0.05)
+    monkeypatch.setattr(committing, "DECISION_WAIT_S", 0.05)
     events: list[str] = []
     entered, release = _blocking_first_decision(monkeypatch, events)
     first = threading.Thread(target=_join, args=(store, "a", events))

@@ -269,7 +269,7 @@ def test_a_first_logged_commit_after_an_unlogged_one_leaves_its_committer_withou
     store's commit is the log's first, and says nothing of what came before it."""
     store.client.hdel(META, "ds", *[k for k in store.client.hkeys(META) if k.startswith(b"dl:")])
     racing = MetadataStore(store.client)
-    script = racing._commit_script
+    script = racing.committer.commit_script
     raced: list[bool] = []
 
     def commit_after_an_old_one(*, keys: list[str], args: list[Any]) -> Any:
@@ -278,7 +278,7 @@ def test_a_first_logged_commit_after_an_unlogged_one_leaves_its_committer_withou
             _old_coordinator_commit(store, "m03", "old-1", "token-of-an-old-coordinator")
         return script(keys=keys, args=args)
 
-    racing._commit_script = commit_after_an_old_one  # type: ignore[method-assign]
+    racing.committer.commit_script = commit_after_an_old_one  # type: ignore[method-assign]
     new_client(racing, "m05", formed["m05"], "new")
     assert racing.reader.decoded[(PREFIX, GROUP)].position is None
     view = racing.describe_group(PREFIX, GROUP)

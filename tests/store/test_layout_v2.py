@@ -111,7 +111,8 @@ def test_the_tick_finds_a_format1_groups_revocation_deadline_and_upgrades_the_gr
     store: MetadataStore,
 ) -> None:
     load_format1(store, shift_leases=True)  # a's revocation deadline (30 s after the capture) has passed
-    report = store._tick_prefix(PREFIX, 600_000, 100, full=False)  # as the index and ts: say, nothing more
+    # As the index and ts: say, nothing more.
+    report = store.ticker.tick_prefix(PREFIX, 600_000, 100, full=False)
     assert report is not None and report.expired == ((GROUP, "a"),)
     state = store._load(PREFIX, None).state
     assert state is not None
@@ -152,8 +153,9 @@ def test_heartbeats_of_different_members_decided_on_the_same_state_both_commit(
     other = MetadataStore(store.client)
     a_loaded, a_outcome = decide(store, heartbeat_of(reconciling, "a"))
     b_loaded, b_outcome = decide(other, heartbeat_of(reconciling, "b"))
-    assert store._commit(PREFIX, a_loaded, a_outcome)
-    assert other._commit(PREFIX, b_loaded, b_outcome)  # b's decision did not read a's change: no conflict
+    assert store.committer.commit(PREFIX, a_loaded, a_outcome)
+    # b's decision did not read a's change: no conflict
+    assert other.committer.commit(PREFIX, b_loaded, b_outcome)
     after = MetadataStore(store.client)._load(PREFIX, None).state
     assert after is not None
     members = after.groups[GROUP].members
@@ -169,8 +171,8 @@ def test_the_same_member_decided_twice_on_one_state_commits_once(
 ) -> None:
     first = decide(store, heartbeat_of(reconciling, "a"))
     second = decide(MetadataStore(store.client), heartbeat_of(reconciling, "a"))
-    assert store._commit(PREFIX, *first)
-    assert not store._commit(PREFIX, *second)  # its record moved on: decide again
+    assert store.committer.commit(PREFIX, *first)
+    assert not store.committer.commit(PREFIX, *second)  # its record moved on: decide again
 
 
 def test_a_group_wide_change_and_a_members_change_never_both_commit_on_one_state(
@@ -180,12 +182,12 @@ def test_a_group_wide_change_and_a_members_change_never_both_commit_on_one_state
     a = heartbeat_of(reconciling, "a")
     # The member's change first: the join, decided before it, read a's record as it was.
     join_decision, a_decision = decide(store, join), decide(store, a)
-    assert store._commit(PREFIX, *a_decision)
-    assert not store._commit(PREFIX, *join_decision)
+    assert store.committer.commit(PREFIX, *a_decision)
+    assert not store.committer.commit(PREFIX, *join_decision)
     # The join first: the member's change, decided before it, read the old header (its target).
     view = store.describe_group(PREFIX, GROUP)
     a = heartbeat_of(view, "a")
     join_decision, a_decision = decide(store, join), decide(store, a)
-    assert store._commit(PREFIX, *join_decision)
-    assert not store._commit(PREFIX, *a_decision)
+    assert store.committer.commit(PREFIX, *join_decision)
+    assert not store.committer.commit(PREFIX, *a_decision)
     assert_derived_fields_consistent(store)

@@ -160,7 +160,7 @@ def test_a_deletion_decided_on_an_old_topology_is_a_conflict_and_deletes_nothing
     outcome = apply(loaded.state, command, loaded.now_ms)
     create(store, shard_count=1, group="late")  # the topology changes after the decision
     before = snapshot(store)
-    assert store._commit_deletion(command, loaded.topology_rev, outcome) is None
+    assert store.retention.commit_deletion(command, loaded.topology_rev, outcome) is None
     assert snapshot(store) == before
 
 

@@ -233,7 +233,7 @@ def retire_v1(store: MetadataStore, *, consume: bool = True) -> list[str]:
     if consume:
         store.tick()  # observes the drain, retires v1
     else:
-        store._execute(ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP), None)
+        store.committer.execute(ReleaseDrain(stream_prefix=PREFIX, consumer_group=GROUP), None)
     assert store.describe_prefix(PREFIX)["topology"]["versions"][0]["state"] == "RETIRED"
     return keys
 

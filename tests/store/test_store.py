@@ -213,7 +213,7 @@ def test_tick_expires_on_redis_time_and_a_renewal_racing_it_wins(store: Metadata
 
     outcome = apply(loaded.state, Tick(stream_prefix=PREFIX), loaded.now_ms)
     assert outcome.state is not None and outcome.state.groups[GROUP].members["a"].state.value == "EXPIRED"
-    assert store._commit(PREFIX, loaded, outcome) is False
+    assert store.committer.commit(PREFIX, loaded, outcome) is False
     assert hb(store, "a", 1, shards_of(a))["member_state"] == "STABLE"
 
 
@@ -270,13 +270,13 @@ def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(st
     create(store, shard_count=1)
     rev = fields(store)["t#"]
     args = ["token-1", "0", "2", "t#", rev, "2", "t#", str(int(rev) + 1), "0", "0", "0", "0", "0"]
-    assert store._commit_script(keys=COMMIT_KEYS, args=args)[0] == 1
+    assert store.committer.commit_script(keys=COMMIT_KEYS, args=args)[0] == 1
     # The same commit again (redis-py retrying after a lost reply): the revision moved on, but the token
     # says it was ours, so it reports committed and writes nothing.
-    assert store._commit_script(keys=COMMIT_KEYS, args=args) == [2]
+    assert store.committer.commit_script(keys=COMMIT_KEYS, args=args) == [2]
     assert fields(store)["t#"] == str(int(rev) + 1)
     other = ["token-2", *args[1:]]
-    assert store._commit_script(keys=COMMIT_KEYS, args=other) == [0]  # a real conflict
+    assert store.committer.commit_script(keys=COMMIT_KEYS, args=other) == [0]  # a real conflict
 
 
 # ------------------------------------------------------------------------------------------ lost races
@@ -287,7 +287,7 @@ def test_a_commit_replayed_after_a_lost_reply_is_recognised_not_applied_twice(st
 
 def _racing(redis_url: str, barrier: threading.Barrier) -> MetadataStore:
     racer = MetadataStore.from_url(redis_url)
-    commit = racer._commit
+    commit = racer.committer.commit
     first = [True]
 
     def commit_after_the_rival_prepared(*args: Any) -> bool:
@@ -296,7 +296,7 @@ def _racing(redis_url: str, barrier: threading.Barrier) -> MetadataStore:
             barrier.wait(timeout=10)
         return commit(*args)
 
-    racer._commit = commit_after_the_rival_prepared  # type: ignore[method-assign]
+    racer.committer.commit = commit_after_the_rival_prepared  # type: ignore[method-assign]
     return racer
 
 

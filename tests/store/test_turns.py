@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from coordinator.protocol.group import Heartbeat
-from coordinator.store import MetadataStore, redis_store, turns
+from coordinator.store import MetadataStore, committing, turns
 from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, create
@@ -37,13 +37,13 @@ def _join(store: MetadataStore, member: str) -> None:
 def test_a_prefix_nobody_contends_is_decided_without_a_turn(store: MetadataStore) -> None:
     create(store)
     seen: list[bool] = []
-    real_load = store._load
+    real_load = store.reader.load
 
     def load(*args: object, **kwargs: object) -> object:
         seen.append(bool(store.client.exists(TURN)))
         return real_load(*args, **kwargs)  # type: ignore[arg-type]
 
-    store._load = load  # type: ignore[method-assign]
+    store.reader.load = load  # type: ignore[method-assign]
     _join(store, "a")
     assert seen == [False]  # no turn taken: no SET, nothing left behind
 
@@ -52,10 +52,10 @@ def test_a_contended_prefix_waits_for_the_turn_another_process_holds(
     store: MetadataStore, other: MetadataStore
 ) -> None:
     create(store)
-    store._turns.contended(PREFIX)
-    other._turns.contended(PREFIX)
+    store.committer.turns.contended(PREFIX)
+    other.committer.turns.contended(PREFIX)
     events: list[str] = []
-    with other._turns.turn(PREFIX, 5.0):  # the other process is deciding
+    with other.committer.turns.turn(PREFIX, 5.0):  # the other process is deciding
         assert store.client.get(TURN) is not None
         joiner = threading.Thread(target=lambda: (_join(store, "a"), events.append("joined")))
         joiner.start()
@@ -71,16 +71,16 @@ def test_the_wait_for_a_turn_is_bounded_and_a_dead_holders_turn_expires(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create(store)
-    store._turns.contended(PREFIX)
+    store.committer.turns.contended(PREFIX)
     store.client.set(TURN, "a process that died", px=turns.TURN_TTL_MS)
-    monkeypatch.setattr(redis_store, "DECISION_WAIT_S", 0.05)
+    monkeypatch.setattr(committing, "DECISION_WAIT_S", 0.05)
     started = time.monotonic()
     _join(store, "a")  # past the bound it goes ahead without the turn: the compare-and-set decides
     assert time.monotonic() - started < turns.TURN_TTL_MS / 1000
     assert store.client.get(TURN) == b"a process that died"  # not its to give back
     # And the turn a process takes expires by itself, should it die holding it.
     store.client.delete(TURN)
-    with store._turns.turn(PREFIX, 1.0):
+    with store.committer.turns.turn(PREFIX, 1.0):
         assert 0 < store.client.pttl(TURN) <= turns.TURN_TTL_MS
 
 
@@ -90,8 +90,8 @@ def test_two_processes_that_contend_take_turns_and_stop_losing_races(
     """Both have lost a race on the prefix: from then on their decisions take turns, and joins from
     both at once, many threads each, commit without a single compare-and-set conflict."""
     create(store, shard_count=8, max_members=200)
-    store._turns.contended(PREFIX)
-    other._turns.contended(PREFIX)
+    store.committer.turns.contended(PREFIX)
+    other.committer.turns.contended(PREFIX)
     before = _conflicts(store)
     errors: list[BaseException] = []
 

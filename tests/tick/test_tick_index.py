@@ -13,7 +13,7 @@ import pytest
 from coordinator.protocol.errors import ConcurrentUpdate
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig
-from coordinator.store import MetadataStore, redis_store
+from coordinator.store import MetadataStore, ticking
 from rsc_redis import keys as rkeys
 
 from .conftest import GROUP, PREFIX, Member, create_group, member_view, wait_for_lease_end
@@ -35,13 +35,13 @@ def leases(store: MetadataStore) -> dict[str, int]:
 def loads(store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> list[list[str] | None]:
     """The groups every load of the store asks for (None: all), from now on."""
     seen: list[list[str] | None] = []
-    original = store._load
+    original = store.reader.load
 
     def counting(prefix: str, groups: list[str] | None, lease_of: str | None = None) -> Any:
         seen.append(None if groups is None else list(groups))
         return original(prefix, groups, lease_of)
 
-    monkeypatch.setattr(store, "_load", counting)
+    monkeypatch.setattr(store.reader, "load", counting)
     return seen
 
 
@@ -51,7 +51,7 @@ def leave(store: MetadataStore, member: Member) -> None:
 
 def partial_tick(store: MetadataStore, **kwargs: int) -> Any:
     """A tick that trusts the index (not the once-a-minute full one)."""
-    store._full_tick_at[PREFIX] = time.monotonic()
+    store.ticker.full_tick_at[PREFIX] = time.monotonic()
     return store.tick(**kwargs)
 
 
@@ -165,7 +165,7 @@ def test_the_tick_reads_every_group_once_a_minute_whatever_the_index_says(store:
     wait_for_lease_end(store, "m1")
     [report] = partial_tick(store)
     assert report.expired == ()  # the index passed the group over...
-    store._full_tick_at[PREFIX] = time.monotonic() - 61
+    store.ticker.full_tick_at[PREFIX] = time.monotonic() - 61
     [report] = store.tick()
     assert report.expired == ((GROUP, "m1"),)  # ...for at most a minute
 
@@ -175,18 +175,18 @@ def test_a_full_tick_that_failed_is_tried_again_at_the_next_tick(
 ) -> None:
     create_group(store)
     Member(store, "m1").heartbeat()
-    original = store._execute
+    original = store.committer.execute
 
     def conflicting(*args: Any, **kwargs: Any) -> Any:
         raise ConcurrentUpdate("a conflict storm")
 
-    monkeypatch.setattr(store, "_execute", conflicting)
+    monkeypatch.setattr(store.committer, "execute", conflicting)
     [report] = store.tick()
-    assert report.error is not None and PREFIX not in store._full_tick_at
-    monkeypatch.setattr(store, "_execute", original)
+    assert report.error is not None and PREFIX not in store.ticker.full_tick_at
+    monkeypatch.setattr(store.committer, "execute", original)
     seen = loads(store, monkeypatch)
     store.tick()
-    assert seen == [None] and PREFIX in store._full_tick_at  # full again, and only now marked done
+    assert seen == [None] and PREFIX in store.ticker.full_tick_at  # full again, and only now marked done
 
 
 def test_past_due_entries_beyond_what_one_tick_looks_at_are_repaired_a_batch_per_tick(
@@ -204,7 +204,7 @@ def test_past_due_entries_beyond_what_one_tick_looks_at_are_repaired_a_batch_per
         epoch = store.client.hget(META, f"m:{GROUP}:{member.member_id}").decode()
         far = int(store.client.hget(META, f"l:{GROUP}:{member.member_id}")) + 30_000
         store.client.hset(records, f"{GROUP}:{member.member_id}", f"{epoch} {far}")
-    monkeypatch.setattr(redis_store, "TICK_INDEX_LOOK", 2)
+    monkeypatch.setattr(ticking, "TICK_INDEX_LOOK", 2)
     seen = loads(store, monkeypatch)
     partial_tick(store)  # two entries looked at and moved; beyond them, unknown: every group is read
     assert seen == [None]
