@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 
-from coordinator.api.auth import MANAGE_GROUPS_PERMISSION
+from coordinator.credentials import MANAGE_GROUPS_PERMISSION
 
 VIEW_PERMISSION = "admin_ui.view_groups"
 MANAGE_PERMISSION = MANAGE_GROUPS_PERMISSION

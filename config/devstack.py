@@ -12,7 +12,8 @@
 2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
 3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
    DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
-   it exists, and finds the listeners of the apps in RSC_EXTRA_APPS.
+   it exists, through coordinator.operations like a management command (authorized, audited), and finds
+   the listeners of the apps in RSC_EXTRA_APPS.
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
    the API and admin pages on granian (`python -m config.serve`, the production server,
    docs/benchmarks.md "The HTTP server"; with `--reload`, so code changes restart its workers as
@@ -52,6 +53,8 @@ DEV_SUPERUSER = ("admin", "admin")
 # Read by the API's authentication (RSC_MEMBER_TOKENS, RSC_ADMIN_TOKENS); set only when unset.
 DEV_TOKENS = {"RSC_MEMBER_TOKENS": "dev-member-token", "RSC_ADMIN_TOKENS": "dev-admin-token"}
 DEMO_STREAM_PREFIX, DEMO_CONSUMER_GROUP, DEMO_SHARD_COUNT = "demo", "demo-workers", 4
+# What the demo group's audit row names (operations.actor_from_command): "command:devstack ...:<OS user>".
+DEVSTACK_COMMAND = "devstack create-demo-group"
 STOP_TIMEOUT_S = 10.0
 # The embedded Redis's first port (then the one remembered in the data dir). Not 6379, the developer's
 # own Redis; 6390 is registered to no well-known service.
@@ -398,12 +401,16 @@ def _export_dev_environment(redis_server: RedisServer | None) -> None:
 def _create_demo_group() -> None:
     """The group demo members consume: `demo` / `demo-workers`, 4 shards, the settings' group defaults.
 
-    Idempotent: an existing group is left as it is (even with other settings).
+    Created through the operations layer, like every operator change: it acts as a management command
+    (an admin actor naming this command and the OS user) and leaves an audit row. Idempotent: an
+    existing group is left as it is (even with other settings); finding it is a read, so a restart
+    writes no audit row.
     """
     from django.conf import settings
 
+    from coordinator import operations
     from coordinator.protocol.commands import CreateGroup
-    from coordinator.protocol.errors import GroupAlreadyExists, ShardCountConflict
+    from coordinator.protocol.errors import GroupAlreadyExists, GroupNotFound, ShardCountConflict
     from coordinator.store import get_store, reset_store
     from coordinator.store.redis_store import default_config_from_settings
     from rsc_redis.keys import meta_key
@@ -416,9 +423,14 @@ def _create_demo_group() -> None:
         config=default_config_from_settings(settings),
     )
     try:
-        get_store().create_group(command)
-        log(f"created the demo group {name} ({DEMO_SHARD_COUNT} shards)")
-    except GroupAlreadyExists:
+        try:
+            get_store().describe_group(DEMO_STREAM_PREFIX, DEMO_CONSUMER_GROUP)
+        except GroupNotFound:
+            operations.create_group(operations.actor_from_command(DEVSTACK_COMMAND), command)
+            log(f"created the demo group {name} ({DEMO_SHARD_COUNT} shards)")
+        else:
+            log(f"the demo group {name} already exists")
+    except GroupAlreadyExists:  # created in between, by another process
         log(f"the demo group {name} already exists")
     except ShardCountConflict as exc:  # a `demo` prefix of someone else's, in a shared REDIS_URL
         log(f"not creating the demo group {name}: {exc}")

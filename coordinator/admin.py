@@ -14,7 +14,7 @@ so a hand-made POST gains nothing either.
 Every deactivation, re-activation and role change is logged at WARNING on ``coordinator.admin`` (kept at
 LOG_LEVEL=WARNING) and recorded in the admin's own history (``LogEntry``, "Recent actions"), naming the
 user and the credentials. A deactivation applies in this process at once (the cache is dropped when it
-commits, see ``coordinator.api.auth.forget_cached_credentials``).
+commits, see ``coordinator.credentials.forget_cached_credentials``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from .api.auth import MANAGE_GROUPS_PERMISSION, forget_cached_credentials
+from .credentials import MANAGE_GROUPS_PERMISSION, forget_cached_credentials
 from .models import ApiCredential
 
 log = logging.getLogger(__name__)

@@ -20,4 +20,4 @@ class CoordinatorConfig(AppConfig):
         checks.register(check_rsc_settings, "rsc")
         checks.register(check_celery_broker, "rsc")
         # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
-        from .api import auth  # noqa: F401
+        from . import credentials  # noqa: F401

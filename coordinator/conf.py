@@ -53,7 +53,7 @@ def _group(field: str) -> tuple[int, int]:
 SETTINGS: tuple[Setting, ...] = (
     # The stream data plane and the coordinator's metadata (required: None means "not configured").
     Setting("REDIS_URL", str, None, "The Redis (or redis+cluster://) URL of streams and metadata."),
-    # API credentials (coordinator/api/auth.py): bearer tokens, comma-separated in the environment.
+    # API credentials (coordinator/credentials.py): bearer tokens, comma-separated in the environment.
     Setting("RSC_MEMBER_TOKENS", list, [], "Bearer tokens of the member API."),
     Setting("RSC_ADMIN_TOKENS", list, [], "Bearer tokens of the admin API."),
     Setting("RSC_API_MAX_BODY_BYTES", int, 64 * 1024, "Largest API request body accepted."),

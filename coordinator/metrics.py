@@ -39,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator.credentials import Role, match_token
 from coordinator.models import token_digest
 from coordinator.protocol.describe import ShardAssignment
 from coordinator.protocol.errors import CoordinatorError
@@ -177,8 +178,6 @@ def registry() -> CollectorRegistry:
 
 
 def _authorized(request: HttpRequest) -> bool:
-    from coordinator.api.auth import Role, match_token
-
     scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:

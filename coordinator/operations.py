@@ -137,9 +137,9 @@ class Actor:
 
 
 def actor_from_command(command: str) -> Actor:
-    """A management command (``manage.py consumer_groups ...``): whoever can run manage.py with the
-    coordinator's settings holds its secrets, so it acts as an admin. The audit row names the OS user
-    and the command."""
+    """A management command (``manage.py consumer_groups ...``, and ``make run`` creating its demo
+    group): whoever can run manage.py with the coordinator's settings holds its secrets, so it acts as
+    an admin. The audit row names the OS user and the command."""
     return Actor(username=f"command:{command}:{_os_user()}", source=Source.COMMAND, is_admin=True)
 
 

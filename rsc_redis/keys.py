@@ -107,7 +107,7 @@ RETENTION_CURSOR_KEY = "rsc:retention:cursor"
 # Hash: cluster-wide counters (tick runs and time, expired members, CAS conflicts;
 # coordinator/store/instruments.py).
 METRICS_KEY = "rsc:metrics"
-# String: bumped by every committed API-credential change (coordinator/api/auth.py): cached credentials
+# String: bumped by every committed API-credential change (coordinator/credentials.py): cached credentials
 # are used only while it holds the value they were read under.
 CREDENTIALS_GENERATION_KEY = "rsc:credentials:generation"
 

@@ -2,6 +2,7 @@
 process or thread module, nor the I/O layers of this project. Checked on the source, mechanically."""
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -207,17 +208,29 @@ CONSUMERS_ALLOWED = {
 }
 
 
-def layer_violations(package: str, forbidden: tuple[str, ...], repository: Path = ROOT) -> list[str]:
-    """``path: imports module`` for each import of a ``forbidden`` module under ``package`` (a top-level
-    directory of ``repository``), but the pairs of :data:`CONSUMERS_ALLOWED`."""
+def everywhere(relative: str) -> bool:
+    return True
+
+
+def layer_violations(
+    package: str,
+    forbidden: tuple[str, ...],
+    repository: Path = ROOT,
+    scanned: Callable[[str], bool] = everywhere,
+) -> list[str]:
+    """``path: imports module`` for each import of a ``forbidden`` module by a file under ``package`` (a
+    top-level directory of ``repository``) whose repository-relative path ``scanned`` accepts, but the
+    pairs of :data:`ALLOWED`."""
     root = repository / package
     found = []
     for path in sorted(root.rglob("*.py")):
         module = module_name(path, root, package)
         relative = path.relative_to(repository).as_posix()
+        if not scanned(relative):
+            continue
         for imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
             hit = any(imported == name or imported.startswith(name + ".") for name in forbidden)
-            if hit and (relative, imported) not in CONSUMERS_ALLOWED:
+            if hit and (relative, imported) not in ALLOWED:
                 found.append(f"{relative}: imports {imported}")
     return found
 
@@ -263,6 +276,115 @@ def test_the_allowance_is_for_run_members_in_process_coordinator_alone(tmp_path:
         "consumers/management/commands/other.py: imports coordinator.store",
         "consumers/management/commands/other.py: imports coordinator.store.get_store",
     ]
+
+
+# ------------------------------------------------------------------ the coordinator below its callers
+#
+# Inside the coordinator the arrows point down too: coordinator/protocol (the core) <- coordinator/store
+# <- coordinator/operations.py (authorizes and audits every operator action; the audit writer
+# coordinator/audit.py, the credentials coordinator/credentials.py beside it) <- the callers: the HTTP
+# API (coordinator/api/), the operator pages (admin_ui), the management commands and the tick. So no
+# module under coordinator/ but coordinator/api/ imports the API or the operator pages (nor config/, the
+# project, whose urls.py names the API: a detour through it would hide the arrow). The operations layer
+# and the store speak no HTTP: their errors carry codes, which coordinator/api/errors.py maps to statuses.
+
+COORDINATOR_FORBIDDEN = ("coordinator.api", "admin_ui", "config")
+HTTP_FORBIDDEN = ("django.http", "rest_framework")
+# Wiring that must name the layer above, each pair with the reason it stays.
+COORDINATOR_ALLOWED = {
+    # The plugin's URLconf, which host projects include as "coordinator.urls" (docs/plugin.md): it mounts
+    # the API (include("coordinator.api.urls")) and the API's JSON 404 for the rest of /api/. It routes
+    # and calls nothing; moving it into coordinator/api/ would change every host project's include.
+    ("coordinator/urls.py", "coordinator.api"),
+    ("coordinator/urls.py", "coordinator.api.errors"),
+}
+ALLOWED = CONSUMERS_ALLOWED | COORDINATOR_ALLOWED
+
+
+def outside_the_api(relative: str) -> bool:
+    return not relative.startswith("coordinator/api/")
+
+
+def operations_or_store(relative: str) -> bool:
+    return relative in {"coordinator/operations.py", "coordinator/audit.py"} or relative.startswith(
+        "coordinator/store/"
+    )
+
+
+def test_the_coordinator_imports_neither_the_api_nor_the_operator_pages() -> None:
+    """Module-level and function-local imports alike (the scan walks every node)."""
+    assert list((ROOT / "coordinator" / "api").glob("*.py"))
+    assert (ROOT / "coordinator" / "operations.py").is_file()
+    assert layer_violations("coordinator", COORDINATOR_FORBIDDEN, scanned=outside_the_api) == []
+
+
+def test_the_operations_layer_and_the_store_speak_no_http() -> None:
+    assert list((ROOT / "coordinator" / "store").glob("*.py"))
+    assert layer_violations("coordinator", HTTP_FORBIDDEN, scanned=operations_or_store) == []
+
+
+def _scan_one(
+    tmp_path: Path, path: str, source: str, forbidden: tuple[str, ...], scanned: Callable[[str], bool]
+) -> list[str]:
+    """The scan of a repository holding the one file coordinator/``path``."""
+    bad = tmp_path / "coordinator" / path
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text(source + "\n")
+    return layer_violations("coordinator", forbidden, tmp_path, scanned)
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("metrics.py", "from coordinator.api.auth import Role, match_token"),
+        ("metrics.py", "def _authorized(request):\n    from coordinator.api.auth import match_token"),
+        ("apps.py", "def ready(self):\n    from .api import auth"),
+        ("admin.py", "from .api.auth import MANAGE_GROUPS_PERMISSION"),
+        ("operations.py", "from coordinator.api.errors import HTTP_STATUS"),
+        ("operations.py", "from admin_ui import audit"),
+        ("audit.py", "from admin_ui.models import AuditEntry"),
+        ("tasks.py", "import admin_ui.models"),
+        ("management/commands/run_tick.py", "from ...api import views"),
+        ("service.py", "from config.urls import urlpatterns"),
+        ("urls.py", "from admin_ui.pages import groups"),
+        ("urls.py", "from coordinator.api.views import HeartbeatView"),
+        ("store/reading.py", "from .. import api"),
+    ],
+)
+def test_the_coordinator_scan_flags_an_upward_import(tmp_path: Path, path: str, source: str) -> None:
+    assert _scan_one(tmp_path, path, source, COORDINATOR_FORBIDDEN, outside_the_api) != []
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("operations.py", "from django.http import HttpRequest"),
+        ("operations.py", "def f():\n    from rest_framework import status"),
+        ("audit.py", "from django.http import Http404"),
+        ("store/reading.py", "from rest_framework.exceptions import NotFound"),
+        ("store/__init__.py", "import django.http"),
+    ],
+)
+def test_the_http_scan_flags_http_in_the_operations_layer_or_the_store(
+    tmp_path: Path, path: str, source: str
+) -> None:
+    assert _scan_one(tmp_path, path, source, HTTP_FORBIDDEN, operations_or_store) != []
+
+
+def test_the_coordinator_scan_spares_the_api_and_the_exempt_wiring_alone(tmp_path: Path) -> None:
+    coordinator = tmp_path / "coordinator"
+    api = coordinator / "api"
+    api.mkdir(parents=True)
+    (api / "views.py").write_text("from admin_ui.lifecycle_views import actor_from_admin_request\n")
+    (api / "door.py").write_text("from django.http import HttpResponse\n")
+    (coordinator / "urls.py").write_text("from coordinator.api import errors as api_errors\n")
+    (coordinator / "metrics.py").write_text("from django.http import HttpResponse\nfrom .api import errors\n")
+    (coordinator / "operations.py").write_text("from django.db import DatabaseError\n")
+    assert layer_violations("coordinator", COORDINATOR_FORBIDDEN, tmp_path, outside_the_api) == [
+        "coordinator/metrics.py: imports coordinator.api",
+        "coordinator/metrics.py: imports coordinator.api.errors",
+    ]
+    assert layer_violations("coordinator", HTTP_FORBIDDEN, tmp_path, operations_or_store) == []
 
 
 def test_a_member_process_loads_no_part_of_the_store() -> None:

@@ -18,9 +18,9 @@ from django.db import DatabaseError, transaction
 
 from admin_ui.lifecycle_views import actor_from_admin_request
 from coordinator import operations
-from coordinator.api.auth import Role, TokenPrincipal
 from coordinator.api.errors import HTTP_STATUS
 from coordinator.api.views import actor_from_api_request
+from coordinator.credentials import Role, TokenPrincipal
 from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (

@@ -37,6 +37,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.http import parse_header_parameters
 from django.views.decorators.csrf import csrf_exempt
 
+from coordinator.credentials import match_token, match_token_cached
 from coordinator.protocol.errors import CoordinatorError, HeartbeatTooFrequent
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import MAX_CAPACITY, Shard, validate_identifier
@@ -44,7 +45,7 @@ from coordinator.store import CredentialsChanged, MetadataStore, get_store
 from coordinator.store.instruments import HEARTBEAT_SECONDS
 
 from . import errors
-from .auth import match_token, match_token_cached
+from .auth import check_scope
 from .parsers import JSON_MEDIA_TYPE, max_body_bytes, strict_loads
 from .serializers import MAX_MEMBER_EPOCH, MAX_OWNED_SHARDS
 from .throttling import heartbeat_floor
@@ -159,8 +160,7 @@ def _plain_steady_heartbeat(
             principal, generation = cached
         if principal is None:
             return None
-        if principal.scope is not None:
-            principal.scope.check(principal.name, stream_prefix, consumer_group, hb.member_id)
+        check_scope(principal, stream_prefix, consumer_group, hb.member_id)
         return Heartbeat(
             member_id=hb.member_id,
             member_epoch=hb.member_epoch,

@@ -32,10 +32,9 @@ from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
 from coordinator import conf
+from coordinator.credentials import TokenPrincipal
 from coordinator.protocol.errors import JoinsThrottled
 from coordinator.store import HeartbeatFloor
-
-from .auth import TokenPrincipal
 
 
 def heartbeat_floor() -> HeartbeatFloor | None:

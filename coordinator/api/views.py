@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from coordinator import operations
+from coordinator.credentials import Role, TokenPrincipal
 from coordinator.protocol.errors import CoordinatorError, ErrorCode
 from coordinator.protocol.model import validate_identifier
 from coordinator.store import MetadataStore, get_store
@@ -36,9 +37,7 @@ from .auth import (
     BearerTokenAuthentication,
     IsAdmin,
     IsMember,
-    Role,
     StaffSessionAuthentication,
-    TokenPrincipal,
     identity_of,
     require_scope,
     role_of,

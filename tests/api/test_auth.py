@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from django.middleware.csrf import _get_new_csrf_string
 from django.test import Client
 
-from coordinator.api import auth
+from coordinator import credentials
 from coordinator.models import ApiCredential
 
 from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api, assert_problem
@@ -160,15 +160,15 @@ def test_every_candidate_is_compared_even_after_a_match(
     issue("workers", "member")
     settings.RSC_MEMBER_TOKENS = [MEMBER_TOKEN, "another-member-token"]
     calls: list[int] = []
-    real = auth.hmac.compare_digest
+    real = credentials.hmac.compare_digest
 
     def counting(a: bytes, b: bytes) -> bool:
         calls.append(1)
         return real(a, b)
 
-    monkeypatch.setattr(auth.hmac, "compare_digest", counting)
-    principal = auth.match_token(MEMBER_TOKEN)  # the very first candidate
-    assert principal is not None and principal.role is auth.Role.MEMBER
+    monkeypatch.setattr(credentials.hmac, "compare_digest", counting)
+    principal = credentials.match_token(MEMBER_TOKEN)  # the very first candidate
+    assert principal is not None and principal.role is credentials.Role.MEMBER
     assert len(calls) == 4  # 2 member + 1 admin from settings, 1 from the database
 
 
@@ -186,14 +186,14 @@ def test_database_credentials_are_read_once_then_served_from_the_cache(
 
     issue("ops", "admin")  # any change clears the cache
     with django_assert_num_queries(1):
-        assert auth.match_token(token) is not None
-        assert auth.match_token(token) is not None
+        assert credentials.match_token(token) is not None
+        assert credentials.match_token(token) is not None
 
-    later = auth.time.monotonic() + auth.DB_CREDENTIALS_TTL_S
-    monkeypatch.setattr(auth, "time", SimpleNamespace(monotonic=lambda: later))
+    later = credentials.time.monotonic() + credentials.DB_CREDENTIALS_TTL_S
+    monkeypatch.setattr(credentials, "time", SimpleNamespace(monotonic=lambda: later))
     with django_assert_num_queries(1):  # expired: read again, once
-        assert auth.match_token(token) is not None
-        assert auth.match_token(token) is not None
+        assert credentials.match_token(token) is not None
+        assert credentials.match_token(token) is not None
 
 
 def test_environment_tokens_keep_working_when_the_database_does_not(
@@ -202,7 +202,7 @@ def test_environment_tokens_keep_working_when_the_database_does_not(
     def broken() -> Any:
         raise DatabaseError("database is down")
 
-    monkeypatch.setattr(auth, "_candidates_from_database", broken)
+    monkeypatch.setattr(credentials, "_candidates_from_database", broken)
     assert api.get(f"routing/{PREFIX}", token=MEMBER_TOKEN).status_code == 200
     problem = assert_problem(
         api.get(f"routing/{PREFIX}", token="rsc_from-the-database"), 503, "STORE_UNAVAILABLE"

@@ -18,7 +18,8 @@ from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections
 
-from coordinator.api import auth, door
+from coordinator import credentials
+from coordinator.api import door
 from coordinator.models import ApiCredential
 from coordinator.store import MetadataStore
 from rsc_redis import keys as rkeys
@@ -157,7 +158,7 @@ def test_both_doors_answer_every_request_alike(steady: int, store: MetadataStore
     answered_by_door = []
     for name, body, token, meta in door_corpus(steady, scoped):
         restore(store, start)
-        auth.match_token(MEMBER_TOKEN)  # credentials cached, as after any earlier request
+        credentials.match_token(MEMBER_TOKEN)  # credentials cached, as after any earlier request
         behind = Recorder()
         through_door = call(door.HeartbeatDoor(behind), environ_of(body, token, **dict(meta)))
         after_door = comparable_state(store)
@@ -192,7 +193,7 @@ def test_django_refusals_and_redirects_stay_djangos(
 ) -> None:
     setattr(settings, setting, value)
     body = {"member_id": "m1", "member_epoch": steady}
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     behind = Recorder()
     start = snapshot(store)
     through_door = call(door.HeartbeatDoor(behind), environ_of(body, MEMBER_TOKEN, **meta))
@@ -210,7 +211,7 @@ def test_a_door_that_cannot_be_set_up_stays_off(
         raise door.NoReverseMatch("no api-v1 namespace in this project")
 
     monkeypatch.setattr(door, "reverse", broken)
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     behind = Recorder()
     app = door.HeartbeatDoor(behind)
     for _ in range(2):
@@ -227,7 +228,7 @@ def test_steady_heartbeats_never_reach_django_and_the_floor_counts_once(
     behind = Recorder()
     app = door.HeartbeatDoor(behind)
     body = {"member_id": "m1", "member_epoch": steady}
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     assert call(app, environ_of(body, MEMBER_TOKEN))[0] == "200 OK"
     assert behind.calls == []
     # Not steady (a capacity change): the door ran the script (the floor's second heartbeat), Django
@@ -241,7 +242,7 @@ def test_steady_heartbeats_never_reach_django_and_the_floor_counts_once(
 
 
 def test_a_cold_credential_cache_goes_to_django(steady: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, "_db_cache", None)
+    monkeypatch.setattr(credentials, "_db_cache", None)
     behind = Recorder()
     answer = call(
         door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
@@ -281,7 +282,7 @@ def test_a_credential_change_elsewhere_applies_to_the_next_request(steady: int, 
 
 def test_unknown_middleware_turns_the_door_off(steady: int, settings: Any) -> None:
     settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django.middleware.gzip.GZipMiddleware"]
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     behind = Recorder()
     answer = call(
         door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
@@ -291,7 +292,7 @@ def test_unknown_middleware_turns_the_door_off(steady: int, settings: Any) -> No
 
 def test_the_setting_turns_the_door_off(steady: int, settings: Any) -> None:
     settings.RSC_HEARTBEAT_DOOR = False
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     behind = Recorder()
     answer = call(
         door.HeartbeatDoor(behind), environ_of({"member_id": "m1", "member_epoch": steady}, MEMBER_TOKEN)
@@ -314,7 +315,7 @@ def test_later_steady_answers_carry_the_headers_django_gives(steady: int, api: A
     behind = Recorder()
     app = door.HeartbeatDoor(behind)
     django = WSGIHandler()
-    auth.match_token(MEMBER_TOKEN)
+    credentials.match_token(MEMBER_TOKEN)
     # Two steady members with answers of different lengths (each is its own Content-Length).
     joined = api.join("a-member-with-a-longer-id")
     bodies = []

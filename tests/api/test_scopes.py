@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from coordinator.api import auth
+from coordinator import credentials
 from coordinator.models import ApiCredential
 from coordinator.protocol.group import Heartbeat
 from coordinator.store import MetadataStore
@@ -247,19 +247,19 @@ def test_a_change_in_another_process_applies_at_once(api: Api, store: MetadataSt
     assert api.get(f"routing/{PREFIX}", token=token).status_code == 200  # cached now
     ApiCredential.objects.filter(name="workers").update(active=False)  # update(): no signal, no bump
     assert api.get(f"routing/{PREFIX}", token=token).status_code == 200  # the cache still says active
-    store.client.set(auth.SHARED_GENERATION_KEY, "changed")  # what the other process's commit publishes
+    store.client.set(credentials.SHARED_GENERATION_KEY, "changed")  # as another process's commit does
     assert_problem(api.get(f"routing/{PREFIX}", token=token), 401, "UNAUTHENTICATED")
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_committed_change_is_published_to_other_processes(store: MetadataStore) -> None:
-    seen = [store.client.get(auth.SHARED_GENERATION_KEY)]
+    seen = [store.client.get(credentials.SHARED_GENERATION_KEY)]
     issue("workers")
-    seen.append(store.client.get(auth.SHARED_GENERATION_KEY))
+    seen.append(store.client.get(credentials.SHARED_GENERATION_KEY))
     credential = ApiCredential.objects.get(name="workers")
     credential.active = False
     credential.save()
-    seen.append(store.client.get(auth.SHARED_GENERATION_KEY))
+    seen.append(store.client.get(credentials.SHARED_GENERATION_KEY))
     # Each commit publishes a value never seen before (random, not a counter Redis could lose and
     # count up again to a value some process cached).
     assert None not in seen[1:] and len(set(seen)) == 3
@@ -274,7 +274,7 @@ def test_without_redis_the_cache_falls_back_to_its_time_limit(
         raise ConnectionError("redis down")
 
     monkeypatch.setattr("coordinator.store.get_store", unreadable)
-    monkeypatch.setattr(auth, "_shared_failure_logged_at", 0.0)
-    assert auth.match_token(token) is not None
-    assert auth.match_token(token) is not None
+    monkeypatch.setattr(credentials, "_shared_failure_logged_at", 0.0)
+    assert credentials.match_token(token) is not None
+    assert credentials.match_token(token) is not None
     assert "credential generation unreadable" in caplog.text

@@ -1,5 +1,5 @@
 """Deactivating a database credential while heartbeats use it: refused from the first request that
-starts after the deactivation committed (coordinator/api/auth.py, the credential cache).
+starts after the deactivation committed (coordinator/credentials.py, the credential cache).
 
 The race PostgreSQL exposes: the post_save signal that clears the cache fires inside the deactivating
 transaction, before the commit. Until the commit, every other connection still reads the credential as
@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from coordinator.api import auth
+from coordinator import credentials
 from coordinator.models import ApiCredential
 from coordinator.store import MetadataStore
 from tests.api.helpers import PREFIX, Api, assert_problem
@@ -49,9 +49,9 @@ def empty_credential_cache(transactional_db: None, settings: Any) -> Iterator[No
     # RSC_HEARTBEAT_FLOOR_MS) is not what these tests are about, and refused one once a faster fast path
     # let a member send more than its burst within the floor's period.
     settings.RSC_HEARTBEAT_FLOOR_MS = 0
-    auth.forget_cached_credentials()
+    credentials.forget_cached_credentials()
     yield
-    auth.forget_cached_credentials()
+    credentials.forget_cached_credentials()
 
 
 @pytest.fixture
@@ -158,7 +158,7 @@ def test_a_fill_that_read_before_a_deactivation_committed_is_not_stored(
     """Read (credential active), then the deactivation commits (its signal clears the cache), then the
     fill would store what it read: it must not."""
     stored, token = credential
-    read = auth._read_active_credentials
+    read = credentials._read_active_credentials
 
     def read_then_deactivate() -> Any:
         rows = read()
@@ -167,13 +167,13 @@ def test_a_fill_that_read_before_a_deactivation_committed_is_not_stored(
         assert ApiCredential.objects.get(pk=stored.pk).active is False  # committed
         return rows
 
-    monkeypatch.setattr(auth, "_read_active_credentials", read_then_deactivate)
-    principal = auth.match_token(token)  # started before the commit: it may still pass
+    monkeypatch.setattr(credentials, "_read_active_credentials", read_then_deactivate)
+    principal = credentials.match_token(token)  # started before the commit: it may still pass
     assert principal is not None and principal.name == "workers"
 
-    monkeypatch.setattr(auth, "_read_active_credentials", read)
-    assert auth.match_token(token) is None  # the first request after the commit
-    assert auth.match_token(token) is None
+    monkeypatch.setattr(credentials, "_read_active_credentials", read)
+    assert credentials.match_token(token) is None  # the first request after the commit
+    assert credentials.match_token(token) is None
 
 
 @postgresql_only(READERS_BLOCKED_ON_SQLITE)
@@ -193,12 +193,12 @@ def test_rows_stored_while_a_deactivation_was_uncommitted_are_dropped_at_its_com
             assert filled.wait(WAIT_S)
         # committed (and the on_commit callbacks have run) once atomic() returns
 
-    def fill_before_the_commit() -> auth.TokenPrincipal | None:
+    def fill_before_the_commit() -> credentials.TokenPrincipal | None:
         try:
             assert saved.wait(WAIT_S)
-            principal = auth.match_token(token)  # reads the committed row (active) and caches it
+            principal = credentials.match_token(token)  # reads the committed row (active) and caches it
             with CaptureQueriesContext(connection) as queries:
-                assert auth.match_token(token) == principal
+                assert credentials.match_token(token) == principal
             assert len(queries) == 0  # served from the cache
             return principal
         finally:
@@ -206,19 +206,19 @@ def test_rows_stored_while_a_deactivation_was_uncommitted_are_dropped_at_its_com
 
     _, principal = run_all(deactivate_and_wait, fill_before_the_commit)
     assert principal is not None and principal.name == "workers"  # the stale row was served
-    assert auth.match_token(token) is None  # the first request after the commit
+    assert credentials.match_token(token) is None  # the first request after the commit
 
 
 def test_a_change_in_the_same_thread_applies_at_once_even_inside_its_transaction(
     credential: tuple[ApiCredential, str],
 ) -> None:
     stored, token = credential
-    assert auth.match_token(token) is not None
+    assert credentials.match_token(token) is not None
     with transaction.atomic():
         stored.active = False
         stored.save()
-        assert auth.match_token(token) is None  # this connection reads its own change
-    assert auth.match_token(token) is None
+        assert credentials.match_token(token) is None  # this connection reads its own change
+    assert credentials.match_token(token) is None
 
 
 def test_a_rolled_back_deactivation_leaves_the_credential_working(
@@ -233,7 +233,7 @@ def test_a_rolled_back_deactivation_leaves_the_credential_working(
         stored.active = False
         stored.save()
         raise Abandon
-    principal = auth.match_token(token)
+    principal = credentials.match_token(token)
     assert principal is not None and principal.name == "workers"
 
 

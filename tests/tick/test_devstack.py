@@ -21,6 +21,7 @@ import redis
 from config import devstack
 from config.embedded_redis import free_port
 from consumers.producer import Producer
+from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig
@@ -41,7 +42,9 @@ def test_services_run_a_worker_and_a_beat_with_its_schedule_in_the_run_dir(tmp_p
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "celerybeat-schedule")
 
 
-def test_the_demo_group_is_created_once(settings: Any, redis_url: str, capsys: Any) -> None:
+def test_the_demo_group_is_created_once_through_the_operations_layer(
+    settings: Any, redis_url: str, capsys: Any, db: None
+) -> None:
     settings.REDIS_URL = redis_url
     devstack._create_demo_group()
     devstack._create_demo_group()
@@ -52,6 +55,12 @@ def test_the_demo_group_is_created_once(settings: Any, redis_url: str, capsys: A
     view = MetadataStore.from_url(redis_url).describe_group("demo", "demo-workers")
     assert view["topology"]["shard_count"] == 4
     assert view["config"]["lease_ttl_ms"] == settings.RSC_MEMBER_LEASE_TTL_MS
+    # Audited as a management command's change; the second call only read, so it wrote no row.
+    (entry,) = AuditEntry.objects.all()
+    assert (entry.source, entry.action, entry.outcome) == ("command", "create_group", "ok")
+    assert (entry.stream_prefix, entry.consumer_group) == ("demo", "demo-workers")
+    assert entry.username.startswith(f"command:{devstack.DEVSTACK_COMMAND}:")
+    assert entry.details["shard_count"] == 4
 
 
 def _find(pattern: str, text: str) -> str:
