@@ -17,9 +17,7 @@ from dataclasses import dataclass, make_dataclass
 from typing import Any, Literal
 
 from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
-from coordinator.protocol.limits import GROUP_CONFIG_RANGES
-
-WEEK_MS = 7 * 24 * 3_600_000
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES, WEEK_MS
 
 
 @dataclass(frozen=True, slots=True)

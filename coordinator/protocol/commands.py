@@ -24,7 +24,7 @@ from .errors import (
     StreamPrefixNotFound,
 )
 from .group import Heartbeat, bump, collect_garbage, expire_members, heartbeat
-from .limits import MAX_MAX_CONCURRENCY
+from .limits import MAX_MAX_CONCURRENCY, WEEK_MS
 from .model import (
     Group,
     GroupConfig,
@@ -305,7 +305,7 @@ def _create_group(
 def _tick(state: PrefixState | None, command: Tick, now_ms: int, changes: list[Change]) -> Outcome:
     if state is None:
         return Outcome(state=None, result=TickReport())
-    require_int_in_range(command.retention_ms, "retention_ms", 0, 7 * 24 * 3_600_000)
+    require_int_in_range(command.retention_ms, "retention_ms", 0, WEEK_MS)
     require_int_in_range(command.max_ended_members, "max_ended_members", 0, MAX_ENDED_MEMBERS_LIMIT)
     expired: list[tuple[str, str]] = []
     collected: list[tuple[str, str]] = []
