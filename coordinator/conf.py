@@ -1,11 +1,13 @@
-"""Every setting the installed apps (``coordinator``, ``consumers``, ``admin_ui``) read, with its default.
+"""The coordinator's settings: each once, with its type, default, range and help (the form of
+coordinator/protocol/setting.py; the members' settings are consumers/conf.py's table).
 
 A host project that installs the package defines only what it wants to change: when Django starts,
 ``CoordinatorConfig.ready()`` calls :func:`apply_defaults`, which sets each missing setting to the default
-here (the pattern of django-appconf), so code may read ``settings.RSC_TICK_INTERVAL_MS`` directly.
-A setting the host defines is never touched. This project's own ``config/settings.py`` reads the same
-names from the environment with the same defaults (tests/test_plugin.py holds the three in step: this
-table, config/settings.py and the table in docs/plugin.md).
+here (the pattern of django-appconf). A setting the host defines is never touched. Code reads the typed,
+frozen :func:`settings` (``conf.settings().RSC_TICK_INTERVAL_MS``), never ``getattr`` with a default of its
+own. The system checks (coordinator/checks.py), this project's config/settings.py (each setting from the
+environment variable of its name, typed by the table) and docs/plugin.md's table (tests/test_plugin.py)
+derive from the table.
 
 No Django import at module level: ``coordinator.celery.beat_schedule()`` reads these defaults from a host's
 settings module, before Django is configured.
@@ -13,30 +15,11 @@ settings module, before Django is configured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, make_dataclass
-from typing import Any, Literal
+from typing import Any
 
 from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
 from coordinator.protocol.limits import GROUP_CONFIG_RANGES, WEEK_MS
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One setting: its name, type, default, accepted range (inclusive; None: unbounded) and help.
-
-    ``check`` names the system check that validates it (coordinator/checks.py): ``"ms"`` a positive
-    integer of milliseconds (rsc.E001, and rsc.E005 for its range), ``"count"`` an integer in its range
-    (rsc.E006); None: not range-checked. ``what`` is what the range is the range of, for the messages.
-    """
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    low: int | None = None
-    high: int | None = None
-    what: str = ""
-    check: Literal["ms", "count"] | None = None
+from coordinator.protocol.setting import Setting, SettingsTable
 
 
 def _group(field: str) -> tuple[int, int]:
@@ -163,57 +146,44 @@ SETTINGS: tuple[Setting, ...] = (
         "count",
     ),
     Setting("RSC_AUDIT_RETENTION_DAYS", int, 365, "Days an audit row is kept."),
-    # Members (manage.py run_member).
-    Setting("RSC_COORDINATOR_URL", str, "http://127.0.0.1:8000", "The coordinator's API, or inprocess."),
-    Setting("RSC_MEMBER_TOKEN", str, "", "The bearer token members present."),
-    Setting("RSC_MEMBER_ID_PREFIX", str, "", "Starts every member id this process makes."),
-    Setting("RSC_MEMBER_METRICS_PORT", int, 0, "Port of a member's /metrics (0: none)."),
-    Setting("RSC_RUNTIME", dict, {"max_concurrency": 1}, "The member runtime's options."),
-    Setting("RSC_LISTENER_CONCURRENCY", dict, {}, "Listener name -> its worker threads."),
-    Setting("RSC_SHUTDOWN_TIMEOUT_S", float, 30.0, "Seconds a member waits for its work at shutdown."),
 )
 
-BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-# name -> default.
-DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+TABLE = SettingsTable("Settings", SETTINGS)
+BY_NAME: dict[str, Setting] = TABLE.by_name
+DEFAULTS: dict[str, Any] = TABLE.defaults  # name -> default
+default = TABLE.default  # the default of a name (a fresh copy of a list or dict)
+apply_defaults = TABLE.apply_defaults  # set the missing settings of a Django settings object
+Settings = TABLE.values  # the typed, frozen view: one attribute per setting
 
-
-def default(name: str) -> Any:
-    """The default of ``name`` (a fresh copy of a list or dict)."""
-    value = DEFAULTS[name]
-    return type(value)(value) if isinstance(value, list | dict) else value
-
-
-def apply_defaults(settings: Any) -> list[str]:
-    """Set every setting of DEFAULTS that ``settings`` lacks to its default; return the names set.
-
-    Idempotent: a second call finds them all present and sets nothing.
-    """
-    missing = [name for name in DEFAULTS if not hasattr(settings, name)]
-    for name in missing:
-        setattr(settings, name, default(name))
-    return missing
-
-
-# The typed, frozen view of the settings: one attribute per entry of SETTINGS.
-Settings = make_dataclass("Settings", [(s.name, s.type) for s in SETTINGS], frozen=True, slots=True)
+# The view of Django's settings, and the settings object it was read from (Django's LazySettings holds
+# one; override_settings puts another in its place and back).
 _current: Any = None
+_read_from: object = None
+_django: Any = None
 
 
 def settings() -> Any:
-    """Django's settings as a frozen ``Settings`` (a missing one at its default), built once and rebuilt
-    after Django's ``setting_changed`` (sent by ``override_settings`` and pytest-django's ``settings``
-    fixture), so code reads ``conf.settings().RSC_TICK_INTERVAL_MS`` instead of ``getattr`` with a
-    default of its own."""
-    global _current
-    current = _current
-    if current is None:
-        from django.conf import settings as django_settings
-        from django.test.signals import setting_changed
+    """Django's settings as a frozen ``Settings`` (a missing one at its default), built once and built
+    again when they change, so code reads ``conf.settings().RSC_TICK_INTERVAL_MS`` instead of ``getattr``
+    with a default of its own (the heartbeat path reads it, so it is not built per call).
 
-        setting_changed.connect(_reset, dispatch_uid="coordinator.conf.settings")
-        current = Settings(**{s.name: getattr(django_settings, s.name, default(s.name)) for s in SETTINGS})
-        _current = current
+    Changed means: Django's ``setting_changed`` for one of these names (sent by ``override_settings``
+    and pytest-django's ``settings`` fixture), or another settings object in Django's place
+    (``override_settings`` again, and also the fixture's ``del settings.NAME``, which sends no signal).
+    A plain ``setattr`` on ``django.conf.settings`` is neither: tests change settings through the
+    fixture or ``override_settings``.
+    """
+    global _current, _read_from, _django
+    current = _current
+    if current is None or _django._wrapped is not _read_from:
+        if _django is None:
+            from django.conf import settings as django_settings
+            from django.test.signals import setting_changed
+
+            setting_changed.connect(_reset, dispatch_uid="coordinator.conf.settings")
+            _django = django_settings
+        current = TABLE.read(_django)  # loads Django's settings first, if need be
+        _current, _read_from = current, _django._wrapped
     return current
 
 
