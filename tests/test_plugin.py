@@ -503,14 +503,20 @@ def test_docs_plugin_md_lists_every_setting_with_its_default() -> None:
 
 def test_every_setting_the_package_reads_has_a_default_in_a_table() -> None:
     """A host project defines only what it changes: an RSC_* setting read anywhere in the packages
-    without an entry in a table would be an AttributeError (or a silent per-call-site default) there."""
+    without an entry in a table would be an AttributeError there. And no call site has a default of its
+    own (``getattr(settings, "RSC_...", default)``): code reads ``conf.settings()``."""
     read: set[str] = set()
+    own_defaults: list[str] = []
     for name in package_files():
         if name.endswith(".py") and not name.endswith("/conf.py"):
             text = (REPO / name).read_text()
             read |= set(re.findall(r"\.(RSC_[A-Z0-9_]+)\b", text))
             read |= set(re.findall(r"getattr\(\s*\w+,\s*\"(RSC_[A-Z0-9_]+)\"", text))
+            own_defaults += [
+                f"{name}: {m}" for m in re.findall(r"getattr\(\s*\w*settings,\s*\"RSC_\w+\",[^)]*\)", text)
+            ]
     assert read and sorted(read - set(DEFAULTS)) == []
+    assert own_defaults == []
 
 
 def test_apply_defaults_fills_only_missing_settings() -> None:

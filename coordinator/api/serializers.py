@@ -20,12 +20,11 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from coordinator import operations
+from coordinator import conf, operations
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, InvalidIdentifier
 from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
@@ -282,7 +281,8 @@ class CreateGroupSerializer(StrictSerializer):
 
     def to_command(self) -> tuple[CreateGroup, str]:
         data = dict(self.validated_data)
-        config = default_config_from_settings(settings)
+        current = conf.settings()
+        config = default_config_from_settings(current)
         overrides = {name: data[name] for name in GROUP_CONFIG_RANGES if name in data}
         command = CreateGroup(
             stream_prefix=data["stream_prefix"],
@@ -292,7 +292,7 @@ class CreateGroupSerializer(StrictSerializer):
         )
         # Checked again by operations.create_group for every entry point; here so a bad request fails
         # before the operation runs (the same function, the same INVALID_CONFIG answer).
-        require_lease_above_tick(command.config.lease_ttl_ms, settings.RSC_TICK_INTERVAL_MS)
+        require_lease_above_tick(command.config.lease_ttl_ms, current.RSC_TICK_INTERVAL_MS)
         return command, data["start_from"]
 
 
