@@ -37,6 +37,7 @@ from config.embedded_redis import RedisServer, _die_with_parent_hook, free_port
 from consumers import conf as member_conf
 from coordinator import conf
 from coordinator.celery import beat_schedule
+from coordinator.protocol.setting import Setting
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -484,6 +485,66 @@ def test_config_settings_and_the_package_defaults_agree() -> None:
         if name not in overridden and values[name] != DEFAULTS[name]
     }
     assert differ == {}
+
+
+# The environment variable of each setting: its name, but RSC_RUNTIME's (config/settings.py).
+ENVIRONMENT_NAMES = {name: name for name in DEFAULTS} | {"RSC_RUNTIME": "RSC_RUNTIME_MAX_CONCURRENCY"}
+
+
+def _changed(setting: Setting) -> tuple[str, object]:
+    """An environment value for ``setting`` other than its default, and the value it must read as."""
+    if setting.name == "RSC_RUNTIME":
+        return "3", {"max_concurrency": 3}
+    if setting.name == "RSC_ADMIN_API_RATE":
+        return "7/min", "7/min"
+    if setting.type is bool:
+        return str(not setting.default).lower(), not setting.default
+    if setting.type in (int, float):
+        value = setting.type(setting.default) + 1
+        return str(value), value
+    if setting.type is list:
+        return "a,b", ["a", "b"]
+    if setting.type is dict:
+        return "a=1", {"a": "1"}
+    return f"x-{setting.name}", f"x-{setting.name}"
+
+
+def test_config_settings_reads_every_setting_from_its_environment_variable_with_the_tables_type() -> None:
+    settings = [s for table in TABLES for s in table.settings]
+    changed = {s.name: _changed(s) for s in settings}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSC_") and k != "REDIS_URL"}
+    env.update({ENVIRONMENT_NAMES[name]: text for name, (text, _) in changed.items()})
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", DEBUG="true", PYTHONPATH=str(REPO))
+    code = (
+        "import json, sys, django; from django.conf import settings; "
+        "print(json.dumps({n: getattr(settings, n) for n in sys.argv[1:]}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *changed], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    values = json.loads(out.stdout)
+    assert {name: values[name] for name in changed} == {name: value for name, (_, value) in changed.items()}
+    for setting in settings:
+        assert type(values[setting.name]) is setting.type, setting.name
+
+
+def test_env_example_names_every_setting_and_the_tables_ranges() -> None:
+    """.env.example shows every setting's variable (commented out); a range it states ("low..high", in
+    the comment just above the variable) is the table's."""
+    lines = (REPO / ".env.example").read_text().splitlines()
+    shown = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"# (\w+)=", line))}
+    assert sorted(v for v in ENVIRONMENT_NAMES.values() if v not in shown) == []
+    stated = 0
+    for setting in (s for table in TABLES for s in table.settings):
+        above = []
+        for line in reversed(lines[: shown[ENVIRONMENT_NAMES[setting.name]]]):
+            if not line.startswith("# ") or re.match(r"# \w+=", line):
+                break
+            above.append(line)
+        for low, high in re.findall(r"\b(\d+)\.\.(\d+)\b", " ".join(above)):
+            assert (int(low), int(high)) == (setting.low, setting.high), setting.name
+            stated += 1
+    assert stated >= 8
 
 
 def _plugin_doc_table() -> dict[str, str]:
