@@ -29,23 +29,67 @@ def _group(field: str) -> tuple[int, int]:
     return GROUP_CONFIG_RANGES[field]
 
 
-# The table. Lists and dicts are copied before they are set (default()), so a host mutating its setting
-# cannot change the default of another process's settings (tests configure several in one interpreter).
+# The table, in docs/plugin.md's order; ``help`` is that table's text (Markdown; a setting whose default
+# is None is rendered "**Required.**" first). Comments: why a default or range is what it is.
 SETTINGS: tuple[Setting, ...] = (
-    # The stream data plane and the coordinator's metadata (required: None means "not configured").
-    Setting("REDIS_URL", str, None, "The Redis (or redis+cluster://) URL of streams and metadata."),
-    # API credentials (coordinator/api/auth.py): bearer tokens, comma-separated in the environment.
-    Setting("RSC_MEMBER_TOKENS", list, [], "Bearer tokens of the member API."),
-    Setting("RSC_ADMIN_TOKENS", list, [], "Bearer tokens of the admin API."),
-    Setting("RSC_API_MAX_BODY_BYTES", int, 64 * 1024, "Largest API request body accepted."),
-    Setting("RSC_METRICS_TOKENS", list, [], "Scrape-only bearer tokens for /metrics."),
-    Setting("RSC_CREDENTIAL_CACHE_S", float, 5.0, "Seconds a database credential lookup is cached."),
-    # coordinator/api/throttling.py: 0 turns the floor off; at most one heartbeat a minute is the end.
+    # The stream data plane and the coordinator's metadata; None: "not configured".
+    Setting(
+        "REDIS_URL",
+        str,
+        None,
+        "The Redis of the metadata store (`rsc:{prefix}:meta`) and of the streams, e.g. "
+        "`redis://host:6379/0`; a Redis Cluster: `redis+cluster://host:6379/` (docs/cluster.md; then set "
+        "`CELERY_BROKER_URL` to a non-cluster Redis)",
+    ),
+    # API credentials (coordinator/api/auth.py). More of them, stored hashed: create_api_credential.
+    Setting(
+        "RSC_MEMBER_TOKENS",
+        list,
+        [],
+        "Bearer tokens members may heartbeat with (environment: comma-separated); scoped database "
+        "credentials: `manage.py create_api_credential NAME --role member`",
+    ),
+    Setting(
+        "RSC_ADMIN_TOKENS",
+        list,
+        [],
+        "Bearer tokens of the Admin API (staff users with `coordinator.manage_groups` need none)",
+    ),
+    Setting(
+        "RSC_API_MAX_BODY_BYTES",
+        int,
+        64 * 1024,
+        "Larger request bodies are refused with 413 before they are read",
+    ),
+    Setting(
+        "RSC_METRICS_TOKENS",
+        list,
+        [],
+        "Scrape-only bearer tokens for `/metrics` (admin credentials work too; docs/metrics.md)",
+    ),
+    # A change committed anywhere applies at once regardless (a shared generation in Redis): this is the
+    # fall-back while Redis is down.
+    Setting(
+        "RSC_CREDENTIAL_CACHE_S",
+        float,
+        5.0,
+        "How long a process caches database credentials while Redis (which signals changes) is down",
+    ),
+    # It turns itself off when MIDDLEWARE holds a class it does not know (coordinator/api/door.py).
+    Setting(
+        "RSC_HEARTBEAT_DOOR",
+        bool,
+        True,
+        "Steady heartbeats answered by the heartbeat door, when your WSGI application is wrapped in it "
+        "(section 3); `False`: through Django",
+    ),
+    # coordinator/api/throttling.py. The fastest legal heartbeat interval is 100 ms (10/s), so the
+    # default floor leaves a member twice that rate plus bursts; at most one heartbeat a minute is the end.
     Setting(
         "RSC_HEARTBEAT_FLOOR_MS",
         int,
         50,
-        "Least time between two heartbeats of one member (0: off).",
+        "Per live member, one heartbeat per this many ms after the burst (429 beyond; 0: off)",
         0,
         60_000,
         "the per-member heartbeat floor",
@@ -55,31 +99,44 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_HEARTBEAT_BURST",
         int,
         20,
-        "Heartbeats a member may send back to back before the floor.",
+        "Heartbeats a member may send back to back before the floor applies",
         1,
         10_000,
         "the heartbeat floor's burst",
         "count",
     ),
-    Setting("RSC_HEARTBEAT_DOOR", bool, True, "Answer plain heartbeats on the fast path."),
+    # Joins are shed first under load, so steady heartbeats keep every lease.
     Setting(
         "RSC_MAX_CONCURRENT_JOINS",
         int,
         4,
-        "Joins at once per API process (0: no limit).",
+        "Joins running at once per API process; more get 429 `JOINS_THROTTLED` (0: no limit)",
         0,
         10_000,
         "joins at once per API process",
         "count",
     ),
-    Setting("RSC_ADMIN_API_RATE", str, "600/min", "Admin API requests per credential and period."),
+    # Counted in the default cache: per process with the default LocMemCache. config/settings.py refuses
+    # a value of another form at start-up.
+    Setting(
+        "RSC_ADMIN_API_RATE",
+        str,
+        "600/min",
+        "Admin API requests per credential, `<count>/<second|minute|hour|day>` (429 beyond)",
+    ),
     # Coordinator timing (coordinator/checks.py rejects impossible combinations at start-up).
-    Setting("RSC_TICK_INTERVAL_MS", int, 1000, "Period of the coordinator's tick.", check="ms"),
+    Setting(
+        "RSC_TICK_INTERVAL_MS",
+        int,
+        1000,
+        "How often the tick expires members whose lease ran out; below the lease",
+        check="ms",
+    ),
     Setting(
         "RSC_MEMBER_LEASE_TTL_MS",
         int,
         10000,
-        "Default lease of a group's members.",
+        "New groups' lease: a member silent this long is expired and loses its shards",
         *_group("lease_ttl_ms"),
         "a group's lease_ttl_ms",
         "ms",
@@ -88,7 +145,7 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_HEARTBEAT_INTERVAL_MS",
         int,
         3000,
-        "Default heartbeat interval of a group's members.",
+        "New groups' heartbeat interval, handed to members; below the lease",
         *_group("heartbeat_interval_ms"),
         "a group's heartbeat_interval_ms",
         "ms",
@@ -97,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_REVOCATION_TIMEOUT_MS",
         int,
         30000,
-        "Default time a member has to give up revoked shards.",
+        "New groups' limit for releasing revoked shards before the member is expired",
         *_group("revocation_timeout_ms"),
         "a group's revocation_timeout_ms",
         "ms",
@@ -107,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_MEMBER_RETENTION_MS",
         int,
         600000,
-        "How long an ended member is kept.",
+        "How long EXPIRED / LEFT members stay visible; at least the lease",
         1,
         WEEK_MS,
         "the tick's retention_ms",
@@ -117,19 +174,19 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_MAX_ENDED_MEMBERS",
         int,
         100,
-        "Ended members kept per group.",
+        "Ended members kept per group at most (the most recent)",
         0,
         MAX_ENDED_MEMBERS_LIMIT,
         "the tick's max_ended_members",
         "count",
     ),
-    # Stream retention and the audit prune. A retention pass trims every stream it visits: more than
-    # one a second is load for nothing.
+    # Stream retention and the audit prune: its own beat task, so it never delays the tick's lease
+    # expiry. A pass trims every stream it visits: more than one a second is load for nothing.
     Setting(
         "RSC_RETENTION_INTERVAL_MS",
         int,
         30000,
-        "Period of the stream retention pass.",
+        "How often the retention pass trims streams and deletes retired versions' streams; at least 1000",
         1_000,
         WEEK_MS,
         "the retention pass interval",
@@ -139,13 +196,18 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_RETENTION_MAX_STREAMS",
         int,
         2000,
-        "Streams visited per retention pass.",
+        "Streams visited per retention pass (the next pass continues)",
         1,
         1_000_000,
         "streams visited per retention pass",
         "count",
     ),
-    Setting("RSC_AUDIT_RETENTION_DAYS", int, 365, "Days an audit row is kept."),
+    Setting(
+        "RSC_AUDIT_RETENTION_DAYS",
+        int,
+        365,
+        "Audit rows older than this are deleted by the retention pass and `manage.py prune_audit`",
+    ),
 )
 
 TABLE = SettingsTable("Settings", SETTINGS)
