@@ -15,11 +15,17 @@ settings module, before Django is configured.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
-from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
+from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT, Tick
 from coordinator.protocol.limits import GROUP_CONFIG_RANGES, WEEK_MS
+from coordinator.protocol.model import GroupConfig
 from coordinator.protocol.setting import Setting, SettingsTable
+
+# The core's own defaults of what some settings give it: a group's configuration and a tick's retention.
+_GROUP = GroupConfig()
+_TICK: dict[str, Any] = {f.name: f.default for f in fields(Tick)}
 
 
 def _group(field: str) -> tuple[int, int]:
@@ -135,7 +141,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_MEMBER_LEASE_TTL_MS",
         int,
-        10000,
+        _GROUP.lease_ttl_ms,
         "New groups' lease: a member silent this long is expired and loses its shards",
         *_group("lease_ttl_ms"),
         "a group's lease_ttl_ms",
@@ -144,7 +150,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_HEARTBEAT_INTERVAL_MS",
         int,
-        3000,
+        _GROUP.heartbeat_interval_ms,
         "New groups' heartbeat interval, handed to members; below the lease",
         *_group("heartbeat_interval_ms"),
         "a group's heartbeat_interval_ms",
@@ -153,7 +159,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_REVOCATION_TIMEOUT_MS",
         int,
-        30000,
+        _GROUP.revocation_timeout_ms,
         "New groups' limit for releasing revoked shards before the member is expired",
         *_group("revocation_timeout_ms"),
         "a group's revocation_timeout_ms",
@@ -163,7 +169,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_MEMBER_RETENTION_MS",
         int,
-        600000,
+        _TICK["retention_ms"],
         "How long EXPIRED / LEFT members stay visible; at least the lease",
         1,
         WEEK_MS,
@@ -173,7 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_MAX_ENDED_MEMBERS",
         int,
-        100,
+        _TICK["max_ended_members"],
         "Ended members kept per group at most (the most recent)",
         0,
         MAX_ENDED_MEMBERS_LIMIT,
