@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from coordinator.operations import MAX_REASON_CHARS
 from coordinator.protocol.errors import InvalidRequest
-from coordinator.protocol.limits import MAX_MAX_CONCURRENCY
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES
 from coordinator.protocol.model import (
     MAX_ENTRY_IDS,
     MAX_MAX_LEN,
@@ -27,8 +27,8 @@ from coordinator.protocol.model import (
 
 class MaxConcurrencyForm(forms.Form):
     max_concurrency = forms.IntegerField(
-        min_value=1,
-        max_value=MAX_MAX_CONCURRENCY,
+        min_value=GROUP_CONFIG_RANGES["max_concurrency"][0],
+        max_value=GROUP_CONFIG_RANGES["max_concurrency"][1],
         help_text="The server-side cap on worker threads inside ONE member (never an assignment weight). "
         "Each member runs min(its reported capacity, this).",
     )

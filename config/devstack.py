@@ -330,7 +330,9 @@ def _app_listeners() -> tuple[str, ...]:
 
     from consumers.listener import autodiscover_listeners
 
-    extra = tuple(getattr(settings, "RSC_EXTRA_APPS", ()))
+    # This project's own switch (config/settings.py defines it, from the environment), not a package
+    # setting: the dev stack runs config.settings.
+    extra = tuple(settings.RSC_EXTRA_APPS)
     if not extra:
         return ()
     names = tuple(

@@ -8,11 +8,15 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from consumers import conf as member_conf
+from coordinator import conf as coordinator_conf
 from coordinator.celery import beat_schedule
+from coordinator.protocol.setting import Setting
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -260,19 +264,63 @@ LOGGING = {
 # Celery keeps Django's LOGGING above instead of installing its own handlers on the root logger.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
-# --- Redis and Celery ------------------------------------------------------------------------------
+# --- the package's settings (coordinator/conf.py, consumers/conf.py) --------------------------------
 
-# The stream data plane and the coordinator's metadata store. Unset means "not configured":
-# `make run` (config/devstack.py) then starts a private embedded Redis and sets it for its children.
-REDIS_URL = env.str("REDIS_URL", default="") or None
+# Each setting of the two tables from the environment variable of its name, with the table's type and
+# default (what each means: the table's help, docs/plugin.md's table; .env.example). REDIS_URL unset
+# means "not configured": `make run` (config/devstack.py) then starts a private embedded Redis and sets
+# it for its children. RSC_RUNTIME is the one exception: the environment sets its max_concurrency alone.
+_environment_readers = {
+    str: env.str, int: env.int, float: env.float, bool: env.bool, list: env.list, dict: env.dict
+}
+
+
+def from_environment(setting: Setting) -> Any:
+    """``setting``'s value from the environment variable of its name (comma-separated for a list,
+    ``key=value,...`` for a dict), else its default. A setting whose default is None is unset when empty."""
+    value = _environment_readers[setting.type](setting.name, default=setting.fresh_default())
+    return None if setting.default is None and value == "" else value
+
+
+_package_settings = {
+    setting.name: from_environment(setting)
+    for setting in (*coordinator_conf.SETTINGS, *member_conf.SETTINGS)
+    if setting.name != "RSC_RUNTIME"
+}
+# The per-process runtime (consumers.Runtime): a dict of its fields, or the dotted path of a factory
+# returning one; from the environment, its max_concurrency (worker threads inside ONE member).
+_package_settings["RSC_RUNTIME"] = {
+    "max_concurrency": env.int(
+        "RSC_RUNTIME_MAX_CONCURRENCY", default=member_conf.default("RSC_RUNTIME")["max_concurrency"]
+    )
+}
+globals().update(_package_settings)
+
+if not re.fullmatch(
+    r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _package_settings["RSC_ADMIN_API_RATE"]
+):
+    raise ImproperlyConfigured(
+        f"RSC_ADMIN_API_RATE must be '<count>/<second|minute|hour|day>' (e.g. 600/min), "
+        f"got {_package_settings['RSC_ADMIN_API_RATE']!r}."
+    )
+
+# --- Redis and Celery ------------------------------------------------------------------------------
 
 # Celery's broker is never a cluster client (kombu would talk to the seed node alone): with a cluster
 # REDIS_URL (redis+cluster://, docs/cluster.md) set CELERY_BROKER_URL to a plain Redis (check rsc.E007).
+_redis_url = _package_settings["REDIS_URL"]
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or (
-    None if REDIS_URL and REDIS_URL.split("://", 1)[0].lower().endswith("+cluster") else REDIS_URL
+    None if _redis_url and _redis_url.split("://", 1)[0].lower().endswith("+cluster") else _redis_url
 )
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS and the retention pass every
+# RSC_RETENTION_INTERVAL_MS, each beat expiring at the next one (why, and the clock-sync caveat:
+# coordinator/celery.py, the helper a host project's own Celery app uses too).
+CELERY_BEAT_SCHEDULE = beat_schedule(
+    tick_interval_ms=_package_settings["RSC_TICK_INTERVAL_MS"],
+    retention_interval_ms=_package_settings["RSC_RETENTION_INTERVAL_MS"],
+)
 
 # --- REST framework --------------------------------------------------------------------------------
 
@@ -305,41 +353,6 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# --- coordinator API (coordinator/api/auth.py) -----------------------------------------------------
-
-# Bearer tokens, comma-separated. Members may heartbeat and read routing; admins may do everything.
-# More credentials (stored hashed): `manage.py create_api_credential NAME --role member|admin`.
-RSC_MEMBER_TOKENS = env.list("RSC_MEMBER_TOKENS", default=[])
-RSC_ADMIN_TOKENS = env.list("RSC_ADMIN_TOKENS", default=[])
-# Larger request bodies are refused with 413 before they are read.
-RSC_API_MAX_BODY_BYTES = env.int("RSC_API_MAX_BODY_BYTES", default=64 * 1024)
-# Scrape-only bearer tokens for /metrics (coordinator/metrics.py); admin credentials work too.
-RSC_METRICS_TOKENS = env.list("RSC_METRICS_TOKENS", default=[])
-# Database credentials are cached per process for at most this long; a change committed anywhere
-# applies at once regardless (a shared generation in Redis), this is the fall-back while Redis is down.
-RSC_CREDENTIAL_CACHE_S = env.float("RSC_CREDENTIAL_CACHE_S", default=5.0)
-# Per live member: RSC_HEARTBEAT_BURST heartbeats back to back, then one per RSC_HEARTBEAT_FLOOR_MS
-# (429 HEARTBEAT_TOO_FREQUENT beyond; 0 turns the floor off). The fastest legal heartbeat interval is
-# 100 ms (10/s), so the default leaves a member twice that rate plus bursts.
-RSC_HEARTBEAT_FLOOR_MS = env.int("RSC_HEARTBEAT_FLOOR_MS", default=50)
-RSC_HEARTBEAT_BURST = env.int("RSC_HEARTBEAT_BURST", default=20)
-# Steady heartbeats answered at the WSGI layer, before Django's middleware (coordinator/api/door.py;
-# config/wsgi.py wraps the application). It turns itself off when MIDDLEWARE holds a class it does not
-# know; false: every heartbeat goes through Django (the answers are the same).
-RSC_HEARTBEAT_DOOR = env.bool("RSC_HEARTBEAT_DOOR", default=True)
-# Joins running at once per API process; one more gets 429 JOINS_THROTTLED (shed first under load so
-# steady heartbeats keep every lease). 0: no limit.
-RSC_MAX_CONCURRENT_JOINS = env.int("RSC_MAX_CONCURRENT_JOINS", default=4)
-# Admin API requests per credential (token or staff user), "<count>/<second|minute|hour|day>"; more are
-# refused with 429 and Retry-After. Counted in the default cache: per process with the default
-# LocMemCache (coordinator/api/throttling.py).
-RSC_ADMIN_API_RATE = env.str("RSC_ADMIN_API_RATE", default="600/min")
-if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", RSC_ADMIN_API_RATE):
-    raise ImproperlyConfigured(
-        f"RSC_ADMIN_API_RATE must be '<count>/<second|minute|hour|day>' (e.g. 600/min), "
-        f"got {RSC_ADMIN_API_RATE!r}."
-    )
-
 # --- admin-site login throttling (django-axes) -----------------------------------------------------
 
 # After this many failed logins for one username from one client address, that pair is locked out
@@ -349,52 +362,3 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_COOLOFF_TIME = timedelta(hours=1)
 # A successful login forgets that pair's failures.
 AXES_RESET_ON_SUCCESS = True
-
-# --- coordinator (checked at start-up by coordinator/checks.py) -----------------------------------
-
-# How often the Celery beat tick expires members whose lease has run out.
-RSC_TICK_INTERVAL_MS = env.int("RSC_TICK_INTERVAL_MS", default=1000)
-# A member whose last heartbeat is older than this is marked EXPIRED and loses its shards.
-RSC_MEMBER_LEASE_TTL_MS = env.int("RSC_MEMBER_LEASE_TTL_MS", default=10000)
-# The heartbeat interval the coordinator hands to members.
-RSC_HEARTBEAT_INTERVAL_MS = env.int("RSC_HEARTBEAT_INTERVAL_MS", default=3000)
-# A member that has not released its revoked shards within this time is expired, so they can move on.
-RSC_REVOCATION_TIMEOUT_MS = env.int("RSC_REVOCATION_TIMEOUT_MS", default=30000)
-# How long EXPIRED / LEFT members stay visible to operators before the tick forgets them.
-RSC_MEMBER_RETENTION_MS = env.int("RSC_MEMBER_RETENTION_MS", default=600000)
-# At most this many ended members are kept per group (the most recently ended), whatever their age.
-RSC_MAX_ENDED_MEMBERS = env.int("RSC_MAX_ENDED_MEMBERS", default=100)
-# How often the retention pass (coordinator.service.run_retention) trims streams and deletes retired
-# versions' streams; at least 1000. It is its own beat task: it never delays the tick's lease expiry.
-RSC_RETENTION_INTERVAL_MS = env.int("RSC_RETENTION_INTERVAL_MS", default=30000)
-# At most this many streams are visited per retention pass; the next pass continues where it stopped.
-RSC_RETENTION_MAX_STREAMS = env.int("RSC_RETENTION_MAX_STREAMS", default=2000)
-# Audit rows older than this many days are deleted by the retention pass and `manage.py prune_audit`.
-RSC_AUDIT_RETENTION_DAYS = env.int("RSC_AUDIT_RETENTION_DAYS", default=365)
-
-# The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS and the retention pass every
-# RSC_RETENTION_INTERVAL_MS, each beat expiring at the next one (why, and the clock-sync caveat:
-# coordinator/celery.py, the helper a host project's own Celery app uses too).
-CELERY_BEAT_SCHEDULE = beat_schedule(
-    tick_interval_ms=RSC_TICK_INTERVAL_MS, retention_interval_ms=RSC_RETENTION_INTERVAL_MS
-)
-
-# --- consumers: members run by `manage.py run_member` (consumers/management/commands/run_member.py) ---
-
-# The coordinator's HTTP API, or "inprocess" to call the metadata store (REDIS_URL) directly.
-RSC_COORDINATOR_URL = env.str("RSC_COORDINATOR_URL", default="http://127.0.0.1:8000")
-# The bearer token members present (one of the coordinator's RSC_MEMBER_TOKENS, or a credential).
-RSC_MEMBER_TOKEN = env.str("RSC_MEMBER_TOKEN", default="")
-# Starts every member id this process makes: set it to the member-id prefix of RSC_MEMBER_TOKEN's
-# credential when that credential is scoped to one (manage.py create_api_credential --member-id-prefix).
-RSC_MEMBER_ID_PREFIX = env.str("RSC_MEMBER_ID_PREFIX", default="")
-# run_member serves its Prometheus metrics on this port (0: not served). docs/metrics.md
-RSC_MEMBER_METRICS_PORT = env.int("RSC_MEMBER_METRICS_PORT", default=0)
-# The per-process runtime (consumers.Runtime): a dict of its fields, or the dotted path of a factory
-# returning one. max_concurrency = worker threads inside ONE member, reported as its capacity.
-RSC_RUNTIME = {"max_concurrency": env.int("RSC_RUNTIME_MAX_CONCURRENCY", default=1)}
-# Member fan-out per listener name, overriding @listener(concurrency=...): "billing=5,shipping=2"
-# (values are validated by run_member: integers or numeric strings in 1..1024).
-RSC_LISTENER_CONCURRENCY = env.dict("RSC_LISTENER_CONCURRENCY", default={})
-# How long a stopping member may take to finish in-flight work before it leaves anyway (seconds).
-RSC_SHUTDOWN_TIMEOUT_S = env.float("RSC_SHUTDOWN_TIMEOUT_S", default=30.0)

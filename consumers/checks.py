@@ -16,30 +16,35 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
+from consumers import conf
+from consumers.conf import IN_PROCESS
 from consumers.errors import ConsumersError
 from consumers.listener import parse_concurrency
 from consumers.runtime import load_runtime
 
-IN_PROCESS = "inprocess"
-
 
 def check_consumer_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    return [*_runtime(), *_fan_out(), *_coordinator_url(), *_shutdown_timeout()]
+    current = conf.settings()
+    return [
+        *_runtime(current.RSC_RUNTIME),
+        *_fan_out(current.RSC_LISTENER_CONCURRENCY),
+        *_coordinator_url(current.RSC_COORDINATOR_URL),
+        *_shutdown_timeout(current.RSC_SHUTDOWN_TIMEOUT_S),
+    ]
 
 
-def _runtime() -> list[CheckMessage]:
+def _runtime(value: Any) -> list[CheckMessage]:
     try:
-        load_runtime(getattr(settings, "RSC_RUNTIME", None))
+        load_runtime(value)
     except ConsumersError as e:
         return [Error(f"RSC_RUNTIME: {e.message}", id="consumers.E001")]
     return []
 
 
-def _fan_out() -> list[CheckMessage]:
-    value = getattr(settings, "RSC_LISTENER_CONCURRENCY", None) or {}
+def _fan_out(value: Any) -> list[CheckMessage]:
+    value = value or {}
     if not isinstance(value, Mapping):
         return [
             Error("RSC_LISTENER_CONCURRENCY must map listener names to a member count.", id="consumers.E002")
@@ -53,8 +58,8 @@ def _fan_out() -> list[CheckMessage]:
     return errors
 
 
-def _coordinator_url() -> list[CheckMessage]:
-    url = getattr(settings, "RSC_COORDINATOR_URL", "") or ""
+def _coordinator_url(url: Any) -> list[CheckMessage]:
+    url = url or ""
     parts = urllib.parse.urlsplit(str(url))
     if url == IN_PROCESS or (parts.scheme in ("http", "https") and parts.hostname):
         return []
@@ -67,8 +72,7 @@ def _coordinator_url() -> list[CheckMessage]:
     ]
 
 
-def _shutdown_timeout() -> list[CheckMessage]:
-    value = getattr(settings, "RSC_SHUTDOWN_TIMEOUT_S", 30.0)
+def _shutdown_timeout(value: Any) -> list[CheckMessage]:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         return [
             Error(

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
+from consumers import conf
 from consumers.client import CoordinatorClient, HttpCoordinatorClient
 from consumers.listener import Listener, apply_concurrency_overrides
 from consumers.member.member import Member
@@ -37,7 +38,7 @@ from consumers.runtime import Runtime, load_runtime
 
 log = logging.getLogger("consumers.process")
 
-DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+DEFAULT_SHUTDOWN_TIMEOUT_S: float = conf.default("RSC_SHUTDOWN_TIMEOUT_S")
 # Beyond the shutdown timeout: a leave's own retries (MemberConfig.leave_timeout_ms) and one heartbeat.
 _LEAVE_ALLOWANCE_S = 2.0
 

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Any
 
-from coordinator.conf import default
+from coordinator import conf
 
 TICK_TASK = "coordinator.tasks.tick"
 RETENTION_TASK = "coordinator.tasks.retention"
@@ -64,15 +64,15 @@ def _entry(task: str, interval_ms: int) -> dict[str, Any]:
 
 
 def _setting(name: str) -> Any:
-    """Django's setting when settings can be loaded, else the default. Called from the settings module
-    itself (still being imported), loading them would cache a half-made module: then the default."""
+    """Django's setting when settings can be loaded, else the table's default. Called from the settings
+    module itself (still being imported), loading them would cache a half-made module: then the default."""
     from django.conf import settings
 
     if not settings.configured:
         module_name = os.environ.get("DJANGO_SETTINGS_MODULE")
         if not module_name or _importing(module_name):
-            return default(name)
-    return getattr(settings, name, default(name))
+            return conf.default(name)
+    return getattr(conf.settings(), name)
 
 
 def _importing(module_name: str) -> bool:

@@ -14,7 +14,7 @@ The errors run before every manage.py command (runserver, migrate, run_tick, ...
 config/celery.py, when a Celery worker or beat starts; the deploy check with `manage.py check --deploy`.
 A missing or weak SECRET_KEY is not a check: with DEBUG off, config/settings.py refuses to start at all
 (the API server runs no checks). Projects that install the app without defining a
-setting get the default of coordinator/conf.py (the same as config/settings.py).
+setting get the default of coordinator/conf.py's table (which config/settings.py reads too).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from coordinator import conf
 from coordinator.conf import SETTINGS
 
 # Derived from the settings table (coordinator/conf.py), which holds each setting's default and range;
@@ -51,6 +52,7 @@ MIN_TOKEN_LENGTH = 32
 @register(Tags.security, deploy=True)
 def check_api_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """rsc.W001; a module-level registration, so it exists as soon as the app imports this module."""
+    current = conf.settings()
     return [
         Warning(
             f"{name}[{index}] is {len(token)} characters long: a guessable bearer token "
@@ -60,7 +62,7 @@ def check_api_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             id="rsc.W001",
         )
         for name in ("RSC_MEMBER_TOKENS", "RSC_ADMIN_TOKENS")
-        for index, token in enumerate(getattr(settings, name, None) or ())
+        for index, token in enumerate(getattr(current, name) or ())
         if token and len(token) < MIN_TOKEN_LENGTH
     ]
 
@@ -68,7 +70,7 @@ def check_api_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
 @register(Tags.security, deploy=True)
 def check_unscoped_member_tokens(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """rsc.W002: environment member tokens cannot be scoped to prefixes, groups or member ids."""
-    if not any(getattr(settings, "RSC_MEMBER_TOKENS", None) or ()):
+    if not any(conf.settings().RSC_MEMBER_TOKENS or ()):
         return []
     return [
         Warning(
@@ -98,7 +100,8 @@ def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
 
 
 def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    values = {name: getattr(settings, name, default) for name, default in DEFAULTS_MS.items()}
+    current = conf.settings()
+    values = {name: getattr(current, name) for name in DEFAULTS_MS}
     errors: list[CheckMessage] = [
         Error(
             f"{name} must be a positive integer number of milliseconds, got {value!r}.",
@@ -109,14 +112,14 @@ def check_rsc_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         if not _is_positive_int(value)
     ]
     if errors:
-        return errors + _bad_counts()  # the checks below would only repeat the same mistake
-    return _out_of_range(values) + _inconsistent(values) + _bad_counts()
+        return errors + _bad_counts(current)  # the checks below would only repeat the same mistake
+    return _out_of_range(values) + _inconsistent(values) + _bad_counts(current)
 
 
-def _bad_counts() -> list[CheckMessage]:
+def _bad_counts(current: Any) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name, (default, low, high, what) in COUNTS.items():
-        value = getattr(settings, name, default)
+        value = getattr(current, name)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             errors.append(
                 Error(

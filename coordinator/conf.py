@@ -1,11 +1,13 @@
-"""Every setting the installed apps (``coordinator``, ``consumers``, ``admin_ui``) read, with its default.
+"""The coordinator's settings: each once, with its type, default, range and help (the form of
+coordinator/protocol/setting.py; the members' settings are consumers/conf.py's table).
 
 A host project that installs the package defines only what it wants to change: when Django starts,
 ``CoordinatorConfig.ready()`` calls :func:`apply_defaults`, which sets each missing setting to the default
-here (the pattern of django-appconf), so code may read ``settings.RSC_TICK_INTERVAL_MS`` directly.
-A setting the host defines is never touched. This project's own ``config/settings.py`` reads the same
-names from the environment with the same defaults (tests/test_plugin.py holds the three in step: this
-table, config/settings.py and the table in docs/plugin.md).
+here (the pattern of django-appconf). A setting the host defines is never touched. Code reads the typed,
+frozen :func:`settings` (``conf.settings().RSC_TICK_INTERVAL_MS``), never ``getattr`` with a default of its
+own. The system checks (coordinator/checks.py), this project's config/settings.py (each setting from the
+environment variable of its name, typed by the table) and docs/plugin.md's table (tests/test_plugin.py)
+derive from the table.
 
 No Django import at module level: ``coordinator.celery.beat_schedule()`` reads these defaults from a host's
 settings module, before Django is configured.
@@ -13,32 +15,17 @@ settings module, before Django is configured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, make_dataclass
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Any
 
-from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT
-from coordinator.protocol.limits import GROUP_CONFIG_RANGES
+from coordinator.protocol.commands import MAX_ENDED_MEMBERS_LIMIT, Tick
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES, WEEK_MS
+from coordinator.protocol.model import GroupConfig
+from coordinator.protocol.setting import Setting, SettingsTable
 
-WEEK_MS = 7 * 24 * 3_600_000
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One setting: its name, type, default, accepted range (inclusive; None: unbounded) and help.
-
-    ``check`` names the system check that validates it (coordinator/checks.py): ``"ms"`` a positive
-    integer of milliseconds (rsc.E001, and rsc.E005 for its range), ``"count"`` an integer in its range
-    (rsc.E006); None: not range-checked. ``what`` is what the range is the range of, for the messages.
-    """
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    low: int | None = None
-    high: int | None = None
-    what: str = ""
-    check: Literal["ms", "count"] | None = None
+# The core's own defaults of what some settings give it: a group's configuration and a tick's retention.
+_GROUP = GroupConfig()
+_TICK: dict[str, Any] = {f.name: f.default for f in fields(Tick)}
 
 
 def _group(field: str) -> tuple[int, int]:
@@ -48,23 +35,67 @@ def _group(field: str) -> tuple[int, int]:
     return GROUP_CONFIG_RANGES[field]
 
 
-# The table. Lists and dicts are copied before they are set (default()), so a host mutating its setting
-# cannot change the default of another process's settings (tests configure several in one interpreter).
+# The table, in docs/plugin.md's order; ``help`` is that table's text (Markdown; a setting whose default
+# is None is rendered "**Required.**" first). Comments: why a default or range is what it is.
 SETTINGS: tuple[Setting, ...] = (
-    # The stream data plane and the coordinator's metadata (required: None means "not configured").
-    Setting("REDIS_URL", str, None, "The Redis (or redis+cluster://) URL of streams and metadata."),
-    # API credentials (coordinator/credentials.py): bearer tokens, comma-separated in the environment.
-    Setting("RSC_MEMBER_TOKENS", list, [], "Bearer tokens of the member API."),
-    Setting("RSC_ADMIN_TOKENS", list, [], "Bearer tokens of the admin API."),
-    Setting("RSC_API_MAX_BODY_BYTES", int, 64 * 1024, "Largest API request body accepted."),
-    Setting("RSC_METRICS_TOKENS", list, [], "Scrape-only bearer tokens for /metrics."),
-    Setting("RSC_CREDENTIAL_CACHE_S", float, 5.0, "Seconds a database credential lookup is cached."),
-    # coordinator/api/throttling.py: 0 turns the floor off; at most one heartbeat a minute is the end.
+    # The stream data plane and the coordinator's metadata; None: "not configured".
+    Setting(
+        "REDIS_URL",
+        str,
+        None,
+        "The Redis of the metadata store (`rsc:{prefix}:meta`) and of the streams, e.g. "
+        "`redis://host:6379/0`; a Redis Cluster: `redis+cluster://host:6379/` (docs/cluster.md; then set "
+        "`CELERY_BROKER_URL` to a non-cluster Redis)",
+    ),
+    # API credentials (coordinator/credentials.py). More of them, stored hashed: create_api_credential.
+    Setting(
+        "RSC_MEMBER_TOKENS",
+        list,
+        [],
+        "Bearer tokens members may heartbeat with (environment: comma-separated); scoped database "
+        "credentials: `manage.py create_api_credential NAME --role member`",
+    ),
+    Setting(
+        "RSC_ADMIN_TOKENS",
+        list,
+        [],
+        "Bearer tokens of the Admin API (staff users with `coordinator.manage_groups` need none)",
+    ),
+    Setting(
+        "RSC_API_MAX_BODY_BYTES",
+        int,
+        64 * 1024,
+        "Larger request bodies are refused with 413 before they are read",
+    ),
+    Setting(
+        "RSC_METRICS_TOKENS",
+        list,
+        [],
+        "Scrape-only bearer tokens for `/metrics` (admin credentials work too; docs/metrics.md)",
+    ),
+    # A change committed anywhere applies at once regardless (a shared generation in Redis): this is the
+    # fall-back while Redis is down.
+    Setting(
+        "RSC_CREDENTIAL_CACHE_S",
+        float,
+        5.0,
+        "How long a process caches database credentials while Redis (which signals changes) is down",
+    ),
+    # It turns itself off when MIDDLEWARE holds a class it does not know (coordinator/api/door.py).
+    Setting(
+        "RSC_HEARTBEAT_DOOR",
+        bool,
+        True,
+        "Steady heartbeats answered by the heartbeat door, when your WSGI application is wrapped in it "
+        "(section 3); `False`: through Django",
+    ),
+    # coordinator/api/throttling.py. The fastest legal heartbeat interval is 100 ms (10/s), so the
+    # default floor leaves a member twice that rate plus bursts; at most one heartbeat a minute is the end.
     Setting(
         "RSC_HEARTBEAT_FLOOR_MS",
         int,
         50,
-        "Least time between two heartbeats of one member (0: off).",
+        "Per live member, one heartbeat per this many ms after the burst (429 beyond; 0: off)",
         0,
         60_000,
         "the per-member heartbeat floor",
@@ -74,31 +105,44 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_HEARTBEAT_BURST",
         int,
         20,
-        "Heartbeats a member may send back to back before the floor.",
+        "Heartbeats a member may send back to back before the floor applies",
         1,
         10_000,
         "the heartbeat floor's burst",
         "count",
     ),
-    Setting("RSC_HEARTBEAT_DOOR", bool, True, "Answer plain heartbeats on the fast path."),
+    # Joins are shed first under load, so steady heartbeats keep every lease.
     Setting(
         "RSC_MAX_CONCURRENT_JOINS",
         int,
         4,
-        "Joins at once per API process (0: no limit).",
+        "Joins running at once per API process; more get 429 `JOINS_THROTTLED` (0: no limit)",
         0,
         10_000,
         "joins at once per API process",
         "count",
     ),
-    Setting("RSC_ADMIN_API_RATE", str, "600/min", "Admin API requests per credential and period."),
+    # Counted in the default cache: per process with the default LocMemCache. config/settings.py refuses
+    # a value of another form at start-up.
+    Setting(
+        "RSC_ADMIN_API_RATE",
+        str,
+        "600/min",
+        "Admin API requests per credential, `<count>/<second|minute|hour|day>` (429 beyond)",
+    ),
     # Coordinator timing (coordinator/checks.py rejects impossible combinations at start-up).
-    Setting("RSC_TICK_INTERVAL_MS", int, 1000, "Period of the coordinator's tick.", check="ms"),
+    Setting(
+        "RSC_TICK_INTERVAL_MS",
+        int,
+        1000,
+        "How often the tick expires members whose lease ran out; below the lease",
+        check="ms",
+    ),
     Setting(
         "RSC_MEMBER_LEASE_TTL_MS",
         int,
-        10000,
-        "Default lease of a group's members.",
+        _GROUP.lease_ttl_ms,
+        "New groups' lease: a member silent this long is expired and loses its shards",
         *_group("lease_ttl_ms"),
         "a group's lease_ttl_ms",
         "ms",
@@ -106,8 +150,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_HEARTBEAT_INTERVAL_MS",
         int,
-        3000,
-        "Default heartbeat interval of a group's members.",
+        _GROUP.heartbeat_interval_ms,
+        "New groups' heartbeat interval, handed to members; below the lease",
         *_group("heartbeat_interval_ms"),
         "a group's heartbeat_interval_ms",
         "ms",
@@ -115,8 +159,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_REVOCATION_TIMEOUT_MS",
         int,
-        30000,
-        "Default time a member has to give up revoked shards.",
+        _GROUP.revocation_timeout_ms,
+        "New groups' limit for releasing revoked shards before the member is expired",
         *_group("revocation_timeout_ms"),
         "a group's revocation_timeout_ms",
         "ms",
@@ -125,8 +169,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_MEMBER_RETENTION_MS",
         int,
-        600000,
-        "How long an ended member is kept.",
+        _TICK["retention_ms"],
+        "How long EXPIRED / LEFT members stay visible; at least the lease",
         1,
         WEEK_MS,
         "the tick's retention_ms",
@@ -135,20 +179,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "RSC_MAX_ENDED_MEMBERS",
         int,
-        100,
-        "Ended members kept per group.",
+        _TICK["max_ended_members"],
+        "Ended members kept per group at most (the most recent)",
         0,
         MAX_ENDED_MEMBERS_LIMIT,
         "the tick's max_ended_members",
         "count",
     ),
-    # Stream retention and the audit prune. A retention pass trims every stream it visits: more than
-    # one a second is load for nothing.
+    # Stream retention and the audit prune: its own beat task, so it never delays the tick's lease
+    # expiry. A pass trims every stream it visits: more than one a second is load for nothing.
     Setting(
         "RSC_RETENTION_INTERVAL_MS",
         int,
         30000,
-        "Period of the stream retention pass.",
+        "How often the retention pass trims streams and deletes retired versions' streams; at least 1000",
         1_000,
         WEEK_MS,
         "the retention pass interval",
@@ -158,64 +202,56 @@ SETTINGS: tuple[Setting, ...] = (
         "RSC_RETENTION_MAX_STREAMS",
         int,
         2000,
-        "Streams visited per retention pass.",
+        "Streams visited per retention pass (the next pass continues)",
         1,
         1_000_000,
         "streams visited per retention pass",
         "count",
     ),
-    Setting("RSC_AUDIT_RETENTION_DAYS", int, 365, "Days an audit row is kept."),
-    # Members (manage.py run_member).
-    Setting("RSC_COORDINATOR_URL", str, "http://127.0.0.1:8000", "The coordinator's API, or inprocess."),
-    Setting("RSC_MEMBER_TOKEN", str, "", "The bearer token members present."),
-    Setting("RSC_MEMBER_ID_PREFIX", str, "", "Starts every member id this process makes."),
-    Setting("RSC_MEMBER_METRICS_PORT", int, 0, "Port of a member's /metrics (0: none)."),
-    Setting("RSC_RUNTIME", dict, {"max_concurrency": 1}, "The member runtime's options."),
-    Setting("RSC_LISTENER_CONCURRENCY", dict, {}, "Listener name -> its worker threads."),
-    Setting("RSC_SHUTDOWN_TIMEOUT_S", float, 30.0, "Seconds a member waits for its work at shutdown."),
+    Setting(
+        "RSC_AUDIT_RETENTION_DAYS",
+        int,
+        365,
+        "Audit rows older than this are deleted by the retention pass and `manage.py prune_audit`",
+    ),
 )
 
-BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
-# name -> default.
-DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+TABLE = SettingsTable("Settings", SETTINGS)
+BY_NAME: dict[str, Setting] = TABLE.by_name
+DEFAULTS: dict[str, Any] = TABLE.defaults  # name -> default
+default = TABLE.default  # the default of a name (a fresh copy of a list or dict)
+apply_defaults = TABLE.apply_defaults  # set the missing settings of a Django settings object
+Settings = TABLE.values  # the typed, frozen view: one attribute per setting
 
-
-def default(name: str) -> Any:
-    """The default of ``name`` (a fresh copy of a list or dict)."""
-    value = DEFAULTS[name]
-    return type(value)(value) if isinstance(value, list | dict) else value
-
-
-def apply_defaults(settings: Any) -> list[str]:
-    """Set every setting of DEFAULTS that ``settings`` lacks to its default; return the names set.
-
-    Idempotent: a second call finds them all present and sets nothing.
-    """
-    missing = [name for name in DEFAULTS if not hasattr(settings, name)]
-    for name in missing:
-        setattr(settings, name, default(name))
-    return missing
-
-
-# The typed, frozen view of the settings: one attribute per entry of SETTINGS.
-Settings = make_dataclass("Settings", [(s.name, s.type) for s in SETTINGS], frozen=True, slots=True)
+# The view of Django's settings, and the settings object it was read from (Django's LazySettings holds
+# one; override_settings puts another in its place and back).
 _current: Any = None
+_read_from: object = None
+_django: Any = None
 
 
 def settings() -> Any:
-    """Django's settings as a frozen ``Settings`` (a missing one at its default), built once and rebuilt
-    after Django's ``setting_changed`` (sent by ``override_settings`` and pytest-django's ``settings``
-    fixture), so code reads ``conf.settings().RSC_TICK_INTERVAL_MS`` instead of ``getattr`` with a
-    default of its own."""
-    global _current
-    current = _current
-    if current is None:
-        from django.conf import settings as django_settings
-        from django.test.signals import setting_changed
+    """Django's settings as a frozen ``Settings`` (a missing one at its default), built once and built
+    again when they change, so code reads ``conf.settings().RSC_TICK_INTERVAL_MS`` instead of ``getattr``
+    with a default of its own (the heartbeat path reads it, so it is not built per call).
 
-        setting_changed.connect(_reset, dispatch_uid="coordinator.conf.settings")
-        current = Settings(**{s.name: getattr(django_settings, s.name, default(s.name)) for s in SETTINGS})
-        _current = current
+    Changed means: Django's ``setting_changed`` for one of these names (sent by ``override_settings``
+    and pytest-django's ``settings`` fixture), or another settings object in Django's place
+    (``override_settings`` again, and also the fixture's ``del settings.NAME``, which sends no signal).
+    A plain ``setattr`` on ``django.conf.settings`` is neither: tests change settings through the
+    fixture or ``override_settings``.
+    """
+    global _current, _read_from, _django
+    current = _current
+    if current is None or _django._wrapped is not _read_from:
+        if _django is None:
+            from django.conf import settings as django_settings
+            from django.test.signals import setting_changed
+
+            setting_changed.connect(_reset, dispatch_uid="coordinator.conf.settings")
+            _django = django_settings
+        current = TABLE.read(_django)  # loads Django's settings first, if need be
+        _current, _read_from = current, _django._wrapped
     return current
 
 

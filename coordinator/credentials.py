@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from coordinator import conf
 from coordinator.models import ANY, ApiCredential, matches_any, parse_patterns, token_digest
 from coordinator.protocol.errors import StoreUnavailable
 from rsc_redis.keys import CREDENTIALS_GENERATION_KEY
@@ -137,7 +137,8 @@ _from_settings: tuple[tuple[Any, ...], list[_Candidate]] | None = None  # (the s
 def _candidates_from_settings() -> list[_Candidate]:
     """The environment tokens' candidates, hashed again only when the settings' tokens change."""
     global _from_settings
-    tokens = tuple(tuple(getattr(settings, setting, None) or ()) for setting, _role in _TOKEN_SETTINGS)
+    current = conf.settings()
+    tokens = tuple(tuple(getattr(current, setting) or ()) for setting, _role in _TOKEN_SETTINGS)
     kept = _from_settings
     if kept is not None and kept[0] == tokens:
         return kept[1]
@@ -171,11 +172,11 @@ def _candidates_from_settings() -> list[_Candidate]:
 # value, and a cached fill is used only while that shared value is the one it was read under. So a
 # deactivation in one API worker process (or the admin's process) is refused by every other process from
 # the next request.
-DB_CREDENTIALS_TTL_S = 5.0  # default of the setting RSC_CREDENTIAL_CACHE_S
+DB_CREDENTIALS_TTL_S: float = conf.default("RSC_CREDENTIAL_CACHE_S")  # the setting RSC_CREDENTIAL_CACHE_S
 
 
 def _cache_ttl_s() -> float:
-    return float(getattr(settings, "RSC_CREDENTIAL_CACHE_S", DB_CREDENTIALS_TTL_S))
+    return float(conf.settings().RSC_CREDENTIAL_CACHE_S)
 
 SHARED_GENERATION_KEY = CREDENTIALS_GENERATION_KEY
 _Candidates = list[_Candidate]
@@ -219,7 +220,7 @@ def _shared_generation() -> bytes | None:
     global _shared_failure_logged_at
     from coordinator.store import get_store  # not at import: auth is loaded before the store is set up
 
-    if not settings.REDIS_URL:
+    if not conf.settings().REDIS_URL:
         return None
     try:
         value = get_store().client.get(SHARED_GENERATION_KEY)
@@ -272,7 +273,7 @@ def _publish_change() -> None:
     _invalidate_cached_credentials()
     from coordinator.store import get_store
 
-    if not settings.REDIS_URL:  # no coordinator Redis (a process that only manages credentials)
+    if not conf.settings().REDIS_URL:  # no coordinator Redis (a process that only manages credentials)
         return
     try:
         # A fresh random value, not a counter: a counter that Redis lost (a restart without persistence,

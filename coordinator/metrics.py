@@ -32,13 +32,13 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator import conf
 from coordinator.credentials import Role, match_token
 from coordinator.models import token_digest
 from coordinator.protocol.describe import ShardAssignment
@@ -183,7 +183,7 @@ def _authorized(request: HttpRequest) -> bool:
     if scheme.lower() != "bearer" or not token:
         return False
     presented = token_digest(token)
-    scrape = [t for t in getattr(settings, "RSC_METRICS_TOKENS", None) or () if t]
+    scrape = [t for t in conf.settings().RSC_METRICS_TOKENS or () if t]
     if any(hmac.compare_digest(token_digest(t), presented) for t in scrape):
         return True
     try:

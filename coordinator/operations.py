@@ -50,12 +50,11 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.utils import timezone
 
-from coordinator import audit
+from coordinator import audit, conf
 from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
@@ -87,7 +86,6 @@ MAX_REASON_CHARS = 500
 MAX_IDS = MAX_ENTRY_IDS  # entry ids of one skip, dead-letter ids of one replay or purge (1000)
 MAX_SKIP_AGE_MS = MAX_RETENTION_MS  # one year, like the store's bound for older_than_ms
 MAX_CONFIRM_UNCONSUMED = 2**53  # the largest integer every JSON implementation represents exactly
-DEFAULT_AUDIT_RETENTION_DAYS = 365
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -431,7 +429,7 @@ def create_group(actor: Actor, command: CreateGroup, *, start_from: str = "lates
     if not isinstance(command, CreateGroup):
         raise InvalidRequest("command must be a CreateGroup", field="command")
     prefix, group = _group_target(command.stream_prefix, command.consumer_group)
-    require_lease_above_tick(command.config.validated().lease_ttl_ms, settings.RSC_TICK_INTERVAL_MS)
+    require_lease_above_tick(command.config.validated().lease_ttl_ms, conf.settings().RSC_TICK_INTERVAL_MS)
     requested = {
         "shard_count": command.shard_count,
         "config": dataclasses.asdict(command.config),
@@ -546,6 +544,6 @@ def prune_audit(*, older_than_days: int | None = None, dry_run: bool = False) ->
     name = "older_than_days"
     if older_than_days is None:
         name = "RSC_AUDIT_RETENTION_DAYS"
-        older_than_days = getattr(settings, name, DEFAULT_AUDIT_RETENTION_DAYS)
+        older_than_days = conf.settings().RSC_AUDIT_RETENTION_DAYS
     days = require_int_in_range(older_than_days, name, 1, 100 * 365)
     return audit.prune(before=timezone.now() - timedelta(days=days), dry_run=dry_run)

@@ -396,6 +396,7 @@ def test_a_member_process_loads_no_part_of_the_store() -> None:
     program = (
         "import sys\n"
         "import consumers.dataplane.plane, consumers.producer, consumers.runtime, consumers.listener\n"
+        "import consumers.conf, consumers.member.ids\n"
         "print('\\n'.join(sorted(sys.modules)))\n"
     )
     result = subprocess.run(
@@ -406,3 +407,18 @@ def test_a_member_process_loads_no_part_of_the_store() -> None:
     upward = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in CONSUMERS_FORBIDDEN)]
     assert upward == []
     assert "rsc_redis.keys" in loaded
+    # The members' settings table has the coordinator's form, not its table (coordinator/conf.py).
+    assert "coordinator.protocol.setting" in loaded and "coordinator.conf" not in loaded
+
+
+def test_consumers_reach_the_coordinator_only_through_its_pure_core() -> None:
+    """Not only the store, the API, the operations layer: nothing of the coordinator but
+    coordinator.protocol (the members' settings table, consumers/conf.py, has the form of
+    coordinator/protocol/setting.py, not the coordinator's table), run_member's allowance aside."""
+    imports = layer_violations("consumers", ("coordinator",))
+    assert imports
+    assert [found for found in imports if not is_core(found.split(": imports ")[1])] == []
+
+
+def is_core(module: str) -> bool:
+    return module == PROTOCOL_PACKAGE or module.startswith(PROTOCOL_PACKAGE + ".")

@@ -11,8 +11,8 @@ handled by the host's listener. About a minute, mostly pip (from its cache); mar
 
 from __future__ import annotations
 
-import ast
 import contextlib
+import dataclasses
 import hashlib
 import http.client
 import json
@@ -27,12 +27,16 @@ import venv
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from config.embedded_redis import RedisServer, _die_with_parent_hook, free_port
+from consumers import conf as member_conf
 from coordinator import conf
 from coordinator.celery import beat_schedule
+from coordinator.protocol.setting import Setting
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -441,6 +445,14 @@ def test_a_host_project_runs_a_member_of_the_installed_package(
 
 # ------------------------------------------------------------------------------------ settings and docs
 
+# Every package setting: the coordinator's table and the members' (coordinator/protocol/setting.py).
+TABLES = (conf.TABLE, member_conf.TABLE)
+DEFAULTS: dict[str, object] = {name: value for table in TABLES for name, value in table.defaults.items()}
+
+
+def test_each_setting_is_in_one_table() -> None:
+    assert len(DEFAULTS) == sum(len(table.settings) for table in TABLES)
+
 
 def _settings_defaults_of_config() -> dict[str, object]:
     """config/settings.py's values with no RSC_* / REDIS_URL in the environment (nor a .env: a subprocess
@@ -449,11 +461,11 @@ def _settings_defaults_of_config() -> dict[str, object]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RSC_") and k != "REDIS_URL"}
     env.update(DJANGO_SETTINGS_MODULE="config.settings", DEBUG="true", PYTHONPATH=str(REPO))
     code = (
-        "import json, django; from django.conf import settings; from coordinator import conf; "
-        "print(json.dumps({n: getattr(settings, n) for n in conf.DEFAULTS}, default=str))"
+        "import json, sys, django; from django.conf import settings; "
+        "print(json.dumps({n: getattr(settings, n) for n in sys.argv[1:]}, default=str))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *DEFAULTS], cwd=REPO, env=env, capture_output=True, text=True, check=True
     )
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
@@ -467,39 +479,115 @@ def test_config_settings_and_the_package_defaults_agree() -> None:
     )
     values = _settings_defaults_of_config()
     differ = {
-        name: (values[name], conf.DEFAULTS[name])
-        for name in conf.DEFAULTS
-        if name not in overridden and values[name] != conf.DEFAULTS[name]
+        name: (values[name], DEFAULTS[name])
+        for name in DEFAULTS
+        if name not in overridden and values[name] != DEFAULTS[name]
     }
     assert differ == {}
 
 
-def _plugin_doc_table() -> dict[str, str]:
-    """docs/plugin.md's settings table: setting name -> its default column, as written."""
+# The environment variable of each setting: its name, but RSC_RUNTIME's (config/settings.py).
+ENVIRONMENT_NAMES = {name: name for name in DEFAULTS} | {"RSC_RUNTIME": "RSC_RUNTIME_MAX_CONCURRENCY"}
+
+
+def _changed(setting: Setting) -> tuple[str, object]:
+    """An environment value for ``setting`` other than its default, and the value it must read as."""
+    if setting.name == "RSC_RUNTIME":
+        return "3", {"max_concurrency": 3}
+    if setting.name == "RSC_ADMIN_API_RATE":
+        return "7/min", "7/min"
+    if setting.type is bool:
+        return str(not setting.default).lower(), not setting.default
+    if setting.type in (int, float):
+        value = setting.type(setting.default) + 1
+        return str(value), value
+    if setting.type is list:
+        return "a,b", ["a", "b"]
+    if setting.type is dict:
+        return "a=1", {"a": "1"}
+    return f"x-{setting.name}", f"x-{setting.name}"
+
+
+def test_config_settings_reads_every_setting_from_its_environment_variable_with_the_tables_type() -> None:
+    settings = [s for table in TABLES for s in table.settings]
+    changed = {s.name: _changed(s) for s in settings}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSC_") and k != "REDIS_URL"}
+    env.update({ENVIRONMENT_NAMES[name]: text for name, (text, _) in changed.items()})
+    env.update(DJANGO_SETTINGS_MODULE="config.settings", DEBUG="true", PYTHONPATH=str(REPO))
+    code = (
+        "import json, sys, django; from django.conf import settings; "
+        "print(json.dumps({n: getattr(settings, n) for n in sys.argv[1:]}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *changed], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    values = json.loads(out.stdout)
+    assert {name: values[name] for name in changed} == {name: value for name, (_, value) in changed.items()}
+    for setting in settings:
+        assert type(values[setting.name]) is setting.type, setting.name
+
+
+def test_env_example_names_every_setting_and_the_tables_ranges() -> None:
+    """.env.example shows every setting's variable (commented out); a range it states ("low..high", in
+    the comment just above the variable) is the table's."""
+    lines = (REPO / ".env.example").read_text().splitlines()
+    shown = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"# (\w+)=", line))}
+    assert sorted(v for v in ENVIRONMENT_NAMES.values() if v not in shown) == []
+    stated = 0
+    for setting in (s for table in TABLES for s in table.settings):
+        above = []
+        for line in reversed(lines[: shown[ENVIRONMENT_NAMES[setting.name]]]):
+            if not line.startswith("# ") or re.match(r"# \w+=", line):
+                break
+            above.append(line)
+        for low, high in re.findall(r"\b(\d+)\.\.(\d+)\b", " ".join(above)):
+            assert (int(low), int(high)) == (setting.low, setting.high), setting.name
+            stated += 1
+    assert stated >= 8
+
+
+def markdown_rows() -> list[str]:
+    """docs/plugin.md's settings table as the tables have it: name, default, help (section 4)."""
+    rows = []
+    for setting in (s for table in TABLES for s in table.settings):
+        what = ("**Required.** " if setting.default is None else "") + setting.help.replace("|", "\\|")
+        rows.append(f"| `{setting.name}` | `{_literal(setting.default)}` | {what} |")
+    return rows
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def test_docs_plugin_md_has_the_tables_settings_defaults_and_help() -> None:
+    """The help text is written once, in the tables: docs/plugin.md's table must be their rendering
+    (on a difference, the expected rows are in the message, to paste)."""
     text = (REPO / "docs" / "plugin.md").read_text()
-    rows = re.findall(r"^\|\s*`(\w+)`\s*\|\s*(.*?)\s*\|", text, re.M)
-    return dict(rows)
+    written = [line for line in text.splitlines() if re.match(r"\|\s*`(REDIS_URL|RSC_\w+)`\s*\|", line)]
+    expected = markdown_rows()
+    assert written == expected, "docs/plugin.md section 4 should read:\n" + "\n".join(expected)
 
 
-def test_docs_plugin_md_lists_every_setting_with_its_default() -> None:
-    table = _plugin_doc_table()
-    assert sorted(n for n in conf.DEFAULTS if n not in table) == []
-    for name, value in conf.DEFAULTS.items():
-        written = table[name].strip("`")
-        assert ast.literal_eval(written) == value, (name, written)
-
-
-def test_every_setting_the_package_reads_has_a_default() -> None:
-    """A host project defines only what it changes: an RSC_* setting read anywhere in the three
-    packages without an entry in coordinator/conf.py would be an AttributeError (or a silent
-    per-call-site default) there."""
+def test_every_setting_the_package_reads_has_a_default_in_a_table() -> None:
+    """A host project defines only what it changes: an RSC_* setting read anywhere in the packages
+    without an entry in a table would be an AttributeError there. And no call site has a default of its
+    own (``getattr(settings, "RSC_...", default)``): code reads ``conf.settings()``."""
     read: set[str] = set()
+    own_defaults: list[str] = []
     for name in package_files():
-        if name.endswith(".py"):
+        if name.endswith(".py") and not name.endswith("/conf.py"):
             text = (REPO / name).read_text()
-            read |= set(re.findall(r"settings\.(RSC_[A-Z0-9_]+)", text))
-            read |= set(re.findall(r"getattr\(\s*settings,\s*\"(RSC_[A-Z0-9_]+)\"", text))
-    assert read and sorted(read - set(conf.DEFAULTS)) == []
+            read |= set(re.findall(r"\.(RSC_[A-Z0-9_]+)\b", text))
+            read |= set(re.findall(r"getattr\(\s*\w+,\s*\"(RSC_[A-Z0-9_]+)\"", text))
+            own_defaults += [
+                f"{name}: {m}" for m in re.findall(r"getattr\(\s*\w*settings,\s*\"RSC_\w+\",[^)]*\)", text)
+            ]
+    assert read and sorted(read - set(DEFAULTS)) == []
+    assert own_defaults == []
 
 
 def test_apply_defaults_fills_only_missing_settings() -> None:
@@ -510,9 +598,12 @@ def test_apply_defaults_fills_only_missing_settings() -> None:
     added = conf.apply_defaults(target)
     assert "RSC_TICK_INTERVAL_MS" not in added and target.RSC_TICK_INTERVAL_MS == 250
     assert target.RSC_MEMBER_LEASE_TTL_MS == 10000  # type: ignore[attr-defined]
+    target.RSC_MEMBER_TOKENS.append("x")  # type: ignore[attr-defined]
+    assert conf.DEFAULTS["RSC_MEMBER_TOKENS"] == []  # a copy, not the default itself
+    assert member_conf.apply_defaults(target) == list(member_conf.DEFAULTS)
     target.RSC_RUNTIME["max_concurrency"] = 8  # type: ignore[attr-defined]
-    assert conf.DEFAULTS["RSC_RUNTIME"] == {"max_concurrency": 1}  # a copy, not the default itself
-    assert conf.apply_defaults(target) == []
+    assert member_conf.DEFAULTS["RSC_RUNTIME"] == {"max_concurrency": 1}
+    assert conf.apply_defaults(target) == [] and member_conf.apply_defaults(target) == []
 
 
 def test_beat_schedule_has_the_tick_and_retention_entries_expiring_at_the_next_beat() -> None:
@@ -529,3 +620,31 @@ def test_beat_schedule_has_the_tick_and_retention_entries_expiring_at_the_next_b
 def test_beat_schedule_reads_the_django_settings_when_they_are_loaded(settings: object) -> None:
     settings.RSC_TICK_INTERVAL_MS = 700  # type: ignore[attr-defined]
     assert beat_schedule()["coordinator-tick"]["schedule"] == 0.7
+
+
+def test_the_settings_object_is_built_once_and_follows_every_change(settings: Any) -> None:
+    """conf.settings() is cached (the heartbeat path reads it) and built again when the settings change:
+    through the fixture (override_settings and setting_changed), and through the fixture's ``del``,
+    which sends no setting_changed but puts another settings object in Django's place."""
+    first = conf.settings()
+    assert conf.settings() is first
+    settings.RSC_HEARTBEAT_BURST = 7
+    assert conf.settings().RSC_HEARTBEAT_BURST == 7
+    settings.RSC_AUDIT_RETENTION_DAYS = 3
+    assert conf.settings().RSC_AUDIT_RETENTION_DAYS == 3
+    del settings.RSC_AUDIT_RETENTION_DAYS
+    absent = conf.settings().RSC_AUDIT_RETENTION_DAYS
+    assert absent == conf.default("RSC_AUDIT_RETENTION_DAYS")
+    with override_settings(RSC_AUDIT_RETENTION_DAYS=9):
+        assert conf.settings().RSC_AUDIT_RETENTION_DAYS == 9
+    restored = conf.settings().RSC_AUDIT_RETENTION_DAYS
+    assert restored == absent
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conf.settings().RSC_HEARTBEAT_BURST = 1
+
+
+def test_the_member_settings_are_read_at_each_call(settings: Any) -> None:
+    settings.RSC_MEMBER_ID_PREFIX = "billing-"
+    assert member_conf.settings().RSC_MEMBER_ID_PREFIX == "billing-"
+    del settings.RSC_MEMBER_ID_PREFIX
+    assert member_conf.settings().RSC_MEMBER_ID_PREFIX == ""

@@ -70,4 +70,8 @@ def make_member_id(
 def _configured_prefix() -> str:
     from django.conf import settings
 
-    return str(getattr(settings, "RSC_MEMBER_ID_PREFIX", "") or "") if settings.configured else ""
+    from consumers import conf
+
+    if not settings.configured:  # a script making ids outside Django
+        return str(conf.default("RSC_MEMBER_ID_PREFIX"))
+    return str(conf.settings().RSC_MEMBER_ID_PREFIX or "")

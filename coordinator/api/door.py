@@ -52,6 +52,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils.log import log_response
 from django.utils.module_loading import import_string
 
+from coordinator import conf
 from coordinator.protocol.model import IDENTIFIER_RE
 from coordinator.store import get_store
 
@@ -218,7 +219,7 @@ def _set_up() -> _Setup | None:
 
 
 def _setup_or_reason() -> _Setup | None:
-    if not settings.RSC_HEARTBEAT_DOOR:
+    if not conf.settings().RSC_HEARTBEAT_DOOR:
         return None
     unknown = [m for m in settings.MIDDLEWARE if m not in _NOTHING_TO_DO | _RUN]
     if unknown:

@@ -12,20 +12,18 @@ import json
 from collections.abc import Mapping
 from typing import IO, Any
 
-from django.conf import settings
 from django.utils.http import parse_header_parameters
 from rest_framework import exceptions
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
+from coordinator import conf
+
 from .errors import LengthRequired, PayloadTooLarge
 
 JSON_MEDIA_TYPE = "application/json"
-DEFAULT_MAX_BODY_BYTES = 64 * 1024
-
-
 def max_body_bytes() -> int:
-    return int(getattr(settings, "RSC_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    return int(conf.settings().RSC_API_MAX_BODY_BYTES)
 
 
 class StrictJSONParser(BaseParser):

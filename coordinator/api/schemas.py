@@ -28,6 +28,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
+from coordinator import conf
 from coordinator.operations import OperationErrorCode
 from coordinator.protocol.describe import GroupState, ShardAssignment
 from coordinator.protocol.errors import ErrorCode
@@ -170,7 +171,7 @@ class LeaseTtlScheme(OpenApiSerializerFieldExtension):
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         field = self.target
         schema: dict[str, Any] = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
-        schema["minimum"] = max(schema["minimum"], int(settings.RSC_TICK_INTERVAL_MS) + 1)
+        schema["minimum"] = max(schema["minimum"], int(conf.settings().RSC_TICK_INTERVAL_MS) + 1)
         return schema
 
 

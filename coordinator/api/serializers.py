@@ -20,16 +20,15 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from django.conf import settings
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from coordinator import operations
+from coordinator import conf, operations
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, InvalidIdentifier
 from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
-from coordinator.protocol.limits import GROUP_CONFIG_RANGES, MAX_MAX_CONCURRENCY, require_lease_above_tick
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES, require_lease_above_tick
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     MAX_CAPACITY,
@@ -243,10 +242,15 @@ class LeaseTtlField(StrictIntegerField):
     setting is read; the schema's minimum says so: ``schemas.LeaseTtlScheme``)."""
 
 
-def _config_field(name: str, help_text: str) -> StrictIntegerField:
+def _config_field(name: str, help_text: str | None, *, required: bool = False) -> StrictIntegerField:
+    """A GroupConfig field with the range the core accepts (GROUP_CONFIG_RANGES), so the schema's."""
     low, high = GROUP_CONFIG_RANGES[name]
     field_class = LeaseTtlField if name == "lease_ttl_ms" else StrictIntegerField
-    return field_class(min_value=low, max_value=high, required=False, help_text=help_text)
+    return field_class(min_value=low, max_value=high, required=required, help_text=help_text)
+
+
+# The core's defaults of the fields that have no server setting.
+_GROUP_DEFAULTS = GroupConfig()
 
 
 class CreateGroupSerializer(StrictSerializer):
@@ -264,7 +268,9 @@ class CreateGroupSerializer(StrictSerializer):
         required=False,
         help_text="Required when the stream prefix is new; if given for an existing prefix it must match.",
     )
-    max_concurrency = _config_field("max_concurrency", "Worker threads a member may run (default 1).")
+    max_concurrency = _config_field(
+        "max_concurrency", f"Worker threads a member may run (default {_GROUP_DEFAULTS.max_concurrency})."
+    )
     lease_ttl_ms = _config_field("lease_ttl_ms", "Default: the server's RSC_MEMBER_LEASE_TTL_MS.")
     heartbeat_interval_ms = _config_field(
         "heartbeat_interval_ms", "Below lease_ttl_ms. Default: the server's RSC_HEARTBEAT_INTERVAL_MS."
@@ -272,7 +278,9 @@ class CreateGroupSerializer(StrictSerializer):
     revocation_timeout_ms = _config_field(
         "revocation_timeout_ms", "Default: the server's RSC_REVOCATION_TIMEOUT_MS."
     )
-    max_members = _config_field("max_members", "Live members at most (default 1000).")
+    max_members = _config_field(
+        "max_members", f"Live members at most (default {_GROUP_DEFAULTS.max_members})."
+    )
     start_from = StrictChoiceField(
         choices=sorted(START_FROM),
         required=False,
@@ -282,7 +290,8 @@ class CreateGroupSerializer(StrictSerializer):
 
     def to_command(self) -> tuple[CreateGroup, str]:
         data = dict(self.validated_data)
-        config = default_config_from_settings(settings)
+        current = conf.settings()
+        config = default_config_from_settings(current)
         overrides = {name: data[name] for name in GROUP_CONFIG_RANGES if name in data}
         command = CreateGroup(
             stream_prefix=data["stream_prefix"],
@@ -292,7 +301,7 @@ class CreateGroupSerializer(StrictSerializer):
         )
         # Checked again by operations.create_group for every entry point; here so a bad request fails
         # before the operation runs (the same function, the same INVALID_CONFIG answer).
-        require_lease_above_tick(command.config.lease_ttl_ms, settings.RSC_TICK_INTERVAL_MS)
+        require_lease_above_tick(command.config.lease_ttl_ms, current.RSC_TICK_INTERVAL_MS)
         return command, data["start_from"]
 
 
@@ -303,7 +312,7 @@ def _config_dict(config: GroupConfig) -> dict[str, int]:
 class MaxConcurrencySerializer(StrictSerializer):
     """The group's new server-side cap on worker threads per member."""
 
-    max_concurrency = StrictIntegerField(min_value=1, max_value=MAX_MAX_CONCURRENCY)
+    max_concurrency = _config_field("max_concurrency", None, required=True)
 
 
 class ShardCountSerializer(StrictSerializer):

@@ -29,7 +29,7 @@ from rest_framework.views import APIView
 from coordinator import operations
 from coordinator.credentials import Role, TokenPrincipal
 from coordinator.protocol.errors import CoordinatorError, ErrorCode
-from coordinator.protocol.model import validate_identifier
+from coordinator.protocol.model import GroupConfig, validate_identifier
 from coordinator.store import MetadataStore, get_store
 
 from . import schemas as doc
@@ -260,7 +260,8 @@ class AdminGroupsView(AdminView):
         tags=["admin"],
         summary="Create a consumer group (and its stream prefix, given shard_count, if new)",
         description="Configuration fields left out take the server's defaults (RSC_MEMBER_LEASE_TTL_MS, "
-        "RSC_HEARTBEAT_INTERVAL_MS, RSC_REVOCATION_TIMEOUT_MS; max_concurrency 1, max_members 1000).",
+        "RSC_HEARTBEAT_INTERVAL_MS, RSC_REVOCATION_TIMEOUT_MS; "
+        f"max_concurrency {GroupConfig().max_concurrency}, max_members {GroupConfig().max_members}).",
         parameters=doc.RESPONSE_HEADERS,
         request=CreateGroupSerializer,
         responses={

@@ -24,7 +24,7 @@ from .errors import (
     StreamPrefixNotFound,
 )
 from .group import Heartbeat, bump, collect_garbage, expire_members, heartbeat
-from .limits import MAX_MAX_CONCURRENCY
+from .limits import GROUP_CONFIG_RANGES, WEEK_MS
 from .model import (
     Group,
     GroupConfig,
@@ -229,7 +229,8 @@ def _apply(state: PrefixState | None, command: Command, now_ms: int, changes: li
             state=complete_migration_if_drained(replace(prefix, groups=groups), now_ms, changes=changes)
         )
     if isinstance(command, SetMaxConcurrency):
-        require_int_in_range(command.max_concurrency, "max_concurrency", 1, MAX_MAX_CONCURRENCY)
+        low, high = GROUP_CONFIG_RANGES["max_concurrency"]
+        require_int_in_range(command.max_concurrency, "max_concurrency", low, high)
         if command.max_concurrency == group.config.max_concurrency:
             return Outcome(state=prefix)
         group = replace(group, config=replace(group.config, max_concurrency=command.max_concurrency))
@@ -305,7 +306,7 @@ def _create_group(
 def _tick(state: PrefixState | None, command: Tick, now_ms: int, changes: list[Change]) -> Outcome:
     if state is None:
         return Outcome(state=None, result=TickReport())
-    require_int_in_range(command.retention_ms, "retention_ms", 0, 7 * 24 * 3_600_000)
+    require_int_in_range(command.retention_ms, "retention_ms", 0, WEEK_MS)
     require_int_in_range(command.max_ended_members, "max_ended_members", 0, MAX_ENDED_MEMBERS_LIMIT)
     expired: list[tuple[str, str]] = []
     collected: list[tuple[str, str]] = []

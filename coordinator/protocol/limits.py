@@ -12,6 +12,8 @@ from .errors import InvalidConfig
 
 MAX_MAX_CONCURRENCY = 1024
 MAX_MEMBERS_LIMIT = 10_000
+# The longest a tick keeps an ended member (Tick.retention_ms), and the longest retention pass interval.
+WEEK_MS = 7 * 24 * 3_600_000
 
 # GroupConfig field -> (lowest, highest) accepted, both inclusive.
 GROUP_CONFIG_RANGES: dict[str, tuple[int, int]] = {

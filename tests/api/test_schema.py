@@ -29,6 +29,7 @@ from coordinator.api.schemas import END, ENTRY_ID_PATTERN, whole
 from coordinator.models import AuditEntry
 from coordinator.protocol.describe import GroupState
 from coordinator.protocol.errors import CoordinatorError, StoreUnavailable
+from coordinator.protocol.limits import GROUP_CONFIG_RANGES
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
     EndReason,
@@ -557,6 +558,20 @@ def test_the_lease_minimum_follows_the_tick_interval(settings: Any) -> None:
     fresh = SchemaGenerator().get_schema(request=None, public=True)
     lease = fresh["components"]["schemas"]["CreateGroupRequest"]["properties"]["lease_ttl_ms"]
     assert lease["minimum"] == 5_001
+
+
+def test_the_group_config_ranges_are_the_cores(openapi: dict[str, Any], settings: Any) -> None:
+    """The schema's ranges of a group's configuration are GROUP_CONFIG_RANGES (coordinator/protocol/
+    limits.py), which GroupConfig.validated() and the settings table's group defaults use too; the
+    lease's minimum is also above the tick interval."""
+    components = openapi["components"]["schemas"]
+    create = components["CreateGroupRequest"]["properties"]
+    stated = {name: (create[name]["minimum"], create[name]["maximum"]) for name in GROUP_CONFIG_RANGES}
+    low, high = GROUP_CONFIG_RANGES["lease_ttl_ms"]
+    lease = (max(low, settings.RSC_TICK_INTERVAL_MS + 1), high)
+    assert stated == {**GROUP_CONFIG_RANGES, "lease_ttl_ms": lease}
+    cap = components["MaxConcurrencyRequest"]["properties"]["max_concurrency"]
+    assert (cap["minimum"], cap["maximum"]) == GROUP_CONFIG_RANGES["max_concurrency"]
 
 
 def test_every_admin_operation_documents_429_with_retry_after(openapi: dict[str, Any]) -> None:

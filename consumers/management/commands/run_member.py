@@ -24,9 +24,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from consumers import conf
 from consumers import metrics as consumers_metrics
-from consumers.checks import IN_PROCESS
 from consumers.client import CoordinatorClient, HttpCoordinatorClient, StoreCoordinatorClient
+from consumers.conf import IN_PROCESS
 from consumers.dbconnections import close_old_connections
 from consumers.errors import ConsumersError
 from consumers.listener import Listener, apply_concurrency_overrides, autodiscover_listeners
@@ -59,10 +60,11 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, listeners: list[str], shutdown_timeout: float | None, **options: Any
     ) -> None:
+        current = conf.settings()
         try:
             selected = autodiscover_listeners().select(listeners)
-            runtime = load_runtime(getattr(settings, "RSC_RUNTIME", None))
-            overrides = dict(getattr(settings, "RSC_LISTENER_CONCURRENCY", None) or {})
+            runtime = load_runtime(current.RSC_RUNTIME)
+            overrides = dict(current.RSC_LISTENER_CONCURRENCY or {})
             selected = apply_concurrency_overrides(selected, overrides)
         except ConsumersError as e:
             raise CommandError(str(e)) from e
@@ -77,12 +79,12 @@ class Command(BaseCommand):
         unknown = sorted(set(overrides) - {item.name for item in selected})
         if unknown and not listeners:
             self.stderr.write(f"RSC_LISTENER_CONCURRENCY names no declared listener: {', '.join(unknown)}")
-        timeout_s = shutdown_timeout if shutdown_timeout is not None else _shutdown_timeout_setting()
+        timeout_s = float(current.RSC_SHUTDOWN_TIMEOUT_S) if shutdown_timeout is None else shutdown_timeout
         if timeout_s < 0:
             raise CommandError("--shutdown-timeout must not be negative")
         metrics_port = options.get("metrics_port")
         if metrics_port is None:
-            metrics_port = int(getattr(settings, "RSC_MEMBER_METRICS_PORT", 0) or 0)
+            metrics_port = int(current.RSC_MEMBER_METRICS_PORT or 0)
         if not 0 <= metrics_port <= 65535:
             raise CommandError("--metrics-port must be between 0 and 65535")
         if metrics_port:
@@ -92,7 +94,7 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot serve metrics on port {metrics_port}: {e}") from e
         process = ConsumerProcess(
             selected,
-            coordinator=_coordinator_factory(runtime),
+            coordinator=_coordinator_factory(current, runtime),
             dataplane_factory=dataplane_factory_for(redis_client_for(_redis_url())),
             runtime=runtime,
             batch_hooks=(close_old_connections,),
@@ -103,10 +105,6 @@ class Command(BaseCommand):
             sys.exit(1)
 
 
-def _shutdown_timeout_setting() -> float:
-    return float(getattr(settings, "RSC_SHUTDOWN_TIMEOUT_S", 30.0))
-
-
 def _redis_url() -> str:
     url = getattr(settings, "REDIS_URL", None)
     if not url:
@@ -114,14 +112,15 @@ def _redis_url() -> str:
     return str(url)
 
 
-def _coordinator_factory(runtime: Runtime) -> Callable[[], CoordinatorClient]:
-    url = str(getattr(settings, "RSC_COORDINATOR_URL", "") or "http://127.0.0.1:8000")
+def _coordinator_factory(current: Any, runtime: Runtime) -> Callable[[], CoordinatorClient]:
+    """``current``: the member settings (consumers.conf.settings()); an empty URL is the default's."""
+    url = str(current.RSC_COORDINATOR_URL or conf.default("RSC_COORDINATOR_URL"))
     if url == IN_PROCESS:
         from coordinator.store import get_store
 
         store = get_store()
         return lambda: StoreCoordinatorClient(store)
-    token = str(getattr(settings, "RSC_MEMBER_TOKEN", "") or "")
+    token = str(current.RSC_MEMBER_TOKEN or "")
     if not token:
         log.warning("RSC_MEMBER_TOKEN is not set: the coordinator will refuse the heartbeats (401)")
     try:

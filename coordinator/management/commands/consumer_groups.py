@@ -21,10 +21,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from coordinator import operations
+from coordinator import conf, operations
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, GroupAlreadyExists
 from coordinator.protocol.model import OrderingMode
@@ -189,7 +188,7 @@ class Command(BaseCommand):
         return None
 
     def _create(self, options: dict[str, Any]) -> None:
-        config = default_config_from_settings(settings)
+        config = default_config_from_settings(conf.settings())
         command = CreateGroup(
             stream_prefix=options["stream_prefix"],
             consumer_group=options["consumer_group"],

@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from coordinator import conf
 from coordinator.service import TickLoop, is_retriable, run_retention, stopped_by_signals
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         interval_ms = options["interval_ms"]
         if interval_ms is None:
-            interval_ms = settings.RSC_RETENTION_INTERVAL_MS
+            interval_ms = conf.settings().RSC_RETENTION_INTERVAL_MS
         if interval_ms < MIN_INTERVAL_MS:
             raise CommandError(f"--interval-ms must be at least {MIN_INTERVAL_MS}, got {interval_ms}")
         if options["once"]:

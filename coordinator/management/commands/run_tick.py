@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from coordinator import conf
 from coordinator.service import TickLoop, is_retriable, run_tick, stopped_by_signals
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         interval_ms = options["interval_ms"]
         if interval_ms is None:
-            interval_ms = settings.RSC_TICK_INTERVAL_MS
-        lease_ms = settings.RSC_MEMBER_LEASE_TTL_MS
+            interval_ms = conf.settings().RSC_TICK_INTERVAL_MS
+        lease_ms = conf.settings().RSC_MEMBER_LEASE_TTL_MS
         if not 0 < interval_ms < lease_ms:
             # The same rule as rsc.E002: a tick as coarse as the lease keeps dead members' shards.
             raise CommandError(
