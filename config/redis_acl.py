@@ -77,6 +77,8 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+hgetall",
         "+hmget",
         "+hexists",
+        "+hlen",
+        "+hscan",
         "+hset",
         "+hdel",
         "+hincrby",

@@ -33,17 +33,49 @@ local function require_schedule_index_key(meta, key)
   return require_key_of(meta, key, 'sz', 'schedule index')
 end
 
--- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record was written at
--- `live_epoch` (the m: value; read here, only when a record exists, if nil is given), else 0.
--- Touches: HGET of the member's field of `records`; HGET m:<tag> on `meta` when needed.
-local function renewed_until(meta, records, tag, live_epoch)
+-- How far past Redis's TIME a record's deadline may be and still count: a renewal writes TIME + the
+-- group's lease TTL, so a record beyond now + TTL (+ this much for a clock that stepped back in a
+-- failover) was not written by renew_lease.lua and is ignored.
+local RECORD_SLACK_MS = 1000
+
+-- The lease TTL of `group` (ms) as the metadata holds it: lt:<group>, or, for metadata from before that
+-- field, the TTL in the member `tag`'s f: field; nil when neither says (renew_lease.lua then renews
+-- nothing, so no record can be valid). Touches: HGET lt:<group>, f:<tag> on `meta`.
+local function lease_ttl_of(meta, group, tag)
+  local ttl = tonumber(redis.call('HGET', meta, 'lt:' .. group) or '')
+  if not ttl and tag then
+    local f = redis.call('HGET', meta, 'f:' .. tag)
+    if f then
+      ttl = tonumber(string.match(f, '^[^|]*|[^|]*|([^|]*)|') or '')
+    end
+  end
+  return ttl
+end
+
+-- The deadline the member `tag` (<group>:<member>) renewed its lease to, if its record is valid at `now`,
+-- else 0. Valid: "<epoch> <deadline>" in decimal digits (at most 15, so exact as a Lua number), written
+-- at `live_epoch` (the m: value; read here, only when a record exists, if nil is given), and a deadline
+-- no later than now + the group's lease TTL (+ RECORD_SLACK_MS). A record counts only up to now + TTL.
+-- The members' Redis user may write this hash (docs/redis-acl.md), so nothing in it is trusted as
+-- written: an unparsable record, one of another epoch or one too far ahead counts as no record.
+-- Touches: HGET of the member's field of `records`; HGET m:<tag>, lt:<group> (f:<tag>) on `meta` when
+-- needed.
+local function renewed_until(meta, records, tag, live_epoch, now)
   local record = redis.call('HGET', records, tag)
   if not record then
     return 0
   end
   local epoch, deadline = string.match(record, '^(%d+) (%d+)$')
-  if not epoch or epoch ~= (live_epoch or redis.call('HGET', meta, 'm:' .. tag)) then
+  if not epoch or #deadline > 15 or epoch ~= (live_epoch or redis.call('HGET', meta, 'm:' .. tag)) then
     return 0
   end
-  return tonumber(deadline)
+  deadline = tonumber(deadline)
+  if deadline <= now then
+    return deadline
+  end
+  local ttl = lease_ttl_of(meta, string.match(tag, '^([^:]+):'), tag)
+  if not ttl or deadline > now + ttl + RECORD_SLACK_MS then
+    return 0
+  end
+  return math.min(deadline, now + ttl)
 end

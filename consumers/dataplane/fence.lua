@@ -52,7 +52,7 @@ local function member_epoch_of(meta, tag, epoch_field, lease_field)
   end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if tonumber(lease_field or '0') <= now and renewed_until(meta, records, tag, epoch_field) <= now then
+  if tonumber(lease_field or '0') <= now and renewed_until(meta, records, tag, epoch_field, now) <= now then
     return nil
   end
   return tonumber(epoch_field)

@@ -38,7 +38,7 @@ if not live_epoch then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local renewed = renewed_until(meta, records, tag, live_epoch)
+local renewed = renewed_until(meta, records, tag, live_epoch, now)
 if math.max(tonumber(fields[2] or '0'), renewed) <= now then
   return {'MEMBER_FENCED'}
 end

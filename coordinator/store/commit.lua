@@ -78,7 +78,7 @@ for j = 0, exp_n - 1 do
   if lease > now then
     return {0}
   end
-  if renewed_until(meta, records, string.sub(field, 3), nil) > now then
+  if renewed_until(meta, records, string.sub(field, 3), nil, now) > now then
     return {0}  -- the member renewed its lease itself since the caller loaded: not expired
   end
 end
@@ -97,7 +97,7 @@ for j = 0, set_n - 1, 2 do
     local tag = string.sub(field, 3)
     local old_epoch = redis.call('HGET', meta, field)
     if old_epoch and old_epoch ~= value then
-      local deadline = renewed_until(meta, records, tag, old_epoch)
+      local deadline = renewed_until(meta, records, tag, old_epoch, now)
       if deadline > 0 and deadline > tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0') then
         redis.call('HSET', meta, 'l:' .. tag, deadline)
       end

@@ -87,7 +87,7 @@ if ARGV[7] ~= '*' and ARGV[7] ~= owner then
 end
 local lease = tonumber(got[2] or '0')
 -- Past it, the member may have renewed it itself (while the API could not): a record at this epoch counts.
-if lease <= now and renewed_until(meta, records, tag, epoch) <= now then
+if lease <= now and renewed_until(meta, records, tag, epoch, now) <= now then
   return {0}
 end
 -- The stored response (JSON, keys sorted) starts with the epochs of the commit that wrote it; a bump

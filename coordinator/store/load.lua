@@ -21,7 +21,7 @@
 -- it). A member's lease deadline is the later of its l: field and its own renewal record, when that
 -- record was written at the member's live epoch (m:).
 -- Read only. Touches: t, t#, ds, dl:<slot>, g:<g>, g#:<g>, gm#:<g>, ml:<g>, d:/d#:/l:<g>:<m>,
--- m:<g>:<m> (members with a renewal record); HGETALL and HGET on KEYS[2].
+-- m:<g>:<m>, lt:<g> (members with a renewal record); HLEN and HGET on KEYS[2].
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
 local t = redis.call('TIME')
@@ -60,12 +60,9 @@ if seq > 0 then
   end
 end
 
--- The members' own renewals, read once: a prefix has at most one per live member, usually none.
-local renewed = {}
-local flat = redis.call('HGETALL', records)
-for j = 1, #flat, 2 do
-  renewed[flat[j]] = true
-end
+-- The members' own renewals: a prefix has at most one per live member, usually none (then no member's
+-- is read). Never read whole: the members' Redis user may write the hash, so its size is not ours.
+local any_renewed = redis.call('HLEN', records) > 0
 
 -- The tags of the records written since `from` (a known position), per group: tag -> true, or the
 -- group -> '*' when one entry named it whole. False when the position is no longer in the log.
@@ -131,10 +128,10 @@ end
 local function lease_of_member(name, id, l_value)
   local lease = tonumber(l_value or '0')
   local tag = name .. ':' .. id
-  if renewed[tag] then
-    lease = math.max(lease, renewed_until(meta, records, tag, nil))
+  if any_renewed then
+    lease = math.max(lease, renewed_until(meta, records, tag, nil, now))
   end
-  return tostring(lease)
+  return string.format('%.0f', lease)
 end
 
 local groups = {}

@@ -154,6 +154,7 @@ class MetadataStore:
         self.ticker = Ticker(
             client,
             client.register_script(lease_rule + _LUA("tick_due.lua").read_text()),
+            client.register_script(lease_rule + _LUA("sweep_lease_records.lua").read_text()),
             self.retention,
             execute=lambda command, groups: self.committer.execute(command, groups),
             stream_prefixes=lambda: self.stream_prefixes(),

@@ -50,7 +50,7 @@ for _, tag in ipairs(past) do
     redis.call('ZREM', index, tag)
   else
     local lease = math.max(tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0'),
-      renewed_until(meta, records, tag, live_epoch))
+      renewed_until(meta, records, tag, live_epoch, now))
     if lease > now then
       redis.call('ZADD', index, lease, tag)
     else

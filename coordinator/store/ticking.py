@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 # The tick reads every group at least this often, whatever the tick index says (Ticker.tick).
 FULL_TICK_INTERVAL_S = 60.0
+# Fields of the members' lease records one tick looks at per prefix (sweep_lease_records.lua).
+SWEEP_BATCH = 200
 # Index entries past their deadline tick_due.lua looks at per prefix; beyond, every group is read.
 TICK_INDEX_LOOK = 1000
 
@@ -52,6 +54,7 @@ class Ticker:
         self,
         client: redis.Redis | RedisCluster,
         tick_due_script: Any,
+        sweep_script: Any,
         retention: Retention,
         *,
         execute: Callable[[Command, list[str] | None], Outcome],
@@ -59,6 +62,9 @@ class Ticker:
     ) -> None:
         self.client = client
         self.tick_due = tick_due_script  # tick_due.lua, with the lease-record rule in front
+        self.sweep = sweep_script  # sweep_lease_records.lua, the same
+        # Where each prefix's sweep of the members' lease records goes on from (HSCAN cursors).
+        self.sweep_cursor: dict[str, bytes] = {}
         self.retention = retention
         self.execute = execute
         self.stream_prefixes = stream_prefixes
@@ -98,12 +104,31 @@ class Ticker:
         )
         return reports
 
+    def sweep_lease_records(self, prefix: str) -> int:
+        """Delete up to SWEEP_BATCH of the prefix's lease records that do not count (sweep_lease_records.lua),
+        going on from where the last sweep of the prefix stopped; the number of invalid ones deleted
+        (logged: no script writes one, so a member's Redis user did)."""
+        keys = [rkeys.meta_key(prefix), rkeys.lease_records_key(prefix)]
+        with translate_redis_errors():
+            args = [self.sweep_cursor.get(prefix, b"0"), SWEEP_BATCH]
+            cursor, invalid, _past = self.sweep(keys=keys, args=args)
+        self.sweep_cursor[prefix] = cursor
+        if int(invalid):
+            log.warning(
+                "deleted %d lease record(s) of prefix %r that no script wrote (unparsable, of no live member "
+                "or its live epoch, or too far ahead): a client with the members' Redis user wrote them",
+                int(invalid),
+                prefix,
+            )
+        return int(invalid)
+
     def tick_prefix(
         self, prefix: str, retention_ms: int, max_ended_members: int, *, full: bool = True
     ) -> StoreTickReport | None:
         """Tick one prefix: every group if ``full``, else the groups ``tick_due.lua`` says are due.
         None if the prefix has no metadata."""
         tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
+        self.sweep_lease_records(prefix)
         groups: list[str] | None = None  # every group
         if not full:
             keys = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from consumers.dataplane import FenceStatus, LeaseRenewal, ShardFetch
@@ -106,11 +107,11 @@ def test_only_a_record_at_the_live_epoch_extends_a_lease(harness: Harness) -> No
     m1 = h.join("m1")
     key = rkeys.lease_records_key(h.prefix)
     end_coordinator_lease(h)
-    h.client.hset(key, TAG, f"{m1.epoch - 1} {now_ms(h.client) + 60_000}")  # an earlier incarnation's
+    h.client.hset(key, TAG, f"{m1.epoch - 1} {now_ms(h.client) + 5_000}")  # an earlier incarnation's
     assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
     h.client.hset(key, TAG, f"{m1.epoch} {now_ms(h.client) - 1}")  # at the epoch, but ended
     assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
-    h.client.hset(key, TAG, f"{m1.epoch} {now_ms(h.client) + 60_000}")
+    h.client.hset(key, TAG, f"{m1.epoch} {now_ms(h.client) + 5_000}")
     assert fetch_status(h, m1.epoch) is FenceStatus.OK
 
     # The coordinator comes back: the member's heartbeat is answered (the fast path renews l: again).
@@ -131,9 +132,9 @@ def test_the_ticks_expiry_commit_refuses_a_member_that_renewed_itself_since_the_
     now = now_ms(h.client)
     args = ["token-expire", str(now), "0", "0", "0", "0", "1", f"l:{TAG}", "0", "0"]  # only an expiry check
     keys = codec.commit_keys(h.prefix)
-    h.client.hset(keys[1], TAG, f"{m1.epoch} {now + 60_000}")
+    h.client.hset(keys[1], TAG, f"{m1.epoch} {now + 5_000}")
     assert h.store.committer.commit_script(keys=keys, args=args) == [0]  # renewed since: not expired
-    h.client.hset(keys[1], TAG, f"{m1.epoch - 1} {now + 60_000}")
+    h.client.hset(keys[1], TAG, f"{m1.epoch - 1} {now + 5_000}")
     assert h.store.committer.commit_script(keys=keys, args=args)[0] == 1  # another epoch's record: it did end
 
 
@@ -219,7 +220,8 @@ def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Har
     h.create(shard_count=1)
     m1 = h.join("m1")
     meta, records_key = rkeys.meta_key(h.prefix), rkeys.lease_records_key(h.prefix)
-    later = now_ms(h.client) + 60_000
+    end_coordinator_lease(h)
+    later = now_ms(h.client) + 5_000  # within the lease TTL (10 s), as renew_lease.lua writes
     h.client.hset(records_key, TAG, f"{m1.epoch} {later}")
     assert commit_epoch_move(h, "token-move", m1.epoch + 1) == 1
     assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}
@@ -227,3 +229,64 @@ def test_an_epoch_move_folds_the_members_own_renewal_into_its_lease(harness: Har
     h.client.hset(records_key, TAG, f"{m1.epoch + 1} {now_ms(h.client) + 1}")
     assert commit_epoch_move(h, "token-move-2", m1.epoch + 2) == 1
     assert int(h.client.hget(meta, f"l:{TAG}")) == later and records(h) == {}
+
+
+# What a client holding the members' Redis user may write into rsc:{P}:lr (docs/redis-acl.md): none of it
+# may extend a lease, make a member outlive its TTL, or stop the tick. "{epoch}" is the member's live one.
+FORGED_RECORDS = [
+    "{epoch} 99999999999999",  # 14 digits: a member that never ends (just below Lua's exponent form)
+    "{epoch} 100000000000000",  # 1e14: came back from load.lua as "1e+14" and failed every tick
+    "{epoch} 99999999999999999999",  # more digits than a Lua number holds exactly
+    "{epoch} {far}",  # a plausible deadline, but further ahead than any renewal writes (TTL + slack)
+    "{epoch} -5",
+    "{epoch} 1.5e12",
+    "{epoch}",
+    "",
+    "x" * 10_000,
+]
+
+
+@pytest.mark.parametrize("forged", FORGED_RECORDS)
+def test_a_forged_record_extends_no_lease_and_the_tick_survives_and_removes_it(
+    harness: Harness, forged: str
+) -> None:
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    end_coordinator_lease(h)
+    far = now_ms(h.client) + 10_000 + 5_000
+    h.client.hset(rkeys.lease_records_key(h.prefix), TAG, forged.format(epoch=m1.epoch, far=far))
+
+    assert fetch_status(h, m1.epoch) is FenceStatus.MEMBER_FENCED
+    assert h.plane.renew_lease("m1", m1.epoch).outcome is LeaseRenewal.MEMBER_FENCED
+    [report] = h.store.tick()
+    assert report.error is None
+    member = h.store.describe_group(h.prefix, h.group)["members"][0]
+    assert (member["state"], member["end_reason"]) == ("EXPIRED", "LEASE_EXPIRED")
+    assert records(h) == {}
+
+
+def test_fields_of_no_live_member_are_swept_a_batch_per_tick_and_logged(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Junk fields (no live member, another epoch, no group:member shape) go, a batch per tick, while a live
+    member's valid record stays and still counts."""
+    h = harness
+    h.create(shard_count=1)
+    m1 = h.join("m1")
+    key = rkeys.lease_records_key(h.prefix)
+    junk = {f"billing:ghost-{i}": f"1 {now_ms(h.client) + 5_000}" for i in range(500)}
+    junk |= {"no-colon": "1 1", "a:b:c": "1 1", f"{TAG}-old": "1 1"}
+    h.client.hset(key, mapping=junk)
+    assert h.plane.renew_lease("m1", m1.epoch).renewed
+    end_coordinator_lease(h)
+
+    with caplog.at_level("WARNING", logger="coordinator.store.ticking"):
+        for _ in range(10):
+            [report] = h.store.tick()
+            assert report.error is None and report.expired == ()
+            if set(records(h)) == {TAG}:
+                break
+    assert set(records(h)) == {TAG}
+    assert fetch_status(h, m1.epoch) is FenceStatus.OK  # the real renewal still counts
+    assert "no script wrote" in caplog.text
