@@ -422,3 +422,56 @@ def test_consumers_reach_the_coordinator_only_through_its_pure_core() -> None:
 
 def is_core(module: str) -> bool:
     return module == PROTOCOL_PACKAGE or module.startswith(PROTOCOL_PACKAGE + ".")
+
+
+# ------------------------------------------------------------------------- the store on the core alone
+#
+# coordinator/store/ knows of the coordinator only the core (coordinator/protocol) and itself, and of the
+# rest of the repository only the Redis vocabulary (rsc_redis): not the operations layer, the audit trail,
+# the credentials, the settings tables or the apps above (callers hand it what it needs, e.g. a settings
+# object), so that it can be read, tested and benchmarked as the layer it is.
+STORE_ROOT = ROOT / "coordinator" / "store"
+STORE_MAY_IMPORT = ("coordinator.protocol", "coordinator.store")
+STORE_FORBIDDEN_TOPS = ("consumers", "admin_ui", "config")
+
+
+def store_violations(root: Path = STORE_ROOT) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root, "coordinator.store")
+        for imported in imported_modules(path.read_text(), module, path.name == "__init__.py"):
+            ours = imported.startswith("coordinator.") and not any(
+                imported == name or imported.startswith(name + ".") for name in STORE_MAY_IMPORT
+            )
+            above = any(imported == top or imported.startswith(top + ".") for top in STORE_FORBIDDEN_TOPS)
+            if ours or above:
+                found.append(f"{path.relative_to(root).as_posix()}: imports {imported}")
+    return found
+
+
+def test_the_store_imports_of_the_coordinator_only_the_core() -> None:
+    assert list(STORE_ROOT.glob("*.py"))
+    assert store_violations() == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from coordinator import operations",
+        "from coordinator.conf import settings",
+        "from ..audit import write",
+        "def f():\n    from coordinator.credentials import Role",
+        "import consumers.errors",
+        "from config import settings",
+    ],
+)
+def test_the_store_scan_flags_an_import_of_a_layer_above(tmp_path: Path, source: str) -> None:
+    (tmp_path / "bad.py").write_text(source + "\n")
+    assert store_violations(tmp_path) != []
+
+
+def test_the_store_scan_allows_the_core_itself_and_the_vocabulary(tmp_path: Path) -> None:
+    (tmp_path / "good.py").write_text(
+        "from coordinator.protocol.model import Shard\nfrom . import codec\nfrom rsc_redis import keys\n"
+    )
+    assert store_violations(tmp_path) == []
