@@ -371,6 +371,9 @@ RSC_RETENTION_INTERVAL_MS = env.int("RSC_RETENTION_INTERVAL_MS", default=30000)
 RSC_RETENTION_MAX_STREAMS = env.int("RSC_RETENTION_MAX_STREAMS", default=2000)
 # Audit rows older than this many days are deleted by the retention pass and `manage.py prune_audit`.
 RSC_AUDIT_RETENTION_DAYS = env.int("RSC_AUDIT_RETENTION_DAYS", default=365)
+# The secret the data plane's dead_letter function signs its copies with (docs/protocol.md section 14);
+# empty: derived from SECRET_KEY (whose SECRET_KEY_FALLBACKS still verify older dead letters).
+RSC_DEAD_LETTER_SECRET = env.str("RSC_DEAD_LETTER_SECRET", default="")
 
 # The tick (coordinator.service.run_tick) every RSC_TICK_INTERVAL_MS and the retention pass every
 # RSC_RETENTION_INTERVAL_MS, each beat expiring at the next one (why, and the clock-sync caveat:

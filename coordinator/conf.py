@@ -165,6 +165,9 @@ SETTINGS: tuple[Setting, ...] = (
         "count",
     ),
     Setting("RSC_AUDIT_RETENTION_DAYS", int, 365, "Days an audit row is kept."),
+    # The dead-letter MAC (docs/protocol.md section 14): its keys are rendered into the data plane's Redis
+    # Functions library by the coordinator. "": derived from SECRET_KEY (SECRET_KEY_FALLBACKS verify).
+    Setting("RSC_DEAD_LETTER_SECRET", str, "", "Secret of the dead-letter MAC (empty: from SECRET_KEY)."),
     # Members (manage.py run_member).
     Setting("RSC_COORDINATOR_URL", str, "http://127.0.0.1:8000", "The coordinator's API, or inprocess."),
     Setting("RSC_MEMBER_TOKEN", str, "", "The bearer token members present."),

@@ -1,7 +1,7 @@
 """The Redis key layout: every key the product uses, and the field families of the metadata hash.
 
 One module, pure (no Redis, no Django): the coordinator's store, the data plane and the producer
-(``consumers``), the ACL profiles (config/redis_acl.py) and the docs all take the layout from here.
+(``consumers``), the ACL profiles (rsc_redis/acl.py) and the docs all take the layout from here.
 docs/protocol.md section 9 shows :data:`FAMILIES` and docs/store.md ("One hash per stream prefix")
 :data:`META_FIELDS`; tests/test_keys.py checks both tables against this module, and that every key
 function builds the template its family states.
