@@ -1,9 +1,10 @@
 """Redis ACL profiles of the three kinds of Redis client, as data (docs/redis-acl.md explains them).
 
-One definition for the tests and the docs: tests/test_redis_acl.py starts a Redis with exactly these
-users and runs the real store, data plane and producer as each of them, and it checks that
-docs/redis-acl.md shows exactly these rules. (Here, under rsc_redis/, beside the key layout its
-patterns come from, rather than in the project's config/.)
+One definition for the tests, the docs and ``manage.py redis_acl``: tests/test_redis_acl.py starts a
+Redis with exactly these users and runs the real store, data plane and producer as each of them, and it
+checks that docs/redis-acl.md shows exactly these rules. (Here, under rsc_redis/, rather than in the
+project's config/: the coordinator's ``manage.py redis_acl`` renders them, and the coordinator does not
+import the project, tests/test_layering.py.)
 
 No code from clients
 --------------------
@@ -39,7 +40,8 @@ Scoped users
 ------------
 :func:`rules_for` renders a member's or a producer's rules for a list of stream prefixes (every key
 pattern of the families of rsc_redis/keys.py, under ``{<prefix>}`` instead of ``{*}``): a platform
-gives each tenant users of its own prefixes. Pure: no Redis, no Django.
+gives each tenant users of its own prefixes (docs/redis-acl.md, "One user per tenant");
+``manage.py redis_acl`` prints them. Pure: no Redis, no Django.
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ import redis
 from config.embedded_redis import FORBIDDEN_PORT, HOST, RedisServer
 from consumers.dataplane import DataPlane, library, redis_client
 from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
-from consumers.errors import FunctionsNotLoaded
+from consumers.errors import DataPlaneError, FunctionsNotLoaded
 from consumers.producer import Producer
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import DeadLetterNotVerified, MetadataCorrupt
 from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
-from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
+from coordinator.protocol.model import IDENTIFIER_RE, GroupConfig, OrderingMode, RetentionPolicy, Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store.redis_store import MetadataStore
 from rsc_redis import acl as redis_acl
@@ -405,6 +405,57 @@ def test_what_functions_cannot_close_raw_stream_commands_of_the_users_own_select
     assert admin.xlen(shard) == 1
     assert client.xadd(shard, {"raw": "2"}, id="99999999999999-0") == b"99999999999999-0"
     assert len(member_client.xrange(shard)) == 2
+
+
+# ---------------------------------------------------------------------------------------- scoped users
+
+
+def test_a_member_user_scoped_to_one_prefix_cannot_read_anothers_streams(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """rules_for(MEMBER, ["orders"]): the data plane runs on orders; payments' streams are out of reach
+    (XRANGE refused, nothing changed), and so are its functions' keys."""
+    create_group(store)
+    other = "payments"
+    store.create_group(
+        CreateGroup(stream_prefix=other, consumer_group=GROUP, shard_count=1, config=CONFIG),
+        start_from="earliest",
+    )
+    admin.xadd(stream_key(other, V1_0), {"envelope": "1 1 x"})
+    name, password = "orders-member", "pw-orders-member-0123456789"
+    rules = redis_acl.rules_for(redis_acl.MEMBER, [PREFIX])
+    admin.execute_command("ACL", "SETUSER", name, *redis_acl.setuser_args(name, f">{password}", rules))
+    client = redis_client(f"redis://{name}:{password}@{HOST}:{acl_server.port}/0")
+    try:
+        epoch = join(store, "m-1")["member_epoch"]
+        plane = DataPlane(client, PREFIX, GROUP)
+        plane.require_functions()
+        assert plane.read("m-1", epoch, V1_0, 10).ok
+        assert plane.renew_lease("m-1", epoch).renewed
+        before = {k: admin.dump(k) for k in admin.keys(f"rsc:{{{other}}}:*")}
+        assert_noperm(lambda: client.xrange(stream_key(other, V1_0)))
+        assert_noperm(lambda: client.hget(meta_key(other), "route"))
+        assert_noperm(lambda: client.xreadgroup(GROUP, "m-1", {stream_key(other, V1_0): ">"}))
+        with pytest.raises(DataPlaneError, match="no permissions to access one of the keys"):
+            DataPlane(client, other, GROUP).read("m-1", 1, V1_0, 10)
+        assert {k: admin.dump(k) for k in admin.keys(f"rsc:{{{other}}}:*")} == before
+    finally:
+        client.close()
+        admin.acl_deluser(name)
+
+
+def test_scoped_rules_name_each_prefix_in_every_family() -> None:
+    rules = redis_acl.rules_for(redis_acl.PRODUCER, ["orders", "payments"])
+    assert "~rsc:{orders}:meta" in rules and "~rsc:{payments}:v[0-9]*" in rules
+    assert "(%R~rsc:{orders}:meta %R~rsc:{payments}:meta +hget)" in rules
+    assert not any("{*}" in r for r in rules)
+    assert redis_acl.rules_for(redis_acl.MEMBER) == redis_acl.ACL_RULES[redis_acl.MEMBER]
+    for bad in ([], ["*"], ["a}b"], ["or:ders"], "orders"):
+        with pytest.raises(ValueError):
+            redis_acl.rules_for(redis_acl.MEMBER, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        redis_acl.rules_for(redis_acl.COORDINATOR, ["orders"])
+    assert IDENTIFIER_RE.pattern == f"^{redis_acl.PREFIX_RE.pattern}$"
 
 
 # ---------------------------------------------------------------------------------------- producer

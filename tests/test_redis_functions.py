@@ -1,6 +1,6 @@
 """The data plane's Redis Functions library from the coordinator's side (coordinator/store/functions.py):
 ``manage.py redis_functions load|check|prune|show``, loading at the coordinator's start and on every
-tick, versions side by side. Real private Redis (tests/conftest.py)."""
+tick, versions side by side, and ``manage.py redis_acl``. Real private Redis (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from consumers.dataplane import library
 from coordinator import service
 from coordinator.store import get_store, reset_store
 from coordinator.store.functions import DataPlaneFunctions, keys_from_settings
-from rsc_redis import functions
+from rsc_redis import acl, functions
 from rsc_redis.dead_letter_mac import MacKeys
 
 NAME = library.library().name
@@ -121,3 +121,34 @@ def test_the_library_is_named_after_its_template_not_its_keys() -> None:
     assert functions.LIBRARY_PREFIX + library.library().digest == NAME
     with pytest.raises(ValueError, match="hex"):
         library.library().render({"DLQ_MAC_INNER": "x' .. evil .. '", "DLQ_MAC_OUTER": "00"}, "00")
+
+
+def test_redis_acl_prints_users_that_redis_loads(admin: redis.Redis) -> None:
+    out = io.StringIO()
+    call_command(
+        "redis_acl",
+        "tenant-members:member:orders,payments",
+        "tenant-producer:producer:orders",
+        "rsc-coordinator:coordinator",
+        "--format",
+        "setuser",
+        stdout=out,
+    )
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("ACL SETUSER tenant-members reset on >${TENANT_MEMBERS_PASSWORD} ")
+    rules = acl.rules_for(acl.MEMBER, ["orders", "payments"])
+    assert lines[0] == acl.setuser_command("tenant-members", ">${TENANT_MEMBERS_PASSWORD}", rules)
+    digest = "ab" * 32
+    out = io.StringIO()
+    call_command("redis_acl", "t:producer:orders", "--password-sha256", f"t={digest}", stdout=out)
+    (line,) = out.getvalue().splitlines()
+    assert line == acl.aclfile_line("t", f"#{digest}", acl.rules_for(acl.PRODUCER, ["orders"]))
+    admin.execute_command("ACL", "SETUSER", "t", *line.split()[2:])  # Redis takes it as it is
+    try:
+        assert admin.acl_getuser("t")["keys"] == ["~rsc:{orders}:meta", "~rsc:{orders}:v[0-9]*"]
+    finally:
+        admin.acl_deluser("t")
+    for bad in (["x:member:a:b"], ["x:root"], ["x:coordinator:orders"], ["x:member:bad}prefix"]):
+        with pytest.raises(CommandError):
+            call_command("redis_acl", *bad, stdout=io.StringIO())
