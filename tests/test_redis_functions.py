@@ -152,3 +152,26 @@ def test_redis_acl_prints_users_that_redis_loads(admin: redis.Redis) -> None:
     for bad in (["x:member:a:b"], ["x:root"], ["x:coordinator:orders"], ["x:member:bad}prefix"]):
         with pytest.raises(CommandError):
             call_command("redis_acl", *bad, stdout=io.StringIO())
+
+
+def test_a_member_or_producer_facing_only_another_versions_library_is_told_to_load_its_own(
+    admin: redis.Redis,
+) -> None:
+    """Stale: a coordinator of an older (or newer) version loaded its library, not this one's. The start
+    check of members and producers (FCALL_RO of this version's version function) fails, naming the
+    command; it passes once this version's library is loaded beside the other."""
+    from consumers.dataplane import redis_client
+    from consumers.errors import FunctionsNotLoaded
+
+    admin.function_flush()
+    admin.function_load(OLD_TEXT)
+    client = redis_client(f"redis://127.0.0.1:{admin.connection_pool.connection_kwargs['port']}/0")
+    try:
+        stale = rf"{NAME} of this code version is not loaded.*another version"
+        with pytest.raises(FunctionsNotLoaded, match=stale):
+            library.require_loaded(client)
+        run("load")
+        library.require_loaded(client)
+        assert libraries(admin) == [OLD, NAME]
+    finally:
+        client.close()
