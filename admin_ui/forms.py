@@ -151,6 +151,8 @@ class ReleaseDrainForm(forms.Form):
 class DeadLetterReplayForm(forms.Form):
     ids = EntryIdsField(widget=forms.MultipleHiddenInput, error_messages={"required": "Select dead letters."})
     reason = reason_field(required=False)
+    # UNSIGNED dead letters (no MAC: from before dead letters were signed) only when ticked; FORGED never.
+    accept_unsigned = forms.BooleanField(required=False)
 
 
 class DeadLetterPurgeForm(forms.Form):

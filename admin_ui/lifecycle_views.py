@@ -375,6 +375,7 @@ class LifecycleViews:
             consumer_group,
             form.cleaned_data["ids"],
             reason=form.cleaned_data["reason"],
+            accept_unsigned=form.cleaned_data["accept_unsigned"],
         )
         if result is None:
             return _to_dead_letters(stream_prefix, consumer_group)

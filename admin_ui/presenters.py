@@ -438,10 +438,21 @@ def retention_view(prefix_view: View | None) -> dict[str, Any] | None:
     }
 
 
+# A dead letter's verdict (coordinator/store/dead_letters.py): the badge on the operator pages.
+VERDICT_BADGES = {
+    "SIGNED": ("rsc-ok", "signed"),
+    "UNSIGNED": ("rsc-warn", "unsigned"),
+    "FORGED": ("rsc-error", "refused: not written by the dead-letter function"),
+}
+
+
 def dead_letter_row(dl: Mapping[str, Any]) -> dict[str, Any]:
     error = dl["error"] or ""
+    badge_class, badge = VERDICT_BADGES[dl["verdict"]]
     return {
         **dl,
+        "verdict_class": badge_class,
+        "verdict_badge": badge,
         "at": utc(dl["at_ms"]),
         "error_short": error[:PREVIEW_CHARS] + ("…" if len(error) > PREVIEW_CHARS else ""),
         "preview": preview(dl["fields"]),

@@ -43,8 +43,13 @@ from coordinator.protocol.commands import CreateGroup  # noqa: E402
 from coordinator.protocol.group import Heartbeat  # noqa: E402
 from coordinator.protocol.model import GroupConfig, Shard  # noqa: E402
 from coordinator.store import MetadataStore  # noqa: E402
+from rsc_redis.dead_letter_mac import MacKeys  # noqa: E402
 from tests.cluster.harness import LocalCluster  # noqa: E402
 from tests.cluster.helpers import prefixes_on_every_primary  # noqa: E402
+
+# The store's dead-letter MAC keys (without Django settings): its ticks load the data plane's library
+# with them, as a coordinator does (coordinator/store/functions.py).
+BENCH_KEYS = [MacKeys.derive("cluster_bench")]
 
 Member = tuple[str, str, str, int, list[str]]  # prefix, group, member id, epoch, owned shards
 
@@ -54,7 +59,7 @@ Member = tuple[str, str, str, int, list[str]]  # prefix, group, member id, epoch
 
 def _setup_worker(url: str, jobs: list[tuple[str, str]], members: int, out: Any) -> None:
     """Create each (prefix, group) and converge its members through the store; put their views."""
-    store = MetadataStore.from_url(url)
+    store = MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS)
     config = GroupConfig(lease_ttl_ms=3_600_000, heartbeat_interval_ms=1_000, revocation_timeout_ms=3_600_000)
     found: list[Member] = []
     for prefix, group in jobs:
@@ -276,7 +281,7 @@ def main() -> None:
             api.terminate()
             api.wait(timeout=30)
 
-        store = MetadataStore.from_url(url)
+        store = MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS)
         durations = []
         before, t1 = redis_usage(cluster), time.perf_counter()
         for _ in range(args.ticks):

@@ -1,6 +1,8 @@
-"""Producer benchmark: ``Producer.send`` / ``send_batch`` against raw redis-py XADD of the same envelope.
+"""Producer benchmark: ``Producer.send`` / ``send_batch`` against raw redis-py XADD of the same envelope,
+and the data plane's functions (``FCALL``) against the same Lua run as scripts (``EVALSHA``).
 
-    python bench/producer_bench.py --out FILE [--messages N] [--batches B] [--batch-size S] [--repetitions R]
+    python bench/producer_bench.py --out FILE [--messages N] [--batches B] [--batch-size S]
+                                   [--repetitions R] [--calls C]
 
 One private Redis (config/embedded_redis.py, a free port, never 6379), one stream prefix with 8 shards
 created by the real store, one client per side built the same way (``consumers.dataplane.redis_client``).
@@ -23,10 +25,27 @@ check inside Redis: that is the price measured.
 Per case and repetition: messages per second (wall clock), client CPU µs per message
 (``time.process_time``) and Redis CPU µs per message (``INFO cpu`` used_cpu_sys + used_cpu_user
 deltas: everything the server spent, sockets included), plus the top-level command's own time from
-``INFO commandstats`` (``evalsha`` for the producer, ``xadd`` for the raw side). In each repetition the
+``INFO commandstats`` (``fcall`` for the producer, ``xadd`` for the raw side). In each repetition the
 two sides of a comparison run in alternating chunks (500 sends, or 10 batches; the side that goes first
 alternates too), so that a change in the machine's load hits both sides of a ratio alike. Ratios are
 producer / raw messages per second per repetition; the medians over the repetitions are reported.
+
+**FCALL against EVALSHA** (docs/redis-acl.md, "No code from clients": members and producers call a
+Redis Functions library instead of sending scripts). The same Lua, the same arguments, the same
+client-side call (``rsc_redis.clients.HotFunction`` against ``HotScript``, or one plain pipeline), on
+the same Redis, in alternating chunks as above, ``--calls`` operations per side and repetition:
+
+* **single produce**: ``Producer.send`` as it is (``FCALL``), and with its hot call swapped for a
+  ``HotScript`` of ``rsc_redis/keys.lua`` + ``produce.lua`` (``EVALSHA``);
+* **pipelined batch**: one pipeline of 100 single-entry ``produce`` calls, ``FCALL`` against
+  ``EVALSHA`` (the per-call cost, with no round trip per call);
+* **fenced fetch**: ``DataPlane.fetch`` of a member's 8 shards with nothing new (a member's idle poll:
+  the fence of every shard, one ``XREADGROUP`` of all), as it is against its hot call swapped for a
+  ``HotScript`` of the lease-record rule + ``fence.lua`` + ``fetch.lua``.
+
+Per case: operations per second, client CPU µs per operation, Redis CPU µs per operation and the
+command's own µs per call (``cmdstat_fcall`` / ``cmdstat_evalsha``); medians of the repetitions, and the
+ratio FCALL / EVALSHA of each (below 1: FCALL costs less).
 """
 
 from __future__ import annotations
@@ -50,15 +69,25 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 from config.embedded_redis import FORBIDDEN_PORT, RedisServer  # noqa: E402
-from consumers.dataplane import redis_client  # noqa: E402
+from consumers.dataplane import DataPlane, library, redis_client  # noqa: E402
+from consumers.dataplane.plane import ShardFetch  # noqa: E402
 from consumers.producer import Producer  # noqa: E402
 from coordinator.protocol.commands import CreateGroup  # noqa: E402
+from coordinator.protocol.group import Heartbeat  # noqa: E402
 from coordinator.protocol.model import GroupConfig, Shard  # noqa: E402
 from coordinator.store.redis_store import MetadataStore  # noqa: E402
-from rsc_redis.keys import stream_key  # noqa: E402
+from rsc_redis.clients import HotScript  # noqa: E402
+from rsc_redis.dead_letter_mac import MacKeys  # noqa: E402
+from rsc_redis.keys import meta_key, stream_key  # noqa: E402
+from rsc_redis.lua import keys_lua, lease_record_lua  # noqa: E402
 
 PREFIX = "pbench"
+GROUP = "pbench-g"
 SHARDS = 8
+# The benchmark's own dead-letter MAC keys: the library must be loaded (as the coordinator does); no
+# dead letter is written here.
+BENCH_KEYS = [MacKeys.derive("producer_bench")]
+DATAPLANE = ROOT / "consumers" / "dataplane"
 RAW_STREAMS = [f"raw:{{{PREFIX}}}:{i}" for i in range(SHARDS)]
 PRODUCER_STREAMS = [stream_key(PREFIX, Shard(version=1, index=i)) for i in range(SHARDS)]
 JSON = b"application/json"
@@ -208,13 +237,13 @@ def threaded_sends(url: str, admin: redis.Redis, linger_ms: float | None, thread
     workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
     for w in workers:
         w.start()
-    calls0 = int(admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    calls0 = int(admin.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
     start.wait()
     wall0 = time.perf_counter()
     for w in workers:
         w.join()
     wall = time.perf_counter() - wall0
-    calls = int(admin.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)) - calls0
+    calls = int(admin.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0)) - calls0
     client.close()
     latencies.sort()
     n = threads * each
@@ -230,7 +259,125 @@ def median_row(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
 
 
-def run(messages: int, batches: int, size: int, repetitions: int) -> dict[str, Any]:
+# ------------------------------------------------------------------------------- FCALL against EVALSHA
+
+
+def script_text(name: str) -> str:
+    """The Lua of ``name`` as a script for EVALSHA, as the data plane registered it before the library:
+    the shared helpers in front of the operation's file."""
+    body = (DATAPLANE / f"{name}.lua").read_text()
+    if name in library.FENCED:
+        return lease_record_lua() + "\n" + (DATAPLANE / "fence.lua").read_text() + "\n" + body
+    return keys_lua() + "\n" + body
+
+
+def as_scripts(producer: Producer, plane: DataPlane, client: redis.Redis) -> tuple[Producer, DataPlane]:
+    """The same objects, whose hot calls run the same Lua as scripts (EVALSHA) instead of functions."""
+    producer._hot = HotScript(client, script_text("produce"))  # type: ignore[assignment]
+    plane._fetch = HotScript(client, script_text("fetch"))  # type: ignore[assignment]
+    return producer, plane
+
+
+def fetch_loop(plane: DataPlane, epoch: int) -> Callable[[int, int], None]:
+    shards = [ShardFetch(Shard(version=1, index=i), epoch, token="0") for i in range(SHARDS)]
+
+    def loop(start: int, stop: int) -> None:
+        fetch = plane.fetch
+        for _ in range(start, stop):
+            fetch("bench-m", shards, 10)
+
+    return loop
+
+
+def pipelined_calls(client: redis.Redis, head: tuple[str, str], size: int) -> Callable[[int, int], None]:
+    """``size`` single-entry produce calls (``*head`` = FCALL name or EVALSHA sha) in one pipeline."""
+    meta = meta_key(PREFIX)
+
+    def loop(start: int, stop: int) -> None:
+        for b in range(start, stop):
+            pipe = client.pipeline(transaction=False)
+            for i in range(b * size, (b + 1) * size):
+                index = i % SHARDS
+                value = json.dumps(payload_for(i)).encode()
+                pipe.execute_command(*head, 2, meta, PRODUCER_STREAMS[index], "1", SHARDS, index, 1, value)
+            pipe.execute()
+
+    return loop
+
+
+def join_member(store: MetadataStore) -> int:
+    """One member of the group, stable and owning every shard; its epoch."""
+    r = store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="bench-m", member_epoch=0, capacity=1))
+    for _ in range(5):
+        owned = frozenset(Shard.parse(x["shard"]) for x in r["shards"])
+        r = store.heartbeat(
+            PREFIX, GROUP, Heartbeat(member_id="bench-m", member_epoch=r["member_epoch"], owned=owned)
+        )
+    return int(r["member_epoch"])
+
+
+def functions_vs_scripts(
+    url: str, admin: redis.Redis, store: MetadataStore, calls: int, repetitions: int
+) -> dict:
+    """FCALL against EVALSHA of the same operation (module docstring); medians and ratios."""
+    epoch = join_member(store)
+    fcall_client, eval_client = redis_client(url), redis_client(url)
+    producer_f, plane_f = Producer(fcall_client), DataPlane(fcall_client, PREFIX, GROUP)
+    producer_e, plane_e = as_scripts(
+        Producer(eval_client), DataPlane(eval_client, PREFIX, GROUP), eval_client
+    )
+    produce_sha = eval_client.script_load(script_text("produce"))
+    batch = 100
+    cases = {
+        "single_produce": (
+            (single_producer(producer_f), "fcall"),
+            (single_producer(producer_e), "evalsha"),
+            calls,
+            max(1, calls // 10),
+            1,
+        ),
+        f"pipelined_{batch}_produce": (
+            (pipelined_calls(fcall_client, ("FCALL", library.function_name("produce")), batch), "fcall"),
+            (pipelined_calls(eval_client, ("EVALSHA", produce_sha), batch), "evalsha"),
+            max(1, calls // batch),
+            max(1, calls // batch // 10),
+            batch,
+        ),
+        f"fenced_fetch_{SHARDS}_shards": (
+            (fetch_loop(plane_f, epoch), "fcall"),
+            (fetch_loop(plane_e, epoch), "evalsha"),
+            calls,
+            max(1, calls // 10),
+            1,
+        ),
+    }
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {c: {"fcall": [], "evalsha": []} for c in cases}
+    for sides_f, sides_e, units, chunk, per_unit in cases.values():  # warm-up: connections, caches
+        compare(admin, (sides_f, sides_e), min(units, 2 * chunk), chunk, per_unit)
+    for _ in range(repetitions):
+        for case, (side_f, side_e, units, chunk, per_unit) in cases.items():
+            rows = compare(admin, (side_f, side_e), units, chunk, per_unit)
+            runs[case]["fcall"].append(rows[0])
+            runs[case]["evalsha"].append(rows[1])
+    for c in (fcall_client, eval_client):
+        c.close()
+    result: dict[str, Any] = {"calls": calls, "repetitions": repetitions, "cases": {}}
+    for case, sides in runs.items():
+        medians = {side: median_row(rows) for side, rows in sides.items()}
+        f, e = medians["fcall"], medians["evalsha"]
+        result["cases"][case] = {
+            "medians": medians,
+            "ratios_fcall_over_evalsha": {
+                "ops_per_s": round(f["msgs_per_s"] / e["msgs_per_s"], 3),
+                "client_cpu_us_per_op": round(f["client_cpu_us_per_msg"] / e["client_cpu_us_per_msg"], 3),
+                "redis_cpu_us_per_op": round(f["redis_cpu_us_per_msg"] / e["redis_cpu_us_per_msg"], 3),
+                "command_us_per_op": round(f["redis_fcall_us_per_msg"] / e["redis_evalsha_us_per_msg"], 3),
+            },
+        }
+    return result
+
+
+def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5_000) -> dict[str, Any]:
     names = (
         "single_producer",
         "single_raw_xadd",
@@ -241,15 +388,18 @@ def run(messages: int, batches: int, size: int, repetitions: int) -> dict[str, A
     with RedisServer() as server:
         assert server.port != FORBIDDEN_PORT
         admin = redis.Redis.from_url(server.url)
-        create = CreateGroup(
-            stream_prefix=PREFIX, consumer_group="pbench-g", shard_count=SHARDS, config=GroupConfig()
-        )
-        MetadataStore(admin).create_group(create)
+        # A long lease: the fetch case's member stays live through the whole run without heartbeats.
+        config = GroupConfig(lease_ttl_ms=3_600_000, heartbeat_interval_ms=1_000)
+        create = CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=SHARDS, config=config)
+        store = MetadataStore(admin, dead_letter_keys=BENCH_KEYS)
+        store.functions.ensure()  # the data plane's library, as the coordinator loads it
+        store.create_group(create, start_from="latest")
         producer_client, raw_client = redis_client(server.url), redis_client(server.url)
         producer = Producer(producer_client)
-        single = ((single_producer(producer), "evalsha"), (single_raw(raw_client), "xadd"))
-        batch = ((batch_producer(producer, size), "evalsha"), (batch_raw(raw_client, size), "xadd"))
-        # Warm-up: connections, the script cache, the producer's route cache, the streams.
+        producer.require_functions()
+        single = ((single_producer(producer), "fcall"), (single_raw(raw_client), "xadd"))
+        batch = ((batch_producer(producer, size), "fcall"), (batch_raw(raw_client, size), "xadd"))
+        # Warm-up: connections, the producer's route cache, the streams.
         compare(admin, single, 500, 500, 1)
         compare(admin, batch, 5, 5, size)
         for _ in range(repetitions):
@@ -265,6 +415,7 @@ def run(messages: int, batches: int, size: int, repetitions: int) -> dict[str, A
             for threads in (1, 8)
             for ms in (None, 1)
         }
+        versus = functions_vs_scripts(server.url, admin, store, calls, repetitions)
         version = admin.info("server")["redis_version"]
         for c in (admin, producer_client, raw_client):
             c.close()
@@ -298,6 +449,7 @@ def run(messages: int, batches: int, size: int, repetitions: int) -> dict[str, A
         "targets": {"single_over_raw_xadd": 0.8, f"batch_{size}_over_pipelined_xadd": 1.0},
         "runs": runs,
         "linger": linger,
+        "functions_vs_scripts": versus,
     }
 
 
@@ -308,12 +460,24 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=400, help="batches per repetition and side")
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=5_000,
+        help="FCALL against EVALSHA: operations per case, side and repetition",
+    )
     args = parser.parse_args()
-    results = run(args.messages, args.batches, args.batch_size, args.repetitions)
+    results = run(args.messages, args.batches, args.batch_size, args.repetitions, args.calls)
     text = json.dumps(results, indent=2)
     if args.out:
         args.out.write_text(text + "\n")
-    print(json.dumps({"medians": results["medians"], "ratios": results["ratios"]}, indent=2))
+    versus = {c: v["ratios_fcall_over_evalsha"] for c, v in results["functions_vs_scripts"]["cases"].items()}
+    print(
+        json.dumps(
+            {"medians": results["medians"], "ratios": results["ratios"], "fcall_over_evalsha": versus},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def render(results: dict[str, Any]) -> str:
         "packed envelope (one field) inside the timed loop (the raw side with the standard library); the "
         "two sides of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU "
         "time; Redis CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is "
-        "`INFO commandstats` of the top-level command (`EVALSHA` or `XADD`).",
+        "`INFO commandstats` of the top-level command (`FCALL` or `XADD`).",
         "",
         "| case | msgs/s | client CPU µs/msg | Redis CPU µs/msg | command µs/msg | command calls |",
         "|---|---:|---:|---:|---:|---:|",
@@ -80,7 +80,62 @@ def render(results: dict[str, Any]) -> str:
         _ratio_line(f"batch of {size} / pipelined XADD", ratios[batch_key], targets.get(batch_key)),
     ]
     lines += _linger_lines(results.get("linger"))
+    lines += _versus_lines(results.get("functions_vs_scripts"))
     return "\n".join(lines) + "\n"
+
+
+_VERSUS = (
+    # (label, case key prefix)
+    ("single produce (`Producer.send`)", "single_produce"),
+    ("pipeline of {n} single-entry produce calls", "pipelined_"),
+    ("fenced fetch of {n} idle shards (`DataPlane.fetch`)", "fenced_fetch_"),
+)
+
+
+def _versus_lines(versus: dict[str, Any] | None) -> list[str]:
+    """The same Lua as a function of the data plane's library (FCALL) and as a script (EVALSHA):
+    docs/redis-acl.md, "No code from clients"."""
+    if not versus:
+        return []
+    lines = [
+        "",
+        "Functions against scripts: the same Lua, arguments and client call, as a function of the data "
+        f"plane's library (`FCALL`, what members and producers run) and as a script (`EVALSHA`, what "
+        f"they ran before); {versus['calls']:,} operations per case, side and repetition, "
+        f"{versus['repetitions']} repetitions, medians, in alternating chunks. Ratio: FCALL / EVALSHA "
+        "(below 1: FCALL costs less).",
+        "",
+        "| operation | call | ops/s | client CPU µs/op | Redis CPU µs/op | command µs/op |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for label, prefix in _VERSUS:
+        case = next((k for k in versus["cases"] if k.startswith(prefix)), None)
+        if case is None:
+            continue
+        n = "".join(ch for ch in case if ch.isdigit())
+        medians = versus["cases"][case]["medians"]
+        for side in ("fcall", "evalsha"):
+            row = medians[side]
+            cells = (
+                label.format(n=n),
+                side.upper(),
+                _num(row["msgs_per_s"]),
+                _num(row["client_cpu_us_per_msg"], 2),
+                _num(row["redis_cpu_us_per_msg"], 2),
+                _num(row.get(f"redis_{side}_us_per_msg"), 2),
+            )
+            lines.append("| " + " | ".join(cells) + " |")
+        ratio = versus["cases"][case]["ratios_fcall_over_evalsha"]
+        cells = (
+            label.format(n=n),
+            "ratio",
+            f"{ratio['ops_per_s']:.2f}x",
+            f"{ratio['client_cpu_us_per_op']:.2f}x",
+            f"{ratio['redis_cpu_us_per_op']:.2f}x",
+            f"{ratio['command_us_per_op']:.2f}x",
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _linger_lines(linger: dict[str, Any] | None) -> list[str]:

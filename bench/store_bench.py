@@ -46,6 +46,11 @@ from coordinator.protocol.commands import CreateGroup, Outcome  # noqa: E402
 from coordinator.protocol.group import Heartbeat, assignable_shards  # noqa: E402
 from coordinator.protocol.model import GroupConfig, Member, MemberState, Shard  # noqa: E402
 from coordinator.store.redis_store import MetadataStore  # noqa: E402
+from rsc_redis.dead_letter_mac import MacKeys  # noqa: E402
+
+# The store's dead-letter MAC keys (without Django settings): its ticks load the data plane's library
+# with them, as a coordinator does (coordinator/store/functions.py).
+BENCH_KEYS = [MacKeys.derive("store_bench")]
 
 LONG = GroupConfig(
     lease_ttl_ms=600_000, heartbeat_interval_ms=5_000, revocation_timeout_ms=600_000, max_members=10_000
@@ -80,7 +85,7 @@ def join_runs(url: str, name: str, joins: int, setup: Any) -> list[dict[str, flo
     serves. Each repetition's prefix is deleted after it, so that the tick below measures its own alone."""
     runs = []
     for rep in range(3):
-        store = MetadataStore.from_url(url)
+        store = MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS)
         prefix, group = f"{name}r{rep}", "g"
         setup(store, prefix, group)
 
@@ -153,13 +158,13 @@ def big_join_cost(url: str, members: int, joins: int) -> dict[str, Any]:
 
 
 def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
-    setup = MetadataStore.from_url(url)
+    setup = MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS)
     t0 = time.perf_counter()
     big_group(setup, "tick", "g", members)
     setup_s = time.perf_counter() - t0
     indexed, full = [], []
     for _rep in range(3):
-        store = MetadataStore.from_url(url)
+        store = MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS)
         store.tick()  # the first tick of a process reads everything; then the index decides
 
         def partial(_i: int, store: MetadataStore = store) -> None:
@@ -170,7 +175,8 @@ def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
         indexed.append(measure(store, partial, ticks))
 
         def cold_full(_i: int, store: MetadataStore = store) -> None:
-            fresh = MetadataStore(store.client)  # a tick process that has read nothing yet
+            # a tick process that has read nothing yet
+            fresh = MetadataStore(store.client, dead_letter_keys=BENCH_KEYS)
             [report] = fresh.tick()
             assert report.expired == () and report.collected == ()
 
@@ -186,7 +192,7 @@ def tick_cost(url: str, members: int, ticks: int) -> dict[str, Any]:
 
 
 def form_cost(url: str, members: int) -> dict[str, Any]:
-    stores = [MetadataStore.from_url(url), MetadataStore.from_url(url)]  # two API processes
+    stores = [MetadataStore.from_url(url, dead_letter_keys=BENCH_KEYS) for _ in range(2)]  # two API processes
     prefix, group = f"form{members}", "g"
     stores[0].create_group(
         CreateGroup(stream_prefix=prefix, consumer_group=group, shard_count=64, config=LONG)

@@ -11,9 +11,12 @@
    Celery broker uses database 1 of the same server (CELERY_BROKER_URL, unless set).
 2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
 3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
-   DEV ONLY superuser admin/admin. Then creates the demo group `demo` / `demo-workers` (4 shards) unless
-   it exists, through coordinator.operations like a management command (authorized, audited), and finds
-   the listeners of the apps in RSC_EXTRA_APPS.
+   DEV ONLY superuser admin/admin. Then loads the data plane's Redis Functions library (`manage.py
+   redis_functions load`: members and producers call it and send no Lua; docs/redis-acl.md), creates
+   the demo group `demo` / `demo-workers` (4 shards) unless it exists, through coordinator.operations
+   like a management command (authorized, audited), and finds the listeners of the apps in
+   RSC_EXTRA_APPS. The embedded Redis runs with `busy-reply-threshold` 1000 ms
+   (config/embedded_redis.py says why).
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
    the API and admin pages on granian (`python -m config.serve`, the production server,
    docs/benchmarks.md "The HTTP server"; with `--reload`, so code changes restart its workers as
@@ -400,6 +403,14 @@ def _export_dev_environment(redis_server: RedisServer | None) -> None:
     log(banner)
 
 
+def _load_functions() -> None:
+    """``manage.py redis_functions load``: the library the demo members and producer call (the
+    coordinator's tick would load it too, a tick later than the first member wants it)."""
+    from django.core.management import call_command
+
+    call_command("redis_functions", "load")
+
+
 def _create_demo_group() -> None:
     """The group demo members consume: `demo` / `demo-workers`, 4 shards, the settings' group defaults.
 
@@ -490,6 +501,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
         _export_dev_environment(redis_server)
         os.environ.setdefault("RSC_COORDINATOR_URL", f"http://{host}:{port}")
         _prepare_database()
+        _load_functions()
         _create_demo_group()
         stack = services(host, port, run_dir, _app_listeners())
         _raise_if_interrupted()

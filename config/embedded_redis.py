@@ -40,6 +40,13 @@ FORBIDDEN_PORT = 6379
 BINARY_ENV_VAR = "EMBEDDED_REDIS_SERVER_BIN"
 _FREE_PORT_ATTEMPTS = 5
 _OWNED_OPTIONS = frozenset({"--port", "--bind", "--dir", "--daemonize"})
+# Redis 7's name for lua-time-limit (default 5000 ms): after a script or function has run this long,
+# Redis answers every other client BUSY (the data plane's clients see DataPlaneUnavailable at once
+# instead of waiting out their 5 s socket timeout) and accepts SCRIPT KILL / FUNCTION KILL for one that
+# has not written. Our longest call (a fetch of 500 ack ids and 100 shards, a 500-entry append) takes a
+# few milliseconds, so 1000 ms is far above any legitimate call and well below the clients' timeouts.
+# docs/redis-acl.md, "busy-reply-threshold".
+BUSY_REPLY_THRESHOLD_MS = 1000
 
 
 class RedisServerError(RuntimeError):
@@ -151,6 +158,12 @@ class RedisServer:
     redis-server), e.g. ``["--aclfile", path]``; the defaults themselves do not change. The readiness
     check connects as Redis's ``default`` user, so an ACL file must leave that user usable (a file that
     does not mention it does).
+
+    ``after_start`` is called with the server each time a process of it is up and answering (start,
+    restart): the test suite loads the data plane's Redis Functions library there, as the coordinator's
+    tick would on a restarted Redis (a throw-away server keeps nothing over a restart).
+
+    It also sets ``--busy-reply-threshold`` to :data:`BUSY_REPLY_THRESHOLD_MS` (why: there).
     """
 
     def __init__(
@@ -162,6 +175,7 @@ class RedisServer:
         stop_timeout_s: float = 10.0,
         extra_args: Sequence[str] = (),
         data_dir: str | os.PathLike[str] | None = None,
+        after_start: Callable[[RedisServer], None] | None = None,
     ) -> None:
         if port == FORBIDDEN_PORT:
             raise ValueError(f"RedisServer never uses port {FORBIDDEN_PORT}: it is the developer's own Redis")
@@ -183,6 +197,7 @@ class RedisServer:
         self._log: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
+        self._after_start = after_start
 
     # -- properties -------------------------------------------------------------------------------
 
@@ -244,11 +259,13 @@ class RedisServer:
             self._spawn()
             try:
                 self.wait_ready(self._startup_timeout_s)
-                return self
             except RedisServerError:
                 self._reap(signal.SIGKILL)
                 if attempt == attempts:
                     raise
+                continue
+            self._started()
+            return self
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
@@ -289,6 +306,7 @@ class RedisServer:
         self._reap(signal.SIGTERM)
         self._spawn()
         self.wait_ready(self._startup_timeout_s)
+        self._started()
         return self
 
     def ensure_running(self) -> RedisServer:
@@ -342,6 +360,10 @@ class RedisServer:
 
     # -- internals --------------------------------------------------------------------------------
 
+    def _started(self) -> None:
+        if self._after_start is not None:
+            self._after_start(self)
+
     def _spawn(self) -> None:
         assert self._dir is not None and self._log is not None and self._port is not None
         if self._port == FORBIDDEN_PORT:  # belt and braces: free_port() already skips it
@@ -359,6 +381,7 @@ class RedisServer:
             "--dir", str(self._dir),
             "--daemonize", "no",
             "--protected-mode", "yes",
+            "--busy-reply-threshold", str(BUSY_REPLY_THRESHOLD_MS),
             *self._extra_args,
         ]  # fmt: skip
         with open(self._log, "ab") as log:

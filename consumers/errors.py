@@ -23,6 +23,7 @@ class ErrorCode(StrEnum):
     ROUTING_UNSTABLE = "ROUTING_UNSTABLE"
     DATA_PLANE_UNAVAILABLE = "DATA_PLANE_UNAVAILABLE"
     DATA_PLANE_ERROR = "DATA_PLANE_ERROR"
+    FUNCTIONS_NOT_LOADED = "FUNCTIONS_NOT_LOADED"
 
 
 class ConsumersError(Exception):
@@ -87,3 +88,13 @@ class DataPlaneError(ConsumersError):
     an operator must look."""
 
     code = ErrorCode.DATA_PLANE_ERROR
+
+
+class FunctionsNotLoaded(DataPlaneUnavailable):
+    """The data plane's Redis Functions library of this code version is not loaded on a Redis it uses: a
+    new or flushed node, or only a coordinator of another version has loaded its own. Nothing ran.
+
+    The coordinator loads it (``manage.py redis_functions load``, its start and every tick), so this
+    heals by itself while a coordinator of this version runs; retriable like any unavailability."""
+
+    code = ErrorCode.FUNCTIONS_NOT_LOADED

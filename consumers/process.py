@@ -138,6 +138,22 @@ def dataplane_factory_for(redis_client: Any) -> Callable[[str, str], Any]:
     return lambda stream_prefix, consumer_group: DataPlane(redis_client, stream_prefix, consumer_group)
 
 
+def require_functions(redis_client: Any) -> None:
+    """At a consumer process's start: the data plane's Redis Functions library of this code version must
+    be loaded (the coordinator loads it), else :class:`consumers.errors.FunctionsNotLoaded`, naming the
+    command that loads it, before any member joins. A Redis that does not answer yet is only logged:
+    the members retry their calls as they always do (and would meet the same error then)."""
+    from consumers.dataplane.library import require_loaded
+    from consumers.errors import DataPlaneUnavailable, FunctionsNotLoaded
+
+    try:
+        require_loaded(redis_client)
+    except FunctionsNotLoaded:
+        raise
+    except DataPlaneUnavailable as e:
+        log.warning("could not check the data plane's Redis Functions library at start: %s", e.message)
+
+
 def redis_client_for(url: str) -> Any:
     """The data plane's Redis client: bytes replies (payloads are bytes), bounded timeouts, and no
     re-sends after a connection error (:mod:`consumers.dataplane.connection` says why). A
@@ -179,6 +195,7 @@ def run(
         if not redis_url:
             raise ValueError("run() needs redis_url or redis_client (the stream data plane)")
         redis_client = redis_client_for(redis_url)
+    require_functions(redis_client)
     process = ConsumerProcess(
         listeners,
         coordinator=coordinator,

@@ -4,29 +4,31 @@ Theory of operation
 -------------------
 Routing is Kafka's: ``shard_index(key, shard_count)`` over the ACTIVE routing version
 (docs/protocol.md section 10). The producer caches that version and shard count per stream prefix and
-passes them, with the stream keys it computed, to ``produce.lua``; the script compares them with the
+passes them, with the stream keys it computed, to the ``produce`` function (``produce.lua`` in the data
+plane's Redis Functions library, :mod:`consumers.dataplane.library`); it compares them with the
 ``route`` field of the metadata hash and appends only if they are still current. After a shard-count
 change the old version is sealed, so a producer with a stale cache is refused (nothing appended), gets
 the current route in the same reply, recomputes and retries. In the steady state a send is one round
-trip and one script call; an append can never land in a sealed version, since the check and the append
-are one script.
+trip and one function call; an append can never land in a sealed version, since the check and the
+append are one function.
 
-Three paths, one script:
+Three paths, one function:
 
-* ``send`` (no linger): the fast path. One event, one ``EVALSHA`` sent through
-  :class:`rsc_redis.clients.HotScript` (connections kept out of the pool between calls: redis-py's
+* ``send`` (no linger): the fast path. One event, one ``FCALL`` sent through
+  :class:`rsc_redis.clients.HotFunction` (connections kept out of the pool between calls: redis-py's
   command path costs more than the command itself): no batch planning, the stream keys and shards of
   the cached route precomputed once per route.
 * ``send_batch``: the entries are grouped by shard and packed into calls of at most
-  ``max_entries_per_call`` entries, several shards per call (``produce.lua`` takes several streams of
-  one prefix: they share its hash tag). Up to 500 entries are one script call; more go in one pipeline.
+  ``max_entries_per_call`` entries, several shards per call (``produce`` takes several streams of one
+  prefix: they share its hash tag). Up to 500 entries are one function call; more go in one pipeline.
 * ``send`` with ``linger_ms``: concurrent senders (threads) are gathered for up to ``linger_ms`` and
   sent together through the batch path; each sender gets its own result or error (:class:`_Linger`).
 
-Script loading: ``EVALSHA`` of the script's SHA1; a ``NOSCRIPT`` reply (the server restarted, failed
-over or ran ``SCRIPT FLUSH``) means the script did not run, so nothing was appended: the producer loads
-it (``SCRIPT LOAD``) and sends the same call once more. That is the only re-send besides a stale-route
-refusal, and both follow a reply that says nothing was written.
+The producer sends no Lua: the coordinator loads the library. :meth:`Producer.require_functions` checks
+at start that this version's library is there; a call that finds it missing (a restarted, flushed or
+new Redis: ``Function not found``, nothing ran) raises :class:`~consumers.errors.FunctionsNotLoaded`,
+retriable: the coordinator's tick loads it again. The only re-send is after a stale-route refusal,
+which says nothing was written.
 
 Guarantee: **at-least-once**. A send that raises :class:`~consumers.errors.DataPlaneUnavailable` may or
 may not have been appended (the reply was lost after the append), so a caller that retries may write the
@@ -52,9 +54,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
 
-from consumers.dataplane import checks, connection, scripts
+from consumers.dataplane import checks, connection, library, scripts
 from consumers.dataplane.envelope import JSON, OCTET_STREAM, encode_event
 from consumers.errors import (
     ConsumersError,
@@ -66,7 +67,7 @@ from consumers.errors import (
 from coordinator.protocol.envelope import pack_producer_part
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
-from rsc_redis.clients import HotScript, is_cluster, run_evalsha
+from rsc_redis.clients import run_functions
 from rsc_redis.keys import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
@@ -154,9 +155,9 @@ class Producer:
         self.client = client
         self.max_retries = max_retries
         self.linger_ms = linger_ms
-        self._script = scripts.script_text("produce")
-        self._sha = client.register_script(self._script).sha  # SHA1 of the text; loads nothing
-        self._hot = HotScript(client, self._script)  # the single send's call (loads on NOSCRIPT, as below)
+        self._function = library.function_name("produce")
+        self._produce = scripts.function(client, "produce")
+        self._hot = scripts.hot_function(client, "produce")  # the single send's call
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self._linger = _Linger(self, linger_ms / 1000) if linger_ms is not None else None
@@ -220,6 +221,12 @@ class Producer:
         """The cached route of ``stream_prefix``, read from Redis on first use."""
         return self._target(stream_prefix).route
 
+    def require_functions(self) -> None:
+        """Raise :class:`~consumers.errors.FunctionsNotLoaded` unless this code version's library is
+        loaded on every primary (call it once at start: a clear error, naming the command that loads it,
+        before the first send)."""
+        library.require_loaded(self.client)
+
     def forget_route(self, stream_prefix: str) -> None:
         with self._lock:
             self._targets.pop(stream_prefix, None)
@@ -268,21 +275,11 @@ class Producer:
 
     # ------------------------------------------------------------------------------------------ calls
 
-    def _evalsha(self, client: Any, args: tuple[Any, ...], stream_prefix: str) -> Any:
-        """``EVALSHA produce.lua`` with ``args`` (numkeys, keys, argv); after ``NOSCRIPT`` (nothing ran)
-        load the script and send it once more. No ``redis.*`` error leaves."""
-        try:
-            try:
-                return client.execute_command("EVALSHA", self._sha, *args)
-            except NoScriptError:
-                self._load_script()
-                return client.execute_command("EVALSHA", self._sha, *args)
-        except redis.RedisError as e:
-            with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
-                raise e
-
-    def _load_script(self) -> None:
-        self.client.script_load(self._script)
+    def _call(self, args: tuple[Any, ...], stream_prefix: str) -> Any:
+        """``FCALL produce`` with ``args`` (numkeys, keys, argv). No ``redis.*`` error leaves."""
+        numkeys = args[0]
+        with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+            return self._produce(keys=args[1 : 1 + numkeys], args=args[1 + numkeys :])
 
     def _send_events(
         self, stream_prefix: str, events: list[_Event], results: list[SendResult | None]
@@ -341,29 +338,19 @@ class Producer:
             return tuple(flat)
 
         if len(calls) == 1:
-            return [self._evalsha(self.client, args(calls[0]), stream_prefix)]
+            return [self._call(args(calls[0]), stream_prefix)]
         packed = [args(call) for call in calls]
         with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
             replies = self._pipelined(packed)
-            if any(isinstance(r, NoScriptError) for r in replies):  # none of those ran: load, send again
-                self._load_script()
-                again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-                for i, reply in zip(again, self._pipelined([packed[i] for i in again]), strict=True):
-                    replies[i] = reply
         for reply in replies:
             if isinstance(reply, Exception):
                 raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
         return replies
 
     def _pipelined(self, packed: list[tuple[Any, ...]]) -> list[Any]:
-        if is_cluster(self.client):
-            # Not redis-py's ClusterPipeline: it would re-send a call whose reply a connection error
-            # cut (an append written twice). One prefix is one slot, so one primary's plain pipeline.
-            return run_evalsha(self.client, self._sha, self._script, packed)
-        pipe = self.client.pipeline(transaction=False)
-        for args in packed:
-            pipe.execute_command("EVALSHA", self._sha, *args)
-        return list(pipe.execute(raise_on_error=False))
+        # On a cluster not redis-py's ClusterPipeline: it would re-send a call whose reply a connection
+        # error cut (an append written twice). One prefix is one slot, so one primary's plain pipeline.
+        return run_functions(self.client, self._function, packed)
 
     @staticmethod
     def _record(

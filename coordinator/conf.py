@@ -214,6 +214,17 @@ SETTINGS: tuple[Setting, ...] = (
         365,
         "Audit rows older than this are deleted by the retention pass and `manage.py prune_audit`",
     ),
+    # The dead-letter MAC (docs/protocol.md section 14): its keys are rendered into the data plane's Redis
+    # Functions library by the coordinator (rsc_redis/functions.py); members never hold them.
+    Setting(
+        "RSC_DEAD_LETTER_SECRET",
+        str,
+        "",
+        "The secret of the dead-letter MAC that the coordinator renders into the data plane's Redis "
+        "Functions library (docs/protocol.md section 14); `\"\"`: derived from `SECRET_KEY` (dead letters "
+        "signed under a key of `SECRET_KEY_FALLBACKS` still verify). Every coordinator process must have "
+        "the same",
+    ),
 )
 
 TABLE = SettingsTable("Settings", SETTINGS)

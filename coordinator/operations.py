@@ -342,16 +342,28 @@ def release_drain(
 
 
 def replay_dead_letters(
-    actor: Actor, stream_prefix: str, consumer_group: str, ids: list[str], *, reason: str = ""
+    actor: Actor,
+    stream_prefix: str,
+    consumer_group: str,
+    ids: list[str],
+    *,
+    reason: str = "",
+    accept_unsigned: bool = False,
 ) -> dict[str, Any]:
-    """Re-append dead letters to the active version (every group of the prefix sees them again)."""
+    """Re-append dead letters to the active version (every group of the prefix sees them again). Only
+    those the dead-letter function wrote (``DEAD_LETTER_NOT_VERIFIED`` otherwise), and unsigned ones
+    (from before dead letters were signed) only with ``accept_unsigned`` (audited)."""
     raise_unless_admin(actor, Action.REPLAY_DEAD_LETTERS)
     prefix, group = _group_target(stream_prefix, consumer_group)
     dlq_ids = validate_entry_ids(ids, "ids")
-    requested = {"ids": dlq_ids, "reason": validate_reason(reason, required=False)}
+    if not isinstance(accept_unsigned, bool):
+        raise InvalidRequest("accept_unsigned must be true or false", field="accept_unsigned")
+    requested: dict[str, Any] = {"ids": dlq_ids, "reason": validate_reason(reason, required=False)}
+    if accept_unsigned:
+        requested["accept_unsigned"] = True
 
     def act(store: MetadataStore, details: dict[str, Any]) -> dict[str, Any]:
-        result = store.replay_dead_letters(prefix, group, dlq_ids)
+        result = store.replay_dead_letters(prefix, group, dlq_ids, accept_unsigned=accept_unsigned)
         details["replayed"] = result["replayed"]
         return result
 

@@ -12,9 +12,11 @@ The few global keys (``rsc:prefixes``, ``rsc:retention:cursor``, ``rsc:metrics``
 ``rsc:credentials:generation``) are single keys, each in its own slot, never used together with a
 prefix's keys in one command (docs/cluster.md lists them).
 
-Script calls: :func:`run_scripts` and :func:`run_evalsha` (pipelined, on one Redis or a cluster) and
-:class:`HotScript` (one call on a hot path). Django-free: the store and the data plane and the producer
-(``consumers``) use it alike.
+Script calls (the coordinator's store: ``EVALSHA``): :func:`run_scripts` and :func:`run_evalsha`
+(pipelined, on one Redis or a cluster) and :class:`HotScript` (one call on a hot path). Function calls
+(the data plane and the producer: ``FCALL`` of the Redis Functions library that the coordinator loads,
+:mod:`rsc_redis.functions`): :func:`run_functions` (pipelined) and :class:`HotFunction` (one call on a
+hot path). Django-free: the store and the data plane and the producer (``consumers``) use it alike.
 """
 
 from __future__ import annotations
@@ -95,21 +97,44 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
     alone through the cluster client, which follows the redirection. Those replies say the call did not
     run, so neither is a re-send of something that ran.
     """
+    return _run_grouped(client, ("EVALSHA", sha), calls, text)
+
+
+def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
+    """``FCALL function *call`` for each call (``numkeys, key..., arg...``), pipelined, on one Redis or a
+    cluster; the replies in order, an error reply returned as its exception (``Function not found``
+    included: nothing ran; the library is loaded by the coordinator, never from here).
+
+    On a cluster, grouped by the primary of each call's first key as :func:`run_evalsha` does (plain
+    pipelines that never re-send; a redirected call runs again alone through the cluster client)."""
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("FCALL", function, *call)
+        return list(pipe.execute(raise_on_error=False)) if calls else []
+    return _run_grouped(client, ("FCALL", function), calls, None)
+
+
+def _run_grouped(
+    client: Any, head: tuple[str, str], calls: Sequence[Sequence[Any]], script: Any
+) -> list[Any]:
+    """``*head, *call`` for each call on a cluster client, grouped by node (:func:`run_evalsha`).
+    ``script``: the text to load after ``NOSCRIPT`` (EVALSHA), or None (FCALL: no reload)."""
     replies: list[Any] = [None] * len(calls)
     by_node: dict[str, tuple[Any, list[int]]] = {}
     for i, call in enumerate(calls):
         node = client.get_node_from_key(call[1])
         by_node.setdefault(node.name, (node, []))[1].append(i)
     for node, indices in by_node.values():
-        _run_on_node(client.get_redis_connection(node), sha, text, calls, indices, replies)
+        _run_on_node(client.get_redis_connection(node), head, script, calls, indices, replies)
     for i, reply in enumerate(replies):
         if isinstance(reply, _REDIRECTED):
             try:
                 try:
-                    replies[i] = client.execute_command("EVALSHA", sha, *calls[i])
+                    replies[i] = client.execute_command(*head, *calls[i])
                 except NoScriptError:
-                    client.script_load(text)
-                    replies[i] = client.execute_command("EVALSHA", sha, *calls[i])
+                    client.script_load(script)
+                    replies[i] = client.execute_command(*head, *calls[i])
             except redis.ResponseError as e:
                 replies[i] = e
     return replies
@@ -117,8 +142,8 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
 
 def _run_on_node(
     node: redis.Redis,
-    sha: str,
-    text: Any,
+    head: tuple[str, str],
+    script: Any,
     calls: Sequence[Sequence[Any]],
     indices: list[int],
     replies: list[Any],
@@ -127,27 +152,27 @@ def _run_on_node(
     for attempt in range(2):
         pipe = node.pipeline(transaction=False)
         for i in todo:
-            pipe.execute_command("EVALSHA", sha, *calls[i])
+            pipe.execute_command(*head, *calls[i])
         missing = []
         for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
             replies[i] = reply
             if isinstance(reply, NoScriptError):
                 missing.append(i)
-        if not missing or attempt:
+        if not missing or attempt or script is None:
             return
-        node.script_load(text)
+        node.script_load(script)
         todo = missing
 
 
-class HotScript:
-    """A script called on a hot path (a steady heartbeat, a member's fetch): ``script(keys=, args=)``
-    like redis-py's :class:`Script`, with less work per call on one Redis.
+class _HotCall:
+    """A call on a hot path with less work per call on one Redis (:class:`HotScript`,
+    :class:`HotFunction`).
 
     redis-py's call checks a connection out of the pool and back in on every command (a lock each way
     and a ``poll()`` to make sure the connection holds no stray reply), and goes through its retry and
     argument-deprecation wrappers: about 20 µs of CPU per call, a tenth of a steady heartbeat. This
     object keeps the connections it used in a list of its own instead (``list.pop`` and ``append`` are
-    atomic), so a call is ``EVALSHA`` sent and its reply read on a connection no other thread holds:
+    atomic), so a call is one command sent and its reply read on a connection no other thread holds:
 
     * a connection goes back to the list only after a whole reply was read (a reply or an error reply),
       so it never holds a stray reply; after anything else (a connection error, a timeout, an
@@ -155,19 +180,15 @@ class HotScript:
       raises it;
     * it never re-sends after a connection error or a timeout, as the clients of this project never do
       (consumers/dataplane/connection.py);
-    * ``NOSCRIPT`` (a restarted or flushed Redis: nothing ran) loads the script and sends it again once;
     * the connections stay checked out of the client's pool, so ``client.close()`` still disconnects
       them (they reconnect on their next use), and they are never more than the threads that called at
       once; in a forked child the list starts empty (the parent's sockets are not ours to use).
 
     Anything else (a Redis Cluster, a client with a single connection or another pool class) takes
-    redis-py's own call.
+    redis-py's own call (:meth:`_fallback`).
     """
 
-    def __init__(self, client: Any, text: str) -> None:
-        self._script = client.register_script(text)
-        self.sha: str = self._script.sha
-        self.script = text
+    def __init__(self, client: Any) -> None:
         pool = getattr(client, "connection_pool", None)
         self._pool = (
             pool
@@ -179,7 +200,7 @@ class HotScript:
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         if self._pool is None:
-            return self._script(keys=list(keys), args=list(args))
+            return self._fallback(keys, args)
         if self._pid != os.getpid():
             self._free, self._pid = [], os.getpid()
         try:
@@ -198,6 +219,27 @@ class HotScript:
         self._free.append(connection)
         return reply
 
+    def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+    def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+
+class HotScript(_HotCall):
+    """A script called on a hot path (a steady heartbeat): ``script(keys=, args=)`` like redis-py's
+    :class:`Script`, with less work per call on one Redis (:class:`_HotCall`). ``NOSCRIPT`` (a restarted
+    or flushed Redis: nothing ran) loads the script and sends it again once."""
+
+    def __init__(self, client: Any, text: str) -> None:
+        super().__init__(client)
+        self._script = client.register_script(text)
+        self.sha: str = self._script.sha
+        self.script = text
+
+    def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        return self._script(keys=list(keys), args=list(args))
+
     def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         connection.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
         try:
@@ -207,3 +249,28 @@ class HotScript:
             connection.read_response()
             connection.send_command("EVALSHA", self.sha, len(keys), *keys, *args)
             return connection.read_response()
+
+
+class HotFunction(_HotCall):
+    """A function of a loaded Redis Functions library called on a hot path (a member's fetch, a
+    producer's single send): ``function(keys=, args=)``, one ``FCALL`` (:class:`_HotCall`). Nothing is
+    loaded from here: ``Function not found`` raises as the error reply it is (nothing ran). On a cluster
+    the call goes to its first key's primary as :func:`run_functions` sends it (redis-py's own routing of
+    ``FCALL`` asks the server for the keys first: a round trip more)."""
+
+    def __init__(self, client: Any, function: str) -> None:
+        super().__init__(client)
+        self.client = client
+        self.function = function
+
+    def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        if is_cluster(self.client):
+            (reply,) = run_functions(self.client, self.function, [(len(keys), *keys, *args)])
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        return self.client.execute_command("FCALL", self.function, len(keys), *keys, *args)
+
+    def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        connection.send_command("FCALL", self.function, len(keys), *keys, *args)
+        return connection.read_response()

@@ -1,7 +1,7 @@
 """The Redis key layout: every key the product uses, and the field families of the metadata hash.
 
 One module, pure (no Redis, no Django): the coordinator's store, the data plane and the producer
-(``consumers``), the ACL profiles (config/redis_acl.py) and the docs all take the layout from here.
+(``consumers``), the ACL profiles (rsc_redis/acl.py) and the docs all take the layout from here.
 docs/protocol.md section 9 shows :data:`FAMILIES` and docs/store.md ("One hash per stream prefix")
 :data:`META_FIELDS`; tests/test_keys.py checks both tables against this module, and that every key
 function builds the template its family states.
@@ -65,7 +65,7 @@ def redeliver_key(stream_prefix: str, consumer_group: str) -> str:
 
 def lease_records_key(stream_prefix: str) -> str:
     """Hash ``<group>:<member> -> "<member epoch> <lease deadline ms>"``: leases members renewed themselves,
-    in Redis, while the coordinator's API could not (``consumers/dataplane/renew_lease.lua``;
+    in Redis, while the coordinator's API could not (``rsc_redis/dataplane/renew_lease.lua``;
     docs/protocol.md section 5). A record counts only at the member's live epoch (``m:``)."""
     return f"rsc:{{{stream_prefix}}}:lr"
 

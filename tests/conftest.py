@@ -1,5 +1,10 @@
 """Shared fixtures. Every Redis a test sees is a private server the suite starts itself, on a free port
-(never 6379), so FLUSHALL and kill/pause are safe."""
+(never 6379), so FLUSHALL and kill/pause are safe.
+
+Each of those servers gets the data plane's Redis Functions library (rsc_redis/dataplane/library.py),
+rendered with this session's keys, whenever a process of it starts (``load_functions``): what the
+coordinator does on its start and every tick. FLUSHALL keeps functions; a test that needs the library
+missing deletes it (FUNCTION DELETE / FLUSH) itself."""
 
 import os
 import secrets
@@ -9,6 +14,7 @@ import pytest
 import redis
 
 from config.embedded_redis import FORBIDDEN_PORT, RedisServer
+from coordinator.store.functions import DataPlaneFunctions, keys_from_settings
 
 # The processes the tests start (the API server, Celery, run_member, run_tick, the dev stack) run as
 # production does: DEBUG off, which refuses to start without a real SECRET_KEY (config/settings.py). One
@@ -18,10 +24,25 @@ os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
 
 
+def load_functions(server: RedisServer) -> None:
+    """Load the data plane's library into ``server`` (as its ``default`` user), where it is missing."""
+    load_functions_at(server.url)
+
+
+def load_functions_at(url: str) -> None:
+    from rsc_redis.clients import client_from_url
+
+    client = client_from_url(url, socket_timeout=5)
+    try:
+        DataPlaneFunctions(client, keys_from_settings()).ensure()
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One private Redis for the whole session. Prefer `redis_url`, which also repairs and empties it."""
-    with RedisServer() as server:
+    with RedisServer(after_start=load_functions) as server:
         yield server
 
 
@@ -33,7 +54,8 @@ def redis_url(redis_server: RedisServer) -> str:
     assert redis_server.port != FORBIDDEN_PORT
     client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
     try:
-        client.flushall()
+        client.flushall()  # keys only: the library stays (a test that deleted it gets it back below)
+        DataPlaneFunctions(client, keys_from_settings()).ensure()
     finally:
         client.close()
     return redis_server.url
@@ -42,7 +64,7 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture
 def disposable_redis() -> Iterator[RedisServer]:
     """A separate private Redis for this test alone: kill it, pause it, restart it."""
-    with RedisServer() as server:
+    with RedisServer(after_start=load_functions) as server:
         yield server
 
 

@@ -146,7 +146,7 @@ def test_a_pattern_narrowed_to_a_prefix_matches_only_that_prefix() -> None:
 
 
 def test_the_acl_profiles_take_their_patterns_from_the_layout() -> None:
-    from config import redis_acl
+    from rsc_redis import acl as redis_acl
 
     assert redis_acl.META == "rsc:{*}:meta" == keys.META.pattern()
     assert redis_acl.SHARDS == "rsc:{*}:v[0-9]*" == keys.SHARD_STREAMS.pattern()

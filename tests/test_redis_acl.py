@@ -1,6 +1,6 @@
-"""The Redis ACL profiles of config/redis_acl.py (docs/redis-acl.md) on a real Redis.
+"""The Redis ACL profiles of rsc_redis/acl.py (docs/redis-acl.md) on a real Redis.
 
-A private Redis is started with an ACL file rendered from config/redis_acl.py. The real metadata store,
+A private Redis is started with an ACL file rendered from rsc_redis/acl.py. The real metadata store,
 data plane, member and producer then run connected *as* each user (redis://user:password@...), and the
 direct writes each profile must refuse are refused with NOPERM. The admin connection (Redis's
 ``default`` user, only on this private server) sets up what a test needs and checks the outcome.
@@ -8,6 +8,7 @@ direct writes each profile must refuse are refused with NOPERM. The admin connec
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,17 +17,18 @@ from typing import Any
 import pytest
 import redis
 
-from config import redis_acl
 from config.embedded_redis import FORBIDDEN_PORT, HOST, RedisServer
-from consumers.dataplane import DataPlane, redis_client
+from consumers.dataplane import DataPlane, library, redis_client
 from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
+from consumers.errors import DataPlaneError, FunctionsNotLoaded
 from consumers.producer import Producer
 from coordinator.protocol.commands import CreateGroup
-from coordinator.protocol.errors import MetadataCorrupt
+from coordinator.protocol.errors import DeadLetterNotVerified, MetadataCorrupt
 from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
-from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy, Shard
+from coordinator.protocol.model import IDENTIFIER_RE, GroupConfig, OrderingMode, RetentionPolicy, Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store.redis_store import MetadataStore
+from rsc_redis import acl as redis_acl
 from rsc_redis.keys import dead_letter_key, meta_key, redeliver_key, stream_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 
@@ -42,7 +44,7 @@ CONFIG = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private Redis whose users come from an ACL file rendered from config/redis_acl.py."""
+    """A private Redis whose users come from an ACL file rendered from rsc_redis/acl.py."""
     path = tmp_path_factory.mktemp("redis-acl") / "users.acl"
     path.write_text(redis_acl.aclfile({user: f">{pw}" for user, pw in PASSWORDS.items()}))
     with RedisServer(extra_args=["--aclfile", str(path)]) as server:
@@ -67,7 +69,10 @@ def url_for(server: RedisServer, user: str) -> str:
 
 @pytest.fixture
 def store(acl_server: RedisServer, admin: redis.Redis) -> Iterator[MetadataStore]:
+    """The coordinator's store, which loads the data plane's library as the coordinator's user does at
+    its start (FLUSHALL keeps functions: a test that deleted them gets them back here)."""
     s = MetadataStore.from_url(url_for(acl_server, redis_acl.COORDINATOR))
+    s.functions.ensure()
     yield s
     s.client.close()
 
@@ -246,12 +251,6 @@ def test_the_member_user_cannot_write_metadata_or_streams_directly(
     assert_noperm(lambda: member_client.get("rsc:retention:cursor"))
     assert_noperm(lambda: member_client.set("elsewhere", "x"))
     assert_noperm(lambda: member_client.flushall())
-    assert_noperm(lambda: member_client.eval("return 1", 0))
-    # Redis checks the commands a script runs, too: a script of the member's own cannot HSET either.
-    rogue = member_client.register_script("return redis.call('HSET', KEYS[1], 'route', '9 9 -')")
-    # (HSET is the member's only on rsc:{P}:lr, its lease renewals: refused here for the key.)
-    with pytest.raises(redis.exceptions.ResponseError, match="can't access at least one of the keys"):
-        rogue(keys=[meta])
     assert admin.hgetall(meta) == before
 
 
@@ -265,6 +264,198 @@ def test_what_the_member_acl_cannot_enforce_a_direct_xack_is_allowed(
     ids = send_to(producer, V1_0, 1)
     admin.xreadgroup(GROUP, "someone-else", {stream_key(PREFIX, V1_0): ">"})
     assert member_client.xack(stream_key(PREFIX, V1_0), GROUP, *ids) == 1
+
+
+# ------------------------------------------------------------------------------- no code from clients
+
+ROGUE = "redis.call('XADD', KEYS[1], '*', 'a', 'b') while true do end"  # one write, then never returns
+ROGUE_LIBRARY = "#!lua name=rogue\nredis.register_function('rogue', function(keys) return 1 end)"
+
+
+def code_on_the_server(admin: redis.Redis) -> tuple[Any, ...]:
+    """What a client could have added: the loaded libraries (with their code), and whether the rogue
+    script is in the script cache."""
+    rogue_sha = hashlib.sha1(ROGUE.encode()).hexdigest()
+    return (admin.function_list(withcode=True), admin.script_exists(rogue_sha))
+
+
+@pytest.mark.parametrize("user", [redis_acl.MEMBER, redis_acl.PRODUCER])
+def test_members_and_producers_cannot_send_or_read_code(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis, user: str
+) -> None:
+    """No Lua from members or producers (a script that writes once and loops forever makes Redis
+    unkillable: SCRIPT KILL answers UNKILLABLE): they call the coordinator's library, nothing else. Nor
+    may they read its code (it holds the dead-letter MAC keys), delete it or kill a call."""
+    client = redis_client(url_for(acl_server, user))
+    before = code_on_the_server(admin)
+    key = stream_key(PREFIX, V1_0)
+    refused = [
+        lambda: client.eval(ROGUE, 1, key),
+        lambda: client.script_load(ROGUE),
+        lambda: client.evalsha(hashlib.sha1(ROGUE.encode()).hexdigest(), 1, key),
+        lambda: client.execute_command("EVAL_RO", "return 1", 0),
+        lambda: client.script_exists("0" * 40),
+        lambda: client.script_flush(),
+        lambda: client.script_kill(),
+        lambda: client.function_load(ROGUE_LIBRARY),
+        lambda: client.function_load(ROGUE_LIBRARY, replace=True),
+        lambda: client.function_list(),
+        lambda: client.function_list(library=store.functions.library.name, withcode=True),
+        lambda: client.function_dump(),
+        lambda: client.function_delete(store.functions.library.name),
+        lambda: client.function_flush(),
+        lambda: client.function_kill(),
+        lambda: client.function_restore(b"x"),
+    ]
+    for call in refused:
+        assert_noperm(call)
+    assert code_on_the_server(admin) == before
+    assert {row[0] for row in acl_denials(admin)} == {user}
+    # What it may do: FCALL_RO of the version function (its start-up check).
+    library.require_loaded(client)
+    client.close()
+
+
+def test_functions_do_not_elevate_a_users_rights(
+    store: MetadataStore, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    """Redis 7 checks the commands a function runs against the *calling* user's ACL: a member calling the
+    producer's function is refused the XADD inside it (docs/redis-acl.md says what this leaves open)."""
+    create_group(store)
+    before = admin.xlen(stream_key(PREFIX, V1_0))
+    with pytest.raises(redis.exceptions.ResponseError, match="The user executing the script can't"):
+        member_client.fcall(
+            library.function_name("produce"), 2, meta_key(PREFIX), stream_key(PREFIX, V1_0),
+            "1", "2", "0", "1", "x",
+        )  # fmt: skip
+    assert admin.xlen(stream_key(PREFIX, V1_0)) == before
+
+
+def test_a_missing_library_is_a_clear_error_and_the_tick_loads_it_again(
+    store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    """A flushed or new Redis: members and producers refuse with the command to run (at start, and on
+    every call: nothing runs); the coordinator's next tick, as its own Redis user, loads it again."""
+    create_group(store)
+    epoch = join(store, "m-1")["member_epoch"]
+    plane = DataPlane(member_client, PREFIX, GROUP)
+    admin.function_delete(store.functions.library.name)
+    for check in (plane.require_functions, producer.require_functions):
+        with pytest.raises(FunctionsNotLoaded, match=r"manage\.py redis_functions load"):
+            check()
+    with pytest.raises(FunctionsNotLoaded, match=store.functions.library.name):
+        plane.read("m-1", epoch, V1_0, 10)
+    with pytest.raises(FunctionsNotLoaded):
+        producer.send(PREFIX, "k", {"n": 1})
+    assert admin.xlen(stream_key(PREFIX, V1_0)) + admin.xlen(stream_key(PREFIX, V1_1)) == 0
+
+    store.tick()  # as rsc-coordinator
+    plane.require_functions()
+    producer.require_functions()
+    assert producer.send(PREFIX, "k", {"n": 1}).routing_version == 1
+    assert plane.read("m-1", epoch, producer.route(PREFIX).shard_for(b"k"), 10).ok
+    assert acl_denials(admin) == []
+
+
+def test_a_dead_letter_forged_by_the_member_user_is_refused_and_a_real_one_replays(
+    store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    """The member's user must hold XADD on the dead-letter streams (its dead_letter function runs as it),
+    so it can append anything there; only the function's copies carry a MAC that verifies."""
+    create_group(store)
+    epoch = join(store, "m-1")["member_epoch"]
+    (entry_id,) = send_to(producer, V1_0, 1)
+    plane = DataPlane(member_client, PREFIX, GROUP)
+    plane.read("m-1", epoch, V1_0, 10)
+    real = plane.dead_letter("m-1", epoch, V1_0, entry_id, "ValueError: bad").dead_letter_id
+    dlq = dead_letter_key(PREFIX, GROUP)
+    ((_, copied),) = admin.xrange(dlq)
+    envelope_field = copied[b"envelope"]
+    forged = [
+        member_client.xadd(dlq, {"envelope": envelope_field, "dlq_source_shard": "v1:0"}).decode(),
+        member_client.xadd(dlq, {**copied, b"dlq_error": b"changed"}).decode(),  # a real MAC, edited
+    ]
+    assert [store.dead_letter(PREFIX, GROUP, i)["verdict"] for i in forged] == ["UNSIGNED", "FORGED"]
+    assert store.dead_letter(PREFIX, GROUP, real)["verdict"] == "SIGNED"
+    def state() -> tuple[Any, ...]:
+        return admin.xrange(dlq), admin.xlen(stream_key(PREFIX, V1_0)), admin.xlen(stream_key(PREFIX, V1_1))
+
+    before = state()
+    for ids in ([forged[1]], [real, forged[1]], [forged[0]]):
+        with pytest.raises(DeadLetterNotVerified):
+            store.replay_dead_letters(PREFIX, GROUP, ids)
+    with pytest.raises(DeadLetterNotVerified):
+        store.replay_dead_letters(PREFIX, GROUP, [forged[1]], accept_unsigned=True)  # FORGED: never
+    assert state() == before
+    (replayed,) = store.replay_dead_letters(PREFIX, GROUP, [real])["replayed"]
+    assert replayed["id"] == real
+    assert acl_denials(admin) == []
+
+
+def test_what_functions_cannot_close_raw_stream_commands_of_the_users_own_selectors(
+    store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
+) -> None:
+    """Pinned on purpose (docs/redis-acl.md): the commands a user's functions run must be in its own ACL,
+    so the user may also send them directly. A producer may XADD with MAXLEN (trimming) or an explicit
+    id; a member may read a shard's stream with XRANGE, outside the fence."""
+    create_group(store)
+    send_to(producer, V1_0, 3)
+    client, shard = producer.client, stream_key(PREFIX, V1_0)
+    assert client.xadd(shard, {"raw": "1"}, maxlen=1, approximate=False)
+    assert admin.xlen(shard) == 1
+    assert client.xadd(shard, {"raw": "2"}, id="99999999999999-0") == b"99999999999999-0"
+    assert len(member_client.xrange(shard)) == 2
+
+
+# ---------------------------------------------------------------------------------------- scoped users
+
+
+def test_a_member_user_scoped_to_one_prefix_cannot_read_anothers_streams(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """rules_for(MEMBER, ["orders"]): the data plane runs on orders; payments' streams are out of reach
+    (XRANGE refused, nothing changed), and so are its functions' keys."""
+    create_group(store)
+    other = "payments"
+    store.create_group(
+        CreateGroup(stream_prefix=other, consumer_group=GROUP, shard_count=1, config=CONFIG),
+        start_from="earliest",
+    )
+    admin.xadd(stream_key(other, V1_0), {"envelope": "1 1 x"})
+    name, password = "orders-member", "pw-orders-member-0123456789"
+    rules = redis_acl.rules_for(redis_acl.MEMBER, [PREFIX])
+    admin.execute_command("ACL", "SETUSER", name, *redis_acl.setuser_args(name, f">{password}", rules))
+    client = redis_client(f"redis://{name}:{password}@{HOST}:{acl_server.port}/0")
+    try:
+        epoch = join(store, "m-1")["member_epoch"]
+        plane = DataPlane(client, PREFIX, GROUP)
+        plane.require_functions()
+        assert plane.read("m-1", epoch, V1_0, 10).ok
+        assert plane.renew_lease("m-1", epoch).renewed
+        before = {k: admin.dump(k) for k in admin.keys(f"rsc:{{{other}}}:*")}
+        assert_noperm(lambda: client.xrange(stream_key(other, V1_0)))
+        assert_noperm(lambda: client.hget(meta_key(other), "route"))
+        assert_noperm(lambda: client.xreadgroup(GROUP, "m-1", {stream_key(other, V1_0): ">"}))
+        with pytest.raises(DataPlaneError, match="no permissions to access one of the keys"):
+            DataPlane(client, other, GROUP).read("m-1", 1, V1_0, 10)
+        assert {k: admin.dump(k) for k in admin.keys(f"rsc:{{{other}}}:*")} == before
+    finally:
+        client.close()
+        admin.acl_deluser(name)
+
+
+def test_scoped_rules_name_each_prefix_in_every_family() -> None:
+    rules = redis_acl.rules_for(redis_acl.PRODUCER, ["orders", "payments"])
+    assert "~rsc:{orders}:meta" in rules and "~rsc:{payments}:v[0-9]*" in rules
+    assert "(%R~rsc:{orders}:meta %R~rsc:{payments}:meta +hget)" in rules
+    assert not any("{*}" in r for r in rules)
+    assert redis_acl.rules_for(redis_acl.MEMBER) == redis_acl.ACL_RULES[redis_acl.MEMBER]
+    for bad in ([], ["*"], ["a}b"], ["or:ders"], "orders"):
+        with pytest.raises(ValueError):
+            redis_acl.rules_for(redis_acl.MEMBER, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        redis_acl.rules_for(redis_acl.COORDINATOR, ["orders"])
+    assert IDENTIFIER_RE.pattern == f"^{redis_acl.PREFIX_RE.pattern}$"
 
 
 # ---------------------------------------------------------------------------------------- producer
@@ -308,7 +499,7 @@ def test_acl_setuser_gives_the_same_users_as_the_acl_file(admin: redis.Redis) ->
             admin.acl_deluser(f"{user}-copy")
 
 
-def test_the_doc_shows_exactly_the_rules_of_config_redis_acl() -> None:
+def test_the_doc_shows_exactly_the_rules_of_rsc_redis_acl() -> None:
     text = DOC.read_text()
     setusers = [line.strip() for line in text.splitlines() if line.strip().startswith("ACL SETUSER ")]
     expected = [redis_acl.setuser_command(u, f">${{{_env(u)}}}") for u in redis_acl.ACL_RULES]

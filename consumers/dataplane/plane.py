@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 The coordinator decides who owns which shard at which epoch; this module makes Redis *enforce* it
-(docs/protocol.md section 7). Every operation is one Lua script that, atomically and before it touches
-the stream, reads from the metadata hash ``rsc:{P}:meta``
+(docs/protocol.md section 7). Every operation is one Lua function (``FCALL`` of the data plane's Redis
+Functions library, :mod:`consumers.dataplane.library`) that, atomically and before it touches the
+stream, reads from the metadata hash ``rsc:{P}:meta``
 
 * ``m:<group>:<member>``: the member's epoch, present only while it is live;
 * ``l:<group>:<member>``: its lease deadline, compared with Redis's ``TIME`` so a paused or partitioned
@@ -13,8 +14,8 @@ the stream, reads from the metadata hash ``rsc:{P}:meta``
 
 and only then runs ``XREADGROUP`` / ``XCLAIM`` / ``XACK`` / ``XGROUP DELCONSUMER``. A refusal is a
 :class:`FenceStatus`, not an exception: it is the protocol working, and the caller acts on which one it
-got. Because the check and the command are one script, there is no window in which a member fenced by a
-commit can still read: Redis runs the commit and the script one after the other, never interleaved.
+got. Because the check and the command are one function, there is no window in which a member fenced by
+a commit can still read: Redis runs the commit and the function one after the other, never interleaved.
 
 The Redis consumer group is named after the coordinator group and the Redis consumer after the member
 id, so the pending list of a consumer is exactly what that member read and has not acked.
@@ -23,7 +24,9 @@ A member's steady state is :meth:`DataPlane.fetch`: for all its shards in one sc
 of the batch it handled, then the read of its next batch, each shard fenced on its own (``fetch.lua``).
 
 Reads never block (Lua cannot): members poll. Every call is one round trip. This class holds no state
-but the client and the registered scripts, so one instance may serve every thread of a member.
+but the client and the names of its functions, so one instance may serve every thread of a member. The
+coordinator loads the library; :meth:`DataPlane.require_functions` checks at a member's start that it
+is there, and a call that finds it missing raises :class:`consumers.errors.FunctionsNotLoaded`.
 
 Every call is sent once: the client must not re-send commands after a connection error (see
 :mod:`consumers.dataplane.connection`). When a call raises ``DataPlaneUnavailable`` its outcome is
@@ -33,7 +36,8 @@ Besides entries, a read of new entries (and a claim) returns the shard's *redeli
 (``rsc:{P}:rd:<group>``, bumped by an operator's "redeliver"): a member that sees it change re-reads its
 own pending entries.
 The opt-in dead-letter policy uses :meth:`DataPlane.dead_letter`, which copies an entry to the group's
-dead-letter stream ``rsc:{P}:dlq:<group>`` and acks it in one fenced script.
+dead-letter stream ``rsc:{P}:dlq:<group>`` (signed: docs/protocol.md section 14) and acks it in one
+fenced function.
 """
 
 from __future__ import annotations
@@ -44,14 +48,12 @@ from enum import StrEnum
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, InvalidRequest
 from coordinator.protocol.model import Shard
-from rsc_redis import clients
 from rsc_redis.keys import dead_letter_key, lease_records_key, meta_key, redeliver_key, stream_key
 
-from . import checks, connection, scripts
+from . import checks, connection, library, scripts
 from .envelope import Delivery, Entry, decode_entries, decode_fetched
 
 MAX_ERROR_CHARS = 1000  # a dead letter's dlq_error (docs/protocol.md, "Dead-letter entry format")
@@ -176,14 +178,20 @@ class DataPlane:
         self._lease_records = lease_records_key(self.stream_prefix)
         self._dead_letters = dead_letter_key(self.stream_prefix, self.consumer_group)
         self._shards: dict[Shard, tuple[str, str]] = {}
-        self._fetch = clients.HotScript(client, scripts.script_text("fetch"))  # the steady state's call
-        self._read_new = scripts.register(client, "read_new")
-        self._read_pending = scripts.register(client, "read_pending")
-        self._claim = scripts.register(client, "claim")
-        self._ack = scripts.register(client, "ack")
-        self._delete_ghosts = scripts.register(client, "delete_ghosts")
-        self._dead_letter = scripts.register(client, "dead_letter")
-        self._renew_lease = scripts.register(client, "renew_lease")
+        self._fetch = scripts.hot_function(client, "fetch")  # the steady state's call
+        self._read_new = scripts.function(client, "read_new")
+        self._read_pending = scripts.function(client, "read_pending")
+        self._claim = scripts.function(client, "claim")
+        self._ack = scripts.function(client, "ack")
+        self._delete_ghosts = scripts.function(client, "delete_ghosts")
+        self._dead_letter = scripts.function(client, "dead_letter")
+        self._renew_lease = scripts.function(client, "renew_lease")
+
+    def require_functions(self) -> None:
+        """Raise :class:`consumers.errors.FunctionsNotLoaded` unless the data plane's library of this code
+        version is loaded (on every primary): a member checks it once at start
+        (:func:`consumers.dataplane.library.require_loaded`)."""
+        library.require_loaded(self.client)
 
     def stream_key(self, shard: Shard) -> str:
         return stream_key(self.stream_prefix, shard)
@@ -356,7 +364,7 @@ class DataPlane:
 
     def _run(
         self,
-        script: Script,
+        script: scripts.Function,
         what: str,
         member_id: str,
         member_epoch: int,

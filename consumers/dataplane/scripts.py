@@ -1,50 +1,53 @@
-"""Loading the data plane's Lua scripts, and translating redis-py errors at this boundary.
+"""The data plane's Redis calls: its functions by name, and redis-py errors translated at this boundary.
 
-The fenced scripts share one fence (``fence.lua``); Lua scripts cannot include one another, so the
-fence's text is prepended to each of them here, once per process, and the result registered with
-``register_script`` (EVALSHA, with the NOSCRIPT fallback built into redis-py). In front of the fence,
-and of ``renew_lease.lua``, go the key helpers and the lease-record rule the coordinator's scripts share
-too (:func:`rsc_redis.lua.lease_record_lua`: ``rsc_redis/keys.lua``, ``rsc_redis/lease_record.lua``);
-``produce.lua`` starts with the key helpers alone.
+Every operation of a member or a producer is a function of the data plane's Redis Functions library
+(:mod:`consumers.dataplane.library`), called with ``FCALL``: :func:`function` for an operation called
+now and then, :func:`hot_function` for the hot paths (a member's fetch, a producer's single send).
+Nothing here loads the library: the coordinator does; a call that finds it missing raises
+:class:`~consumers.errors.FunctionsNotLoaded` (nothing ran).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
-from pathlib import Path
+from typing import Any
 
 import redis
-from redis.commands.core import Script
 
 from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidRequest
-from rsc_redis.lua import keys_lua, lease_record_lua
+from rsc_redis import clients, functions
 
-_DIR = Path(__file__).resolve().parent
+from . import library
 
-FENCED_SCRIPTS = ("fetch", "read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
-# Scripts that read the members' own lease renewals (docs/protocol.md section 5).
-_LEASE_READERS = (*FENCED_SCRIPTS, "renew_lease")
-
-# Replies that mean "not now", not "never": a failover, a loading replica, a long-running script.
+# Replies that mean "not now", not "never": a failover, a loading replica, a long-running script or
+# function (BUSY ... FUNCTION KILL).
 _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
 
 
-@cache
-def script_text(name: str) -> str:
-    """The source registered for ``name``: fenced scripts get ``fence.lua`` in front of them, and every
-    script the key helpers (with the lease-record rule, for the scripts that read a lease)."""
-    body = (_DIR / f"{name}.lua").read_text()
-    if name in FENCED_SCRIPTS:
-        body = (_DIR / "fence.lua").read_text() + "\n" + body
-    if name in _LEASE_READERS:
-        return lease_record_lua() + "\n" + body
-    return keys_lua() + "\n" + body
+class Function:
+    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL`` (routed to
+    its first key's primary on a Redis Cluster)."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.name = library.function_name(name)
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        if clients.is_cluster(self.client):
+            (reply,) = clients.run_functions(self.client, self.name, [(len(keys), *keys, *args)])
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        return self.client.execute_command("FCALL", self.name, len(keys), *keys, *args)
 
 
-def register(client: redis.Redis, name: str) -> Script:
-    return client.register_script(script_text(name))
+def function(client: Any, name: str) -> Function:
+    return Function(client, name)
+
+
+def hot_function(client: Any, name: str) -> clients.HotFunction:
+    return clients.HotFunction(client, library.function_name(name))
 
 
 def require_bytes_client(client: redis.Redis) -> None:
@@ -74,7 +77,13 @@ def translate_redis_errors(what: str) -> Iterator[None]:
 
 
 def translate_reply_error(what: str, error: Exception) -> DataPlaneUnavailable | DataPlaneError:
+    """An error reply as the data plane's error: ``FunctionsNotLoaded`` for ``Function not found`` (a
+    new or flushed Redis: nothing ran), ``DataPlaneUnavailable`` for the transient ones, else
+    ``DataPlaneError`` (a function's own error, an ACL refusal inside it: ``The user executing the
+    script can't run this command``)."""
     message = str(error)
+    if functions.is_not_found(error):
+        return library.not_loaded(what)
     if isinstance(error, redis.ReadOnlyError) or message.startswith(_TRANSIENT_PREFIXES):
         return DataPlaneUnavailable(f"{what}: Redis cannot serve it right now: {message}")
     return DataPlaneError(f"{what}: Redis refused it: {message}")

@@ -104,6 +104,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.GROUP_HAS_UNCONSUMED_ENTRIES: (409, "Group has unconsumed entries"),
     ErrorCode.ENTRY_NOT_PENDING: (409, "Entry not pending"),
     ErrorCode.CONFIRMATION_MISMATCH: (409, "Confirmation does not match"),
+    ErrorCode.DEAD_LETTER_NOT_VERIFIED: (409, "Dead letter not written by the dead-letter function"),
     ErrorCode.DEAD_LETTER_NOT_FOUND: (404, "Dead letter not found"),
     ApiErrorCode.LENGTH_REQUIRED: (411, "Length required"),
     ApiErrorCode.PAYLOAD_TOO_LARGE: (413, "Payload too large"),

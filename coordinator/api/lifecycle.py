@@ -165,13 +165,19 @@ class ReplayDeadLettersView(AdminView):
         tags=["admin"],
         summary="Re-append dead letters to the active version (audited)",
         description="Each is routed by its partition key like a new entry and removed from the dead-letter "
-        "stream. Every group of the prefix receives it again (at least once: handlers dedupe by event_id).",
+        "stream. Every group of the prefix receives it again (at least once: handlers dedupe by event_id). "
+        "Only dead letters the data plane's dead-letter function wrote (their MAC verifies), and UNSIGNED "
+        "ones with accept_unsigned; otherwise 409 DEAD_LETTER_NOT_VERIFIED and nothing is replayed.",
         parameters=[*_GROUP, *doc.RESPONSE_HEADERS],
         request=ReplayDeadLettersSerializer,
         responses={
             200: doc.ReplayResponseSerializer,
             **doc.admin_problems(
-                *doc.BODY_CODES, *_GROUP_CODES, ErrorCode.DEAD_LETTER_NOT_FOUND, *doc.ACTION_CODES
+                *doc.BODY_CODES,
+                *_GROUP_CODES,
+                ErrorCode.DEAD_LETTER_NOT_FOUND,
+                ErrorCode.DEAD_LETTER_NOT_VERIFIED,
+                *doc.ACTION_CODES,
             ),
         },
     )
@@ -179,7 +185,12 @@ class ReplayDeadLettersView(AdminView):
         prefix, group = self.path_identifiers()
         body = self.body(ReplayDeadLettersSerializer).validated_data
         result = operations.replay_dead_letters(
-            self.actor(), prefix, group, body["ids"], reason=body["reason"]
+            self.actor(),
+            prefix,
+            group,
+            body["ids"],
+            reason=body["reason"],
+            accept_unsigned=body["accept_unsigned"],
         )
         return Response(result)
 

@@ -458,6 +458,13 @@ class DeadLetterSerializer(serializers.Serializer):
     fields = serializers.DictField(
         child=serializers.CharField(allow_blank=True), help_text="The entry's original fields."
     )
+    verdict = serializers.ChoiceField(
+        choices=["SIGNED", "UNSIGNED", "FORGED"],
+        help_text="SIGNED: written by the data plane's dead-letter function (its MAC verifies); UNSIGNED: "
+        "no MAC (written before dead letters were signed, or by hand; replayed only with "
+        "accept_unsigned); FORGED: a MAC that does not verify (never replayed). docs/protocol.md 14.",
+    )
+    verdict_reason = serializers.CharField(help_text="The verdict in words, for operators.")
 
 
 class DeadLetterListSerializer(serializers.Serializer):

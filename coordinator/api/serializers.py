@@ -438,6 +438,12 @@ class ReplayDeadLettersSerializer(StrictSerializer):
 
     ids = EntryIdListField(help_text="Dead-letter ids (entries of the group's dead-letter stream).")
     reason = ReasonField(required=False)
+    accept_unsigned = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Also replay UNSIGNED dead letters (no MAC: written before dead letters were signed); "
+        "FORGED ones are never replayed.",
+    )
 
 
 class PurgeDeadLettersSerializer(StrictSerializer):

@@ -36,6 +36,7 @@ class ErrorCode(StrEnum):
     ENTRY_NOT_PENDING = "ENTRY_NOT_PENDING"
     CONFIRMATION_MISMATCH = "CONFIRMATION_MISMATCH"
     DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
+    DEAD_LETTER_NOT_VERIFIED = "DEAD_LETTER_NOT_VERIFIED"
     GROUP_HAS_UNCONSUMED_ENTRIES = "GROUP_HAS_UNCONSUMED_ENTRIES"
     MEMBER_ID_NOT_OWNED = "MEMBER_ID_NOT_OWNED"
     HEARTBEAT_TOO_FREQUENT = "HEARTBEAT_TOO_FREQUENT"
@@ -226,3 +227,11 @@ class ConfirmationMismatch(CoordinatorError):
 
 class DeadLetterNotFound(CoordinatorError):
     code = ErrorCode.DEAD_LETTER_NOT_FOUND
+
+
+class DeadLetterNotVerified(CoordinatorError):
+    """A replay of dead letters the data plane's dead-letter function did not write (their MAC does not
+    verify), or of unsigned ones (from before dead letters were signed) without the operator's
+    ``accept_unsigned``. Nothing was changed; ``details["refused"]`` lists ``{"id", "verdict"}``."""
+
+    code = ErrorCode.DEAD_LETTER_NOT_VERIFIED

@@ -31,9 +31,14 @@ def get_store() -> MetadataStore:
         raise StoreUnavailable("REDIS_URL is not configured")
     with _lock:
         store = _stores.get(url)
+        built = store is None
         if store is None:
             store = _stores[url] = MetadataStore.from_url(url)
-        return store
+    if built:
+        # The coordinator's start: the data plane's library where it is missing (logged, not raised, if
+        # Redis cannot be reached yet: the tick loads it then). Outside the lock: a round trip per primary.
+        store.functions.ensure_quietly("coordinator start")
+    return store
 
 
 def reset_store() -> None:

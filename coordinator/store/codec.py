@@ -44,7 +44,7 @@ scripts that must decide in O(1) (the heartbeat fast path, data-plane fencing, p
 Outside the hash (rsc_redis/keys.py): ``rsc:{P}:hbr:<group>:<member>``, a live member's
 heartbeat-floor state, written by ``fast_heartbeat.lua`` with an expiry (never part of the metadata);
 ``rsc:{P}:lr``, the leases members renewed themselves, written only by
-``consumers/dataplane/renew_lease.lua``, read by every lease check, and pruned by the commit that ends
+``rsc_redis/dataplane/renew_lease.lua``, read by every lease check, and pruned by the commit that ends
 a member.
 """
 

@@ -8,9 +8,17 @@ Theory of operation
 -------------------
 Listeners that opt in with ``dead_letter=True`` give up on an entry after ``max_deliveries``: the data
 plane's fenced ``dead_letter.lua`` copies it to ``rsc:{P}:dlq:<G>`` (a stream under the prefix's hash
-tag, capped at about 100,000 entries) and acks it, in one script. A dead letter holds every field of
+tag, capped at about 100,000 entries) and acks it, in one function. A dead letter holds every field of
 the source entry, in order, followed by ``dlq_source_shard``, ``dlq_source_id``, ``dlq_deliveries``,
-``dlq_error``, ``dlq_member_id`` and ``dlq_at_ms``.
+``dlq_error``, ``dlq_member_id``, ``dlq_at_ms`` and ``dlq_mac``.
+
+Trust: a member's Redis user may ``XADD`` to the dead-letter streams (the function runs as it), so not
+every entry there is a dead letter. ``dlq_mac`` is the MAC the function computes with keys only the
+coordinator holds (rsc_redis/dead_letter_mac.py, coordinator/store/functions.py); every view carries
+its ``verdict`` (``SIGNED``, ``UNSIGNED``: no MAC, written before signing or by hand; ``FORGED``: a MAC
+that does not verify), and a replay refuses, changing nothing, any dead letter that is not ``SIGNED``
+(``DEAD_LETTER_NOT_VERIFIED``), but for ``UNSIGNED`` ones the operator accepts explicitly
+(``accept_unsigned``: the dead letters written before the upgrade that signs them).
 
 Replay puts the original event back in front of consumers: the store routes each dead letter's
 ``partition_key`` with the producer's partitioner over the ACTIVE version (Lua has no murmur2), and
@@ -35,6 +43,7 @@ from coordinator.protocol import envelope
 from coordinator.protocol.errors import (
     ConcurrentUpdate,
     DeadLetterNotFound,
+    DeadLetterNotVerified,
     GroupNotFound,
     MetadataCorrupt,
     StreamPrefixNotFound,
@@ -42,7 +51,10 @@ from coordinator.protocol.errors import (
 from coordinator.protocol.model import Shard, entry_id_key, require_int_in_range, validate_entry_ids
 from coordinator.protocol.routing import shard_index
 from rsc_redis import keys as rkeys
+from rsc_redis.dead_letter_mac import FIELD as MAC_FIELD
+from rsc_redis.dead_letter_mac import Verdict
 
+from .functions import DataPlaneFunctions
 from .operator_scripts import OperatorScripts, decode_fields, load_group
 from .reading import Reader
 from .replies import text
@@ -59,13 +71,28 @@ _BOOKKEEPING = {
 }
 
 
-def dead_letter_view(entry_id: Any, raw: dict[Any, Any]) -> dict[str, Any]:
-    """A dead letter for operators: its bookkeeping, the original event's id and key, and the original
-    fields (decoded for reading; ``decode_fields``)."""
+# What a verdict means, for operators (the API's ``verdict_reason``, the operator pages).
+VERDICT_REASONS = {
+    Verdict.SIGNED: "written by the dead-letter function (its MAC verifies)",
+    Verdict.UNSIGNED: (
+        "unsigned: no MAC; written before dead letters were signed, or appended by hand (replayed only "
+        "with accept_unsigned)"
+    ),
+    Verdict.FORGED: "refused: not written by the dead-letter function (its MAC does not verify)",
+}
+
+
+def dead_letter_view(entry_id: Any, raw: dict[Any, Any], verdict: Verdict) -> dict[str, Any]:
+    """A dead letter for operators: its bookkeeping, the original event's id and key, the original
+    fields (decoded for reading; ``decode_fields``) and whether the dead-letter function wrote it
+    (``verdict``, ``verdict_reason``)."""
     fields = decode_fields(raw.items())
     view: dict[str, Any] = {"id": text(entry_id)}
     for name, key in _BOOKKEEPING.items():
         view[key] = fields.pop(name, None)
+    fields.pop(MAC_FIELD, None)
+    view["verdict"] = verdict.value
+    view["verdict_reason"] = VERDICT_REASONS[verdict]
     for key in ("deliveries", "at_ms"):
         view[key] = _int_or_none(view[key])
     view["event_id"] = fields.get("event_id")
@@ -114,10 +141,17 @@ class DeadLetters:
     # A replay routed with a route that changed under it is routed again, at most this many times in all.
     replay_attempts = 5
 
-    def __init__(self, client: redis.Redis | RedisCluster, reader: Reader, scripts: OperatorScripts) -> None:
+    def __init__(
+        self,
+        client: redis.Redis | RedisCluster,
+        reader: Reader,
+        scripts: OperatorScripts,
+        functions: DataPlaneFunctions,
+    ) -> None:
         self.client = client
         self.reader = reader
         self.scripts = scripts
+        self.functions = functions
 
     def page(
         self, stream_prefix: str, consumer_group: str, *, after: str = "-", count: int = 50
@@ -136,24 +170,33 @@ class DeadLetters:
         return {
             "stream_key": key,
             "length": int(length),
-            "entries": [dead_letter_view(entry_id, raw) for entry_id, raw in entries],
+            "entries": [self._view(key, entry_id, raw) for entry_id, raw in entries],
         }
 
     def one(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
         """One dead letter, or ``DEAD_LETTER_NOT_FOUND``."""
         (dlq_id,) = validate_entry_ids([dlq_id], "id")
         load_group(self.reader, stream_prefix, consumer_group)
+        key = rkeys.dead_letter_key(stream_prefix, consumer_group)
         with redis_errors():
-            entries = self.client.xrange(rkeys.dead_letter_key(stream_prefix, consumer_group), dlq_id, dlq_id)
+            entries = self.client.xrange(key, dlq_id, dlq_id)
         if not entries:
             raise _not_found(consumer_group, [dlq_id])
         entry_id, raw = entries[0]
-        return dead_letter_view(entry_id, raw or {})
+        return self._view(key, entry_id, raw or {})
 
-    def replay(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
+    def _view(self, key: str, entry_id: Any, raw: dict[Any, Any]) -> dict[str, Any]:
+        return dead_letter_view(entry_id, raw, self.functions.verdict(key, raw))
+
+    def replay(
+        self, stream_prefix: str, consumer_group: str, ids: list[str], *, accept_unsigned: bool = False
+    ) -> dict[str, Any]:
         """Append the listed dead letters' events to the ACTIVE version and delete them from the
         dead-letter stream, all or nothing (module docstring). ``DEAD_LETTER_NOT_FOUND`` (details
-        ``ids``) if any is missing."""
+        ``ids``) if any is missing; ``DEAD_LETTER_NOT_VERIFIED`` (details ``refused``) if any was not
+        written by the dead-letter function (``FORGED``), or is ``UNSIGNED`` and ``accept_unsigned`` is
+        not set. Dead letters are immutable (ids are never reused), so what is verified here is what
+        the script appends."""
         ids = sorted(validate_entry_ids(ids, "ids"), key=entry_id_key)
         active = load_group(self.reader, stream_prefix, consumer_group)[1].topology.active_version
         route: Any = f"{active.version} {active.shard_count}"  # the script re-checks it atomically
@@ -166,6 +209,7 @@ class DeadLetters:
         missing = [dlq_id for dlq_id, row in zip(ids, rows, strict=True) if not row]
         if missing:
             raise _not_found(consumer_group, missing)
+        self._require_verified(dlq, consumer_group, ids, rows, accept_unsigned)
         # Entries are immutable and ids never reused: the keys read here are the ones the script appends.
         keys = [_partition_key(row[0][1]) for row in rows]
         for _attempt in range(self.replay_attempts):
@@ -192,6 +236,32 @@ class DeadLetters:
         raise ConcurrentUpdate(
             f"the route of stream prefix {stream_prefix!r} changed under {self.replay_attempts} replay "
             "attempts in a row; nothing was replayed"
+        )
+
+    def _require_verified(
+        self, dlq: str, consumer_group: str, ids: list[str], rows: list[Any], accept_unsigned: bool
+    ) -> None:
+        refused = []
+        for dlq_id, row in zip(ids, rows, strict=True):
+            verdict = self.functions.verdict(dlq, row[0][1] or {})
+            if verdict is Verdict.FORGED or (verdict is Verdict.UNSIGNED and not accept_unsigned):
+                refused.append({"id": dlq_id, "verdict": verdict.value})
+        if not refused:
+            return
+        shown = ", ".join(f"{r['id']} ({r['verdict']})" for r in refused[:10])
+        more = ", ..." if len(refused) > 10 else ""
+        forged = any(r["verdict"] == Verdict.FORGED.value for r in refused)
+        raise DeadLetterNotVerified(
+            f"dead letters of group {consumer_group!r} not written by the dead-letter function: "
+            f"{shown}{more}; "
+            + (
+                "a FORGED one's MAC does not verify (appended by hand, e.g. with a member's Redis user); "
+                if forged
+                else ""
+            )
+            + "an UNSIGNED one has no MAC (written before dead letters were signed, or by hand): replay it "
+            "with accept_unsigned once you have checked it. Nothing was replayed",
+            refused=refused,
         )
 
     def purge(self, stream_prefix: str, consumer_group: str, ids: list[str] | None) -> dict[str, Any]:

@@ -66,6 +66,7 @@ from coordinator.protocol.model import (
 )
 from rsc_redis import clients, lua
 from rsc_redis import keys as rkeys
+from rsc_redis.dead_letter_mac import MacKeys
 
 from . import codec, instruments
 from .backlog_actions import BacklogActions
@@ -73,6 +74,7 @@ from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
 from .committing import Committer, Created
 from .dead_letters import DeadLetters
+from .functions import DataPlaneFunctions
 from .operator_scripts import OperatorScripts
 from .reading import Loaded, Reader
 from .replies import translate_redis_errors
@@ -108,10 +110,17 @@ class MetadataStore:
     It answers heartbeats and the operators' commands, and composes the parts of docs/store.md ("The
     store's parts"): ``reader``, ``committer`` (the full path), ``backlog_reads``, ``backlog_actions``,
     ``dead_letter_ops``, ``retention`` and ``ticker``; the public operations of the last five are
-    reached through the thin methods at the end of this class."""
+    reached through the thin methods at the end of this class.
 
-    def __init__(self, client: redis.Redis | RedisCluster) -> None:
+    ``functions`` loads the data plane's Redis Functions library and verifies dead letters
+    (coordinator/store/functions.py); ``dead_letter_keys`` are its MAC keys, signing keys first (None:
+    from the Django settings, on first use)."""
+
+    def __init__(
+        self, client: redis.Redis | RedisCluster, *, dead_letter_keys: Sequence[MacKeys] | None = None
+    ) -> None:
         self.client = client
+        self.functions = DataPlaneFunctions(client, dead_letter_keys)
         # One Redis, not a cluster (where the generation key lives in another slot than the prefix's
         # keys): fast_heartbeat can check the credentials generation in its script. Asked per heartbeat.
         self.checks_credentials_in_script = not clients.is_cluster(client)
@@ -143,7 +152,7 @@ class MetadataStore:
             execute=lambda command, groups: self.committer.execute(command, groups),
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
         )
-        self.dead_letter_ops = DeadLetters(client, self.reader, scripts)
+        self.dead_letter_ops = DeadLetters(client, self.reader, scripts, self.functions)
         self.retention = Retention(
             client,
             self.reader,
@@ -158,10 +167,13 @@ class MetadataStore:
             self.retention,
             execute=lambda command, groups: self.committer.execute(command, groups),
             stream_prefixes=lambda: self.stream_prefixes(),
+            ensure_functions=lambda: self.functions.ensure_quietly("tick"),
         )
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> MetadataStore:
+    def from_url(
+        cls, url: str, *, dead_letter_keys: Sequence[MacKeys] | None = None, **kwargs: Any
+    ) -> MetadataStore:
         options: dict[str, Any] = {
             "socket_timeout": 5,
             "socket_connect_timeout": 2,
@@ -170,7 +182,7 @@ class MetadataStore:
         options.update(kwargs)
         # redis+cluster:// -> a RedisCluster (docs/cluster.md); its default command retry after a
         # connection error is fine here: a re-sent commit is recognised by its txn token.
-        return cls(clients.client_from_url(url, **options))
+        return cls(clients.client_from_url(url, **options), dead_letter_keys=dead_letter_keys)
 
     # ------------------------------------------------------------------------------------------ members
 
@@ -534,8 +546,12 @@ class MetadataStore:
     def dead_letter(self, stream_prefix: str, consumer_group: str, dlq_id: str) -> dict[str, Any]:
         return self.dead_letter_ops.one(stream_prefix, consumer_group, dlq_id)
 
-    def replay_dead_letters(self, stream_prefix: str, consumer_group: str, ids: list[str]) -> dict[str, Any]:
-        return self.dead_letter_ops.replay(stream_prefix, consumer_group, ids)
+    def replay_dead_letters(
+        self, stream_prefix: str, consumer_group: str, ids: list[str], *, accept_unsigned: bool = False
+    ) -> dict[str, Any]:
+        return self.dead_letter_ops.replay(
+            stream_prefix, consumer_group, ids, accept_unsigned=accept_unsigned
+        )
 
     def purge_dead_letters(
         self, stream_prefix: str, consumer_group: str, ids: list[str] | None

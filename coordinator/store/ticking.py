@@ -59,8 +59,12 @@ class Ticker:
         *,
         execute: Callable[[Command, list[str] | None], Outcome],
         stream_prefixes: Callable[[], list[str]],
+        ensure_functions: Callable[[], object] = lambda: None,
     ) -> None:
         self.client = client
+        # Loads the data plane's Redis Functions library where it is missing (a new, restarted or
+        # flushed node): every tick, so members heal within one (coordinator/store/functions.py).
+        self.ensure_functions = ensure_functions
         self.tick_due = tick_due_script  # tick_due.lua, with the lease-record rule in front
         self.sweep = sweep_script  # sweep_lease_records.lua, the same
         # Where each prefix's sweep of the members' lease records goes on from (HSCAN cursors).
@@ -76,8 +80,10 @@ class Ticker:
 
         Prefixes are ticked independently: one that fails (unreadable metadata, a conflict storm) is
         reported in its ``StoreTickReport.error`` and does not hold back the others. Only failing to
-        list the prefixes at all raises."""
+        list the prefixes at all raises. First, the data plane's library is loaded where it is missing
+        (a failure to load is logged, not raised)."""
         started = time.perf_counter()
+        self.ensure_functions()
         reports = []
         prefixes = self.stream_prefixes()
         for gone in set(self.full_tick_at) - set(prefixes):

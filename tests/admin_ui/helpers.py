@@ -14,6 +14,7 @@ from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import ClientInfo, GroupConfig, OrderingMode, Shard
 from coordinator.store import MetadataStore, reset_store
 from rsc_redis import keys as rkeys
+from tests.signing import signed
 
 PREFIX, GROUP, OTHER_GROUP = "orders", "billing", "audit"
 LIST_URL = "/admin/admin_ui/consumergroup/"
@@ -143,8 +144,8 @@ def pending_ids(store: MetadataStore, shard: str, group: str = GROUP) -> list[st
 
 
 def add_dead_letter(store: MetadataStore, n: int, *, group: str = GROUP, error: str = "") -> str:
-    """A dead letter as the data plane's dead_letter.lua writes it: the source entry's fields, then the
-    ``dlq_*`` bookkeeping. Returns its id."""
+    """A dead letter as the data plane's dead_letter function writes it: the source entry's fields, then
+    the ``dlq_*`` bookkeeping, signed (tests/signing.py). Returns its id."""
     fields = {
         "event_id": f"dead-{n}",
         "partition_key": f"key-{n}",
@@ -158,4 +159,5 @@ def add_dead_letter(store: MetadataStore, n: int, *, group: str = GROUP, error: 
         "dlq_member_id": "a",
         "dlq_at_ms": "1700000000500",
     }
-    return store.client.xadd(rkeys.dead_letter_key(PREFIX, group), fields).decode()
+    key = rkeys.dead_letter_key(PREFIX, group)
+    return store.client.xadd(key, signed(key, fields)).decode()

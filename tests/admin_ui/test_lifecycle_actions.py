@@ -338,6 +338,28 @@ def test_replaying_selected_dead_letters_appends_them_to_the_active_version(
     assert trail() == [("operator", "replay_dead_letters", "admin_ui", GROUP, "ok")]
 
 
+def test_replaying_a_forged_dead_letter_is_refused_and_unsigned_ones_need_the_tick_box(
+    operator: Client, store: MetadataStore
+) -> None:
+    create(store, shard_count=2)
+    real = add_dead_letter(store, 0)
+    key = rkeys.dead_letter_key(PREFIX, GROUP)
+    forged = store.client.xadd(key, {"event_id": "evil", "dlq_mac": "0" * 40}).decode()
+    unsigned = store.client.xadd(key, {"event_id": "old", "partition_key": "k"}).decode()
+    r = operator.post(url("replay_dead_letters"), {"ids": [real, forged]}, follow=True)
+    (message,) = messages_of(r)
+    assert "not written by the dead-letter function" in message and "FORGED" in message
+    assert message.endswith("[DEAD_LETTER_NOT_VERIFIED]")
+    r = operator.post(url("replay_dead_letters"), {"ids": [unsigned]}, follow=True)
+    assert "UNSIGNED" in messages_of(r)[0]
+    assert dlq_ids(store) == [real, forged, unsigned]  # nothing replayed
+    chosen = {"ids": [real, unsigned], "accept_unsigned": "on"}
+    r = operator.post(url("replay_dead_letters"), chosen, follow=True)
+    assert messages_of(r)[0].startswith("Replayed 2 dead letters")
+    assert dlq_ids(store) == [forged]
+    assert [row[-1].split(":")[0] for row in trail()] == ["DEAD_LETTER_NOT_VERIFIED"] * 2 + ["ok"]
+
+
 def test_replaying_nothing_selected_is_an_error_message(operator: Client, store: MetadataStore) -> None:
     create(store)
     r = operator.post(url("replay_dead_letters"), {}, follow=True)

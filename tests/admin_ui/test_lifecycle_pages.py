@@ -14,6 +14,7 @@ from admin_ui import presenters
 from config.embedded_redis import RedisServer
 from coordinator.protocol.model import RetentionPolicy
 from coordinator.store import MetadataStore
+from rsc_redis import keys as rkeys
 
 from .helpers import (
     GROUP,
@@ -203,10 +204,10 @@ def test_the_dead_letter_list_is_paged_and_each_can_be_inspected(
     assert r.status_code == 200
     rows = table_rows(r, "dead-letters")
     assert [row[0] for row in rows] == ids[:2]  # no selection column for a viewer
-    # id, at, source, deliveries, error (cut), event id / key, member
-    assert rows[0][1:4] == ["2023-11-14 22:13:20 UTC", "v1:1 1700000000000-0", "5"]
-    assert rows[0][4].startswith("ValueError: bad bad") and rows[0][4].endswith("…")
-    assert rows[0][5:] == ["dead-0 / key-0", "a"]
+    # id, written by, at, source, deliveries, error (cut), event id / key, member
+    assert rows[0][1:5] == ["signed", "2023-11-14 22:13:20 UTC", "v1:1 1700000000000-0", "5"]
+    assert rows[0][5].startswith("ValueError: bad bad") and rows[0][5].endswith("…")
+    assert rows[0][6:] == ["dead-0 / key-0", "a"]
     assert "3 dead letters" in text(r) and "Replay selected" not in text(r)
     page2 = viewer.get(dlq_url(), {"after": ids[1]})
     assert [row[0] for row in table_rows(page2, "dead-letters")] == [ids[2]]
@@ -230,6 +231,26 @@ def test_the_dead_letter_list_is_paged_and_each_can_be_inspected(
     assert [row[0] for row in table_rows(managed, "dead-letters")][:1] == [""]  # the checkbox cell
     assert 'value="Replay selected"' in managed.content.decode()
     assert 'value="Purge all 3 dead letters…"' in managed.content.decode()
+
+
+def test_a_dead_letter_the_function_did_not_write_is_shown_as_refused(
+    viewer: Client, store: MetadataStore
+) -> None:
+    """What a member's Redis user can append with XADD: the pages say so (docs/protocol.md section 14)."""
+    create(store)
+    real = add_dead_letter(store, 0)
+    key = rkeys.dead_letter_key(PREFIX, GROUP)
+    forged = store.client.xadd(key, {"event_id": "evil", "dlq_mac": "0" * 40, "dlq_at_ms": "0"}).decode()
+    unsigned = store.client.xadd(key, {"event_id": "old", "dlq_at_ms": "0"}).decode()
+    rows = {row[0]: row[1] for row in table_rows(viewer.get(dlq_url()), "dead-letters")}
+    assert rows == {
+        real: "signed",
+        forged: "refused: not written by the dead-letter function",
+        unsigned: "unsigned",
+    }
+    page = text(viewer.get(dlq_url(forged)))
+    assert "Written by refused: not written by the dead-letter function" in page
+    assert "its MAC does not verify" in page and "dlq_mac" not in page
 
 
 def test_a_missing_dead_letter_leads_back_to_the_list(viewer: Client, store: MetadataStore) -> None:

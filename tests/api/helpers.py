@@ -7,6 +7,8 @@ from typing import Any
 
 from django.test import Client
 
+from tests.signing import signed
+
 MEMBER_TOKEN = "test-member-token-7f3a9c2e1b4d"
 ADMIN_TOKEN = "test-admin-token-5e8d1c0a9f2b"
 PREFIX = "orders"
@@ -135,7 +137,8 @@ def make_pending(client: Any, count: int, *, shard: str = "v1:0", member: str = 
 
 def add_dead_letter(client: Any, index: int, *, prefix: str = PREFIX, group: str = GROUP,
                     source_shard: str = "v1:0", key: str | None = None) -> str:  # fmt: skip
-    """A dead letter in the format dead_letter.lua writes (docs/protocol.md, "Dead-letter entry format")."""
+    """A dead letter in the format the dead_letter function writes (docs/protocol.md, "Dead-letter entry
+    format"), signed as it signs them (tests/signing.py)."""
     fields = {
         **envelope(index, key),
         "dlq_source_shard": source_shard,
@@ -145,4 +148,5 @@ def add_dead_letter(client: Any, index: int, *, prefix: str = PREFIX, group: str
         "dlq_member_id": "m1",
         "dlq_at_ms": "1700000001000",
     }
-    return str(client.xadd(f"rsc:{{{prefix}}}:dlq:{group}", fields).decode())
+    dlq = f"rsc:{{{prefix}}}:dlq:{group}"
+    return str(client.xadd(dlq, signed(dlq, fields)).decode())

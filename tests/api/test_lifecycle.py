@@ -201,6 +201,8 @@ def test_dead_letters_are_listed_in_pages_and_shown_one_by_one(api: Api, store: 
         "event_id": "evt-0",
         "partition_key": "key-0",
         "fields": first["fields"],
+        "verdict": "SIGNED",
+        "verdict_reason": "written by the dead-letter function (its MAC verifies)",
     }
     assert first["fields"]["payload"] == '{"n": 0}' and "dlq_error" not in first["fields"]
     page = api.get(f"{DLQ_URL}?after={ids[0]}&count=1").json()
@@ -232,6 +234,35 @@ def test_replay_appends_to_the_active_version_and_removes_the_dead_letter(
     before = redis_snapshot(store.client)
     assert_problem(api.post(f"{DLQ_URL}/replay", {"ids": [ids[1]]}), 404, "DEAD_LETTER_NOT_FOUND")
     assert redis_snapshot(store.client) == before
+
+
+def test_a_dead_letter_the_function_did_not_write_is_refused_and_unsigned_ones_need_accept_unsigned(
+    api: Api, store: Any, group: None
+) -> None:
+    """docs/protocol.md section 14: 409 DEAD_LETTER_NOT_VERIFIED, nothing replayed, audited as refused."""
+    dlq = f"rsc:{{{PREFIX}}}:dlq:{GROUP}"
+    real = add_dead_letter(store.client, 0)
+    unsigned = store.client.xadd(dlq, {"event_id": "evt-u", "partition_key": "k", "payload": "{}"}).decode()
+    forged = store.client.xadd(dlq, {"event_id": "evt-f", "payload": "{}", "dlq_mac": "f" * 40}).decode()
+    verdicts = {e["id"]: e["verdict"] for e in api.get(DLQ_URL).json()["entries"]}
+    assert verdicts == {real: "SIGNED", unsigned: "UNSIGNED", forged: "FORGED"}
+    before = redis_snapshot(store.client)
+    r = api.post(f"{DLQ_URL}/replay", {"ids": [real, forged]})
+    assert_problem(r, 409, "DEAD_LETTER_NOT_VERIFIED")
+    assert r.json()["details"]["refused"] == [{"id": forged, "verdict": "FORGED"}]
+    assert_problem(api.post(f"{DLQ_URL}/replay", {"ids": [unsigned]}), 409, "DEAD_LETTER_NOT_VERIFIED")
+    r = api.post(f"{DLQ_URL}/replay", {"ids": [forged], "accept_unsigned": True})
+    assert_problem(r, 409, "DEAD_LETTER_NOT_VERIFIED")
+    r = api.post(f"{DLQ_URL}/replay", {"ids": [unsigned], "accept_unsigned": "yes"})
+    assert_problem(r, 400, "INVALID_REQUEST")
+    assert redis_snapshot(store.client) == before
+    r = api.post(f"{DLQ_URL}/replay", {"ids": [real, unsigned], "accept_unsigned": True, "reason": "checked"})
+    assert r.status_code == 200, r.content
+    assert [x["id"] for x in r.json()["replayed"]] == [real, unsigned]
+    rows = audit_rows()
+    assert [row["outcome"].split(":")[0] for row in rows] == ["DEAD_LETTER_NOT_VERIFIED"] * 3 + ["ok"]
+    assert rows[-1]["details"]["accept_unsigned"] is True
+    assert rows[0]["details"]["error"]["refused"] == [{"id": forged, "verdict": "FORGED"}]
 
 
 def test_purge_listed_dead_letters_then_all(api: Api, store: Any, group: None) -> None:

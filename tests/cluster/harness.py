@@ -164,6 +164,12 @@ class LocalCluster:
                 with self.node(server) as client:
                     client.script_flush()
 
+    def function_flush(self) -> None:
+        """FUNCTION FLUSH on every primary (it replicates to their replicas)."""
+        for server in self.primaries():
+            with self.node(server) as client:
+                client.function_flush()
+
     def failover(self, replica: RedisServer, timeout_s: float = 30.0) -> None:
         """``CLUSTER FAILOVER`` on ``replica`` (a coordinated switch: no acknowledged write is lost),
         then wait until it is a primary and the cluster is healthy."""

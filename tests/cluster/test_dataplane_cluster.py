@@ -1,10 +1,10 @@
 """The fenced data plane and the producer on a real 3-primary Redis Cluster: prefixes on every primary,
-slots moved under a client with a stale slot map (MOVED), scripts flushed (NOSCRIPT), and a reply lost
-on the way back (the call is not re-sent)."""
+slots moved under a client with a stale slot map (MOVED), the functions library flushed (a clear error
+until the coordinator's tick loads it on every primary), and a reply lost on the way back (the call is
+not re-sent)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
@@ -12,13 +12,15 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from consumers.dataplane import DataPlane, DataPlaneUnavailable, redis_client, scripts
+from consumers.dataplane import DataPlane, DataPlaneUnavailable, library, redis_client
 from consumers.dataplane.connection import resends
 from consumers.dataplane.plane import FenceStatus, ShardFetch
-from consumers.errors import InvalidRequest
+from consumers.errors import FunctionsNotLoaded, InvalidRequest
 from consumers.process import redis_client_for
 from consumers.producer import Producer
 from coordinator.protocol.model import Shard
+from coordinator.store import MetadataStore
+from rsc_redis import functions
 from rsc_redis.clients import node_url
 from rsc_redis.keys import meta_key
 from tests.cluster.harness import LocalCluster
@@ -124,17 +126,30 @@ def test_an_ask_during_a_slot_migration_is_followed(
     assert h.heartbeat("a").epoch == 1 and client.get(probe) == b"x"
 
 
-def test_scripts_flushed_everywhere_are_loaded_again_on_demand(
-    client: RedisCluster, local_cluster: LocalCluster
+def test_a_library_flushed_everywhere_is_a_clear_error_until_the_tick_loads_it_on_every_primary(
+    client: RedisCluster, local_cluster: LocalCluster, cluster_store: MetadataStore
 ) -> None:
+    """Members and producers send no Lua: after FUNCTION FLUSH on every primary (new or restarted
+    nodes) their calls raise FunctionsNotLoaded, nothing runs; the coordinator's tick loads the library
+    on every primary, and pipelined calls grouped per node run again."""
     harnesses = [Harness(client, prefix=p) for p in prefixes_on_every_primary(local_cluster, stem="f")]
     for h in harnesses:
         h.create(shard_count=1)
         h.join("a")
-    local_cluster.script_flush()
+    local_cluster.function_flush()
+    for h in harnesses:
+        with pytest.raises(FunctionsNotLoaded, match="redis_functions load"):
+            h.producer.send(h.prefix, h.key_for(V1_0, 1), {"n": 0})
+        with pytest.raises(FunctionsNotLoaded):
+            h.producer.require_functions()
+        assert h.xlen(V1_0) == 0
+    cluster_store.tick()
+    installed = functions.installed_libraries(client)
+    assert len(installed) == 3 and all(names == [library.library().name] for names in installed.values())
     for h in harnesses:
         prefix = h.prefix
         key = h.key_for(V1_0, 1)
+        h.producer.require_functions()
         assert h.producer.send(prefix, key, {"n": 1}).shard == V1_0
         h.producer.send_batch(prefix, [(key, {"n": i}) for i in range(600)])  # pipelined calls
         assert h.xlen(V1_0) == 601
@@ -143,7 +158,8 @@ def test_scripts_flushed_everywhere_are_loaded_again_on_demand(
 
 
 def _sha(name: str) -> str:
-    return hashlib.sha1(scripts.script_text(name).encode()).hexdigest()
+    """What the proxies watch for: the function's name, which every FCALL of it carries."""
+    return library.function_name(name)
 
 
 def test_a_read_whose_reply_is_lost_on_a_cluster_node_is_not_resent(
@@ -156,9 +172,6 @@ def test_a_read_whose_reply_is_lost_on_a_cluster_node_is_not_resent(
     h.create(shard_count=1)
     a = h.join("a")
     ids = h.produce(V1_0, 1, 3)
-    for server in local_cluster.primaries():
-        with local_cluster.node(server) as node:
-            node.script_load(scripts.script_text("read_new"))
     proxies = {s.port: LossyProxy(s.port) for s in local_cluster.servers}
     try:
         remap = {("127.0.0.1", port): ("127.0.0.1", p.port) for port, p in proxies.items()}

@@ -1,7 +1,8 @@
 """A primary fails over (``CLUSTER FAILOVER`` on its replica) while members consume and a producer
 produces through the cluster: no acknowledged entry is lost, no two members ever handle one shard at
-once, and the group stays (or becomes again) stable. The promoted node has no scripts cached: the
-first calls there answer NOSCRIPT and are loaded again. 3 primaries + 3 replicas: ``chaos`` only."""
+once, and the group stays (or becomes again) stable. The promoted node has the data plane's functions
+(FUNCTION LOAD replicates to replicas) but no store scripts cached: the coordinator's first calls there
+answer NOSCRIPT and are loaded again. 3 primaries + 3 replicas: ``chaos`` only."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ Two levels, both against the real Redis:
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from urllib.parse import urlparse
 import pytest
 import redis
 
-from consumers.dataplane import DataPlane, DataPlaneUnavailable, scripts
+from consumers.dataplane import DataPlane, DataPlaneUnavailable, library
 from consumers.listener import ErrorPolicy, OnError
 from consumers.member.fetcher import Fetcher
 from consumers.member.pool import WorkerPool
@@ -499,7 +498,8 @@ def test_redeliver_keeps_the_shard_order_across_lost_replies(unit_env: Any) -> N
 
 
 def _sha(name: str) -> str:
-    return hashlib.sha1(scripts.script_text(name).encode()).hexdigest()
+    """What the proxy watches for: the function's name, which every FCALL of it carries."""
+    return library.function_name(name)
 
 
 def run_with_cut_read_replies(redis_url: str, handler: Callable[[Any], Any], **options: Any) -> Recorder:
@@ -511,8 +511,6 @@ def run_with_cut_read_replies(redis_url: str, handler: Callable[[Any], Any], **o
     cluster = Cluster(redis_url)
     port = urlparse(redis_url).port
     assert port is not None
-    for name in scripts.FENCED_SCRIPTS:  # loaded up front: every call through the proxy is one EVALSHA
-        cluster.client.script_load(scripts.script_text(name))
     recorder = Recorder(handler)
     try:
         with LossyProxy(port) as proxy:

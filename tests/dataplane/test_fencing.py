@@ -263,7 +263,7 @@ def test_a_script_refuses_a_stream_key_that_is_not_the_shards(harness: Harness, 
     mine, theirs = two_members(h)
     m1 = h.members["m1"]
     before = h.snapshot(theirs)
-    registered = scripts.register(h.client, script)
+    registered = scripts.function(h.client, script)
 
     with pytest.raises(redis.ResponseError, match="is not the key of shard"):
         registered(keys=[meta_key(h.prefix), h.stream(theirs)], args=[h.group, "m1", m1.epoch, str(mine), 1])

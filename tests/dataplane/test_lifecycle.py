@@ -12,6 +12,8 @@ import redis
 
 from consumers.dataplane import DeadLetterOutcome, FenceStatus, scripts
 from coordinator.protocol.model import Shard
+from coordinator.store.functions import keys_from_settings
+from rsc_redis.dead_letter_mac import Verdict, verify
 from rsc_redis.keys import dead_letter_key, lease_records_key, meta_key, redeliver_key
 from tests.dataplane.harness import Harness
 from tests.dataplane.test_fencing import two_members
@@ -87,7 +89,7 @@ def test_reads_refuse_a_redeliver_key_of_another_group(
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    registered = scripts.register(h.client, script)
+    registered = scripts.function(h.client, script)
     with pytest.raises(redis.ResponseError, match="is not the redeliver key of group billing"):
         registered(
             keys=[
@@ -111,7 +113,7 @@ def test_fenced_scripts_refuse_a_last_key_that_is_not_the_lease_renewal_key(
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    registered = scripts.register(h.client, script)
+    registered = scripts.function(h.client, script)
     keys = [meta_key(h.prefix), h.stream(V1_0)]
     if script == "read_new":
         keys.append(redeliver_key(h.prefix, h.group))
@@ -148,8 +150,13 @@ def test_dead_letter_copies_the_entry_with_its_provenance_and_acks_it_atomically
         "dlq_error",
         "dlq_member_id",
         "dlq_at_ms",
+        "dlq_mac",
     ]
     assert {k: v for k, v in fields.items() if not k.startswith(b"dlq_")} == source_fields
+    # Signed with the keys the coordinator rendered into the library (rsc_redis/dead_letter_mac.py).
+    assert verify(keys_from_settings(), dlq, fields) is Verdict.SIGNED
+    flat = [item for name, value in fields.items() if name != b"dlq_mac" for item in (name, value)]
+    assert fields[b"dlq_mac"].decode() == keys_from_settings()[0].mac(dlq, flat)
     assert fields[b"dlq_source_shard"] == b"v1:0" and fields[b"dlq_source_id"] == ids[0].encode()
     assert fields[b"dlq_deliveries"] == b"2" and fields[b"dlq_member_id"] == b"m1"
     assert fields[b"dlq_error"] == ("ValueError: " + "x" * 2_000)[:1_000].encode()
@@ -239,7 +246,7 @@ def test_dead_letter_refuses_a_dead_letter_key_of_another_group(harness: Harness
     m1 = h.join("m1")
     (entry_id,) = h.produce(V1_0, 1, 1)
     h.plane.read("m1", m1.epoch, V1_0, 10)
-    script = scripts.register(h.client, "dead_letter")
+    script = scripts.function(h.client, "dead_letter")
     with pytest.raises(redis.ResponseError, match="is not the dead-letter key"):
         script(
             keys=[

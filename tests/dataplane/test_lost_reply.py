@@ -7,7 +7,6 @@ runs it, and drops the reply.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -19,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from consumers.dataplane import DataPlane, DataPlaneUnavailable, redis_client, scripts
+from consumers.dataplane import DataPlane, DataPlaneUnavailable, library, redis_client, scripts
 from consumers.dataplane.connection import resends
 from consumers.errors import InvalidRequest
 from consumers.process import redis_client_for
@@ -33,13 +32,8 @@ V1_0 = Shard(1, 0)
 
 
 def sha(name: str) -> str:
-    return hashlib.sha1(scripts.script_text(name).encode()).hexdigest()
-
-
-def preload(client: redis.Redis) -> None:
-    """Load the scripts directly, so that calls through the proxy are plain EVALSHAs (no NOSCRIPT)."""
-    for name in (*scripts.FENCED_SCRIPTS, "produce"):
-        client.script_load(scripts.script_text(name))
+    """What the proxy watches for: the function's name, which every FCALL of it carries."""
+    return library.function_name(name)
 
 
 @pytest.fixture
@@ -57,7 +51,6 @@ def test_a_read_whose_reply_is_lost_is_not_resent_and_its_entries_wait_in_the_pe
     h.create(shard_count=1)
     m1 = h.join("m1")
     ids = h.produce(V1_0, 1, 3)
-    preload(h.client)
     client = redis_client_for(proxy.url)
     plane = DataPlane(client, PREFIX, GROUP)
     proxy.lose_replies(sha("read_new"), times=1)
@@ -81,7 +74,6 @@ def test_a_read_that_times_out_is_not_resent_either(harness: Harness, proxy: Los
     h.create(shard_count=1)
     m1 = h.join("m1")
     ids = h.produce(V1_0, 1, 2)
-    preload(h.client)
     client = redis_client(proxy.url, socket_timeout=0.3)
     plane = DataPlane(client, PREFIX, GROUP)
     proxy.lose_replies(sha("read_new"), times=1, swallow=True)
@@ -105,9 +97,8 @@ def test_a_client_that_resends_runs_the_script_twice_and_strands_the_first_runs_
     h.create(shard_count=1)
     m1 = h.join("m1")
     ids = h.produce(V1_0, 1, 4)
-    preload(h.client)
     client = redis.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 3))
-    read_new = scripts.register(client, "read_new")
+    read_new = scripts.function(client, "read_new")
     proxy.lose_replies(sha("read_new"), times=1)
 
     reply = read_new(
@@ -126,7 +117,6 @@ def test_a_client_that_resends_runs_the_script_twice_and_strands_the_first_runs_
 def test_an_append_whose_reply_is_lost_is_not_resent(harness: Harness, proxy: LossyProxy) -> None:
     h = harness
     h.create(shard_count=1)
-    preload(h.client)
     client = redis_client(proxy.url)
     producer = Producer(client)
     producer.route(PREFIX)  # cached before the cut
@@ -190,7 +180,6 @@ def test_the_proxy_only_loses_the_replies_it_is_told_to(harness: Harness, proxy:
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
-    preload(h.client)
     client = redis_client(proxy.url)
     plane = DataPlane(client, PREFIX, GROUP)
     proxy.lose_replies(sha("read_new"), times=1, when=has_entries)

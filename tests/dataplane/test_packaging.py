@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-DATAPLANE_DIR = Path(__file__).resolve().parents[2] / "consumers" / "dataplane"
+ROOT = Path(__file__).resolve().parents[2]
+DATAPLANE_DIR = ROOT / "consumers" / "dataplane"
+# The data plane's Lua: the functions of its Redis Functions library (rsc_redis/dataplane/library.py).
+LUA_DIR = ROOT / "rsc_redis" / "dataplane"
 
 
 def test_the_data_plane_and_the_producer_import_without_django() -> None:
@@ -27,7 +30,11 @@ def test_the_data_plane_and_the_producer_import_without_django() -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("path", sorted(DATAPLANE_DIR.glob("*.lua")), ids=lambda p: p.name)
+def test_the_data_planes_lua_is_where_the_library_reads_it() -> None:
+    assert len(sorted(LUA_DIR.glob("*.lua"))) == 10
+
+
+@pytest.mark.parametrize("path", sorted(LUA_DIR.glob("*.lua")), ids=lambda p: p.name)
 def test_every_script_opens_with_its_protocol(path: Path) -> None:
     header = []
     for line in path.read_text().splitlines():

@@ -252,11 +252,11 @@ def _wait_for(condition, timeout_s: float = 10.0) -> None:
 
 
 def _count_script_calls(h: Harness):
-    """A function returning how many EVALSHA calls Redis has served since now."""
+    """A function returning how many FCALL calls Redis has served since now."""
 
-    def evalsha_calls() -> int:
+    def fcall_calls() -> int:
         stats = h.client.info("commandstats")
-        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+        return int(stats.get("cmdstat_fcall", {}).get("calls", 0))
 
-    start = evalsha_calls()
-    return lambda: evalsha_calls() - start
+    start = fcall_calls()
+    return lambda: fcall_calls() - start

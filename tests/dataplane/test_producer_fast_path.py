@@ -10,13 +10,14 @@ import uuid
 import pytest
 import redis
 
-from consumers.dataplane import scripts
+from consumers.dataplane import library
 from consumers.dataplane.envelope import encode_event
-from consumers.errors import DataPlaneError
+from consumers.errors import DataPlaneError, FunctionsNotLoaded
 from consumers.producer import Producer, _encode
 from coordinator.protocol.envelope import fields_of
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
+from coordinator.store.functions import DataPlaneFunctions, keys_from_settings
 from rsc_redis.keys import meta_key, stream_key
 from tests.dataplane.harness import Harness
 
@@ -32,8 +33,8 @@ def stored(h: Harness, stream: str, entry_id: str) -> dict[bytes, bytes]:
     return fields_of(raw)
 
 
-def evalsha_calls(h: Harness) -> int:
-    return int(h.client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+def fcall_calls(h: Harness) -> int:
+    return int(h.client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
 
 
 ITEMS = [
@@ -80,12 +81,12 @@ def test_one_script_call_per_single_send_and_per_batch_of_up_to_500(harness: Har
     h = harness
     h.create(shard_count=4)
     h.producer.send(h.prefix, "warm-up", 0)
-    before = evalsha_calls(h)
+    before = fcall_calls(h)
 
     h.producer.send(h.prefix, "k", 1)
     results = h.producer.send_batch(h.prefix, [(f"k{i}", i) for i in range(500)])
 
-    assert evalsha_calls(h) - before == 2
+    assert fcall_calls(h) - before == 2
     assert {r.shard for r in results} == set(V1)  # one call, four streams
 
 
@@ -96,11 +97,11 @@ def test_large_batches_are_packed_into_calls_and_keep_input_and_per_key_order(ha
     producer.max_entries_per_call = 7
     items = [(f"key-{i % 5}", {"seq": i}) for i in range(50)]
     producer.send(h.prefix, "warm-up", 0)
-    before = evalsha_calls(h)
+    before = fcall_calls(h)
 
     results = producer.send_batch(h.prefix, items)
 
-    assert evalsha_calls(h) - before == 8  # ceil(50 / 7): streams share calls, a call never exceeds 7
+    assert fcall_calls(h) - before == 8  # ceil(50 / 7): streams share calls, a call never exceeds 7
     for (key, payload), r in zip(items, results, strict=True):
         assert r.shard == Shard(1, shard_index(key, 3))
         assert stored(h, r.stream_key, r.entry_id)[b"payload"] == f'{{"seq":{payload["seq"]}}}'.encode()
@@ -120,7 +121,7 @@ def test_a_sealed_version_refuses_a_whole_call_inside_redis(harness: Harness) ->
     event = ["e", b"k", "application/json", b"1", "{}"]
     keys = [meta_key(h.prefix), stream_key(h.prefix, V1[0]), stream_key(h.prefix, V1[2])]
 
-    reply = h.client.evalsha(_loaded(h), 3, *keys, "1", "4", "0", "1", *event, "2", "2", *event, *event)
+    reply = h.client.fcall(_loaded(h), 3, *keys, "1", "4", "0", "1", *event, "2", "2", *event, *event)
 
     assert reply == [b"STALE_ROUTE", b"2 3 1"]
     assert {s: h.xlen(s) for s in V1 + V2} == before
@@ -145,38 +146,49 @@ def test_a_call_with_a_missing_stream_appends_to_none_of_its_streams(harness: Ha
 def test_a_stream_key_that_is_not_the_shard_it_claims_is_a_script_error(harness: Harness) -> None:
     h = harness
     h.create(shard_count=2)
-    sha = _loaded(h)
+    produce = _loaded(h)
     event = ["e", b"k", "application/json", b"1", "{}"]
     wrong = [meta_key(h.prefix), stream_key(h.prefix, Shard(1, 0)), stream_key(h.prefix, Shard(1, 1))]
 
     with pytest.raises(redis.ResponseError, match="is not shard 1"):
-        h.client.evalsha(sha, 3, *wrong, "1", "2", "1", "1", *event, "0", "1", *event)
+        h.client.fcall(produce, 3, *wrong, "1", "2", "1", "1", *event, "0", "1", *event)
     with pytest.raises(redis.ResponseError, match="is not shard 2"):
-        h.client.evalsha(sha, 2, *wrong[:2], "1", "2", "2", "1", *event)
+        h.client.fcall(produce, 2, *wrong[:2], "1", "2", "2", "1", *event)
     with pytest.raises(redis.ResponseError, match="does not match"):
-        h.client.evalsha(sha, 2, *wrong[:2], "1", "2", "0", "2", *event)
+        h.client.fcall(produce, 2, *wrong[:2], "1", "2", "0", "2", *event)
 
     assert [h.xlen(Shard(1, i)) for i in range(2)] == [0, 0]
 
 
-def test_noscript_after_script_flush_loads_the_script_and_sends_once_more(harness: Harness) -> None:
+def test_a_flushed_library_fails_every_path_with_the_command_to_run_and_appends_nothing(
+    harness: Harness,
+) -> None:
+    """No script text from the producer: after FUNCTION FLUSH (a restarted or new Redis) a send finds its
+    function missing, appends nothing and says which command loads it; once the coordinator loaded it
+    again (its tick), the same producer sends."""
     h = harness
     h.create(shard_count=4)
     producer = Producer(h.client)
     producer.send(h.prefix, "warm-up", 0)
-    for max_entries_per_call, send in (
+    sends = [
         (500, lambda p: [p.send(h.prefix, "k", 1)]),
         (500, lambda p: p.send_batch(h.prefix, [(f"k{i}", i) for i in range(20)])),  # one call
         (7, lambda p: p.send_batch(h.prefix, [(f"k{i}", i) for i in range(20)])),  # a pipeline of 3
-    ):
+    ]
+    for max_entries_per_call, send in sends:
         producer.max_entries_per_call = max_entries_per_call
-        h.client.script_flush()
-        assert h.client.script_exists(producer._sha) == [False]
+        h.client.function_flush()
         lengths = sum(h.xlen(s) for s in V1)
+        with pytest.raises(FunctionsNotLoaded, match="redis_functions load") as raised:
+            send(producer)
+        assert raised.value.retriable and raised.value.code == "FUNCTIONS_NOT_LOADED"
+        with pytest.raises(FunctionsNotLoaded, match=library.library().name):
+            producer.require_functions()
+        assert sum(h.xlen(s) for s in V1) == lengths
 
+        DataPlaneFunctions(h.client, keys_from_settings()).ensure()  # what the tick does
+        producer.require_functions()
         results = send(producer)
-
-        assert h.client.script_exists(producer._sha) == [True]
         assert sum(h.xlen(s) for s in V1) == lengths + len(results)  # each entry once
 
 
@@ -191,7 +203,7 @@ def test_a_script_error_is_a_typed_error_not_a_redis_one(harness: Harness) -> No
 
 
 def _loaded(h: Harness) -> str:
-    """The producer's script, loaded; its SHA1."""
-    sha = h.client.script_load(scripts.script_text("produce"))
-    assert sha == h.producer._sha
-    return sha
+    """The producer's function (loaded by the fixtures, as the coordinator does); its name."""
+    name = library.function_name("produce")
+    assert name == h.producer._function
+    return name

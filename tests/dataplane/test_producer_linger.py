@@ -4,7 +4,6 @@ Redis itself (INFO commandstats), not by a mock."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,7 +11,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from consumers.dataplane import redis_client, scripts
+from consumers.dataplane import library, redis_client
 from consumers.errors import DataPlaneUnavailable, InvalidRequest, StreamPrefixNotFound
 from consumers.producer import Producer, SendResult
 from coordinator.protocol.envelope import fields_of
@@ -24,15 +23,14 @@ from tests.dataplane.proxy import LossyProxy
 LONG_LINGER_MS = 1000  # an upper bound: every window here closes when it is full, not on time
 
 
-def evalsha_calls(h: Harness) -> int:
-    return int(h.client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+def fcall_calls(h: Harness) -> int:
+    return int(h.client.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
 
 
 def lingering(h: Harness, senders: int) -> Producer:
     """A lingering producer whose window closes exactly when ``senders`` sends are in it."""
     producer = Producer(h.client, linger_ms=LONG_LINGER_MS)
     producer.max_entries_per_call = senders
-    h.client.script_load(scripts.script_text("produce"))  # no NOSCRIPT round in the calls counted
     return producer
 
 
@@ -62,13 +60,13 @@ def test_concurrent_senders_share_one_script_call_and_get_their_own_results(harn
     h.create(shard_count=4)
     producer = lingering(h, senders=8)
     producer.route(h.prefix)
-    before = evalsha_calls(h)
+    before = fcall_calls(h)
 
     results = run_concurrently(
         [lambda i=i: producer.send(h.prefix, f"customer-{i}", {"n": i}) for i in range(8)]
     )
 
-    assert evalsha_calls(h) - before == 1  # eight senders, four streams, one call
+    assert fcall_calls(h) - before == 1  # eight senders, four streams, one call
     assert all(isinstance(r, SendResult) for r in results), results
     for i, r in enumerate(results):
         assert r.shard == Shard(1, shard_index(f"customer-{i}", 4)) and r.routing_version == 1
@@ -105,11 +103,11 @@ def test_a_window_sent_to_a_sealed_version_is_rerouted_whole(harness: Harness) -
     producer.route(h.prefix)  # caches v1
     h.change_shard_count(3, OrderingMode.STRICT)
     sealed = [h.xlen(Shard(1, i)) for i in range(2)]
-    before = evalsha_calls(h)
+    before = fcall_calls(h)
 
     results = run_concurrently([lambda i=i: producer.send(h.prefix, f"k{i}", i) for i in range(6)])
 
-    assert evalsha_calls(h) - before == 2  # refused once (nothing appended), then appended in one call
+    assert fcall_calls(h) - before == 2  # refused once (nothing appended), then appended in one call
     assert [h.xlen(Shard(1, i)) for i in range(2)] == sealed
     assert {r.routing_version for r in results} == {2}
     assert [r.shard for r in results] == [Shard(2, shard_index(f"k{i}", 3)) for i in range(6)]
@@ -144,12 +142,11 @@ def test_a_lost_reply_leaves_every_sender_of_the_window_unsure_and_nothing_is_re
 ) -> None:
     h = harness
     h.create(shard_count=2)
-    h.client.script_load(scripts.script_text("produce"))
     client = redis_client(proxy.url)
     producer = Producer(client, linger_ms=LONG_LINGER_MS)
     producer.max_entries_per_call = 4
     producer.route(h.prefix)
-    proxy.lose_replies(hashlib.sha1(scripts.script_text("produce").encode()).hexdigest(), times=1)
+    proxy.lose_replies(library.function_name("produce"), times=1)
 
     outcomes = run_concurrently([lambda i=i: producer.send(h.prefix, f"k{i}", i) for i in range(4)])
 

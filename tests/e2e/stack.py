@@ -250,6 +250,12 @@ class Stack:
             [sys.executable, "manage.py", "migrate", "-v", "0", "--no-input"],
             cwd=REPO, env=self.env(), check=True, timeout=120,
         )  # fmt: skip
+        # The data plane's Redis Functions library, as `make run` loads it before its members start
+        # (run_member checks it at start; the tick would load it too, a tick later).
+        subprocess.run(
+            [sys.executable, "manage.py", "redis_functions", "load"],
+            cwd=REPO, env=self.env(), check=True, timeout=120, capture_output=True,
+        )  # fmt: skip
 
     # -- the coordinator API ------------------------------------------------------------------------
 

@@ -14,12 +14,18 @@ from typing import Any
 import pytest
 
 from coordinator.protocol import envelope
-from coordinator.protocol.errors import DeadLetterNotFound, GroupNotFound, InvalidRequest
+from coordinator.protocol.errors import (
+    DeadLetterNotFound,
+    DeadLetterNotVerified,
+    GroupNotFound,
+    InvalidRequest,
+)
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.protocol.routing import shard_index
 from coordinator.store import MetadataStore
 from coordinator.store import dead_letters as dead_letters_module
 from rsc_redis import keys as rkeys
+from tests.signing import signed
 
 from .conftest import GROUP, PREFIX, create
 
@@ -57,7 +63,8 @@ def dead_letter(
         ("dlq_member_id", "worker-1"),
         ("dlq_at_ms", "1700000001000"),
     ]
-    entry_id = store.client.xadd(rkeys.dead_letter_key(PREFIX, group), dict(fields), maxlen=100_000)
+    dlq = rkeys.dead_letter_key(PREFIX, group)
+    entry_id = store.client.xadd(dlq, signed(dlq, dict(fields)), maxlen=100_000)
     return str(entry_id.decode())
 
 
@@ -75,7 +82,8 @@ def packed_dead_letter(store: Any, key: bytes, *, event_id: bytes = b"ev-9", pay
     """XADD one dead letter of an entry the producer packed (its one field, then the bookkeeping)."""
     part = envelope.pack_producer_part(event_id, key, b"application/json", b'{"trace":"t-9"}', payload)
     fields = [("envelope", envelope.pack(1, 1700000000000, part)), *BOOKKEEPING]
-    return str(store.client.xadd(rkeys.dead_letter_key(PREFIX, GROUP), dict(fields)).decode())
+    dlq = rkeys.dead_letter_key(PREFIX, GROUP)
+    return str(store.client.xadd(dlq, signed(dlq, dict(fields))).decode())
 
 
 def entry(store: Any, shard: str, entry_id: str) -> dict[str, str]:
@@ -121,6 +129,8 @@ def test_list_pages_through_dead_letters_oldest_first(dl_store: Any) -> None:
             "payload": '{"order":7}',
             "headers": '{"trace":"t-1"}',
         },
+        "verdict": "SIGNED",
+        "verdict_reason": "written by the dead-letter function (its MAC verifies)",
     }
     assert dl_store.dead_letter(PREFIX, GROUP, ids[1]) == page["entries"][1]
 
@@ -253,11 +263,18 @@ def test_replay_routed_with_a_route_that_changed_meanwhile_is_routed_again(
 
 
 def test_replay_of_a_foreign_dead_letter_copies_only_the_envelope_it_has(dl_store: Any) -> None:
+    """An entry without a MAC (written before dead letters were signed, or by hand) is replayed only when
+    the operator accepts unsigned ones."""
     create(dl_store, shard_count=2)
     letter = dl_store.client.xadd(
         rkeys.dead_letter_key(PREFIX, GROUP), {"payload": "raw", "other": "x", "dlq_source_shard": "v1:0"}
     ).decode()
-    (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter])["replayed"]
+    before = everything(dl_store)
+    with pytest.raises(DeadLetterNotVerified) as refused:
+        dl_store.replay_dead_letters(PREFIX, GROUP, [letter])
+    assert refused.value.details["refused"] == [{"id": letter, "verdict": "UNSIGNED"}]
+    assert everything(dl_store) == before
+    (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter], accept_unsigned=True)["replayed"]
     assert replayed["shard"] == f"v1:{shard_index(b'', 2)}"
     fields = entry(dl_store, replayed["shard"], replayed["entry_id"])
     assert list(fields) == ["routing_version", "produced_at_ms", "payload"]
@@ -299,3 +316,64 @@ def test_purge_listed_dead_letters_all_or_nothing_then_all(dl_store: Any) -> Non
     assert dl_store.purge_dead_letters(PREFIX, GROUP, None) == {"purged": 2}
     assert dl_store.dead_letters(PREFIX, GROUP)["length"] == 0
     assert dl_store.purge_dead_letters(PREFIX, GROUP, None) == {"purged": 0}
+
+
+# ------------------------------------------------------------------------------------- trust (MAC)
+
+
+def test_a_forged_dead_letter_is_shown_as_refused_and_never_replayed(dl_store: Any) -> None:
+    """What a member's Redis user can append with a plain XADD: a MAC it cannot compute (or none). The
+    pages show the verdict, a replay refuses the batch and changes nothing, accept_unsigned or not."""
+    create(dl_store, shard_count=2)
+    dlq = rkeys.dead_letter_key(PREFIX, GROUP)
+    real = dead_letter(dl_store, event_id="ev-real")
+    forged = dl_store.client.xadd(
+        dlq, {"payload": "evil", "dlq_source_shard": "v1:0", "dlq_mac": "0" * 40}
+    ).decode()
+    fields = {"payload": "evil", "dlq_source_shard": "v1:0"}
+    # A real MAC of other fields, and a MAC that is not the last field: refused too.
+    moved = dl_store.client.xadd(dlq, {**signed(dlq, fields), "extra": "x"}).decode()
+    other_group = dl_store.client.xadd(dlq, signed(rkeys.dead_letter_key(PREFIX, "audit"), fields)).decode()
+
+    views = {e["id"]: e for e in dl_store.dead_letters(PREFIX, GROUP)["entries"]}
+    assert {i: views[i]["verdict"] for i in views} == {
+        real: "SIGNED",
+        forged: "FORGED",
+        moved: "FORGED",
+        other_group: "FORGED",
+    }
+    assert views[forged]["verdict_reason"].startswith("refused: not written by the dead-letter function")
+    assert "dlq_mac" not in views[real]["fields"]
+    assert dl_store.dead_letter(PREFIX, GROUP, forged)["verdict"] == "FORGED"
+
+    before = everything(dl_store)
+    for accept_unsigned in (False, True):
+        with pytest.raises(DeadLetterNotVerified, match="FORGED") as refused:
+            dl_store.replay_dead_letters(
+                PREFIX, GROUP, [real, forged, moved, other_group], accept_unsigned=accept_unsigned
+            )
+        assert [r["id"] for r in refused.value.details["refused"]] == [forged, moved, other_group]
+        assert refused.value.code == "DEAD_LETTER_NOT_VERIFIED"
+        assert everything(dl_store) == before
+    assert len(dl_store.replay_dead_letters(PREFIX, GROUP, [real])["replayed"]) == 1
+
+
+def test_dead_letters_signed_under_a_rotated_secret_still_verify(redis_url: str, dl_store: Any) -> None:
+    """Keys derived from SECRET_KEY_FALLBACKS verify (they never sign): rotating SECRET_KEY does not make
+    the dead letters already written unverifiable."""
+    from rsc_redis.dead_letter_mac import MacKeys
+
+    create(dl_store, shard_count=2)
+    old, new = MacKeys.derive("old secret"), MacKeys.derive("new secret")
+    dlq = rkeys.dead_letter_key(PREFIX, GROUP)
+    fields = {"payload": "x", "dlq_source_shard": "v1:0"}
+    flat = [item.encode() for name, value in fields.items() for item in (name, value)]
+    letter = dl_store.client.xadd(dlq, {**fields, "dlq_mac": old.mac(dlq, flat)}).decode()
+    rotated = MetadataStore.from_url(redis_url, dead_letter_keys=[new, old])
+    only_new = MetadataStore.from_url(redis_url, dead_letter_keys=[new])
+    try:
+        assert rotated.dead_letter(PREFIX, GROUP, letter)["verdict"] == "SIGNED"
+        assert only_new.dead_letter(PREFIX, GROUP, letter)["verdict"] == "FORGED"
+    finally:
+        rotated.client.close()
+        only_new.client.close()

@@ -31,7 +31,7 @@ from consumers.conf import IN_PROCESS
 from consumers.dbconnections import close_old_connections
 from consumers.errors import ConsumersError
 from consumers.listener import Listener, apply_concurrency_overrides, autodiscover_listeners
-from consumers.process import ConsumerProcess, dataplane_factory_for, redis_client_for
+from consumers.process import ConsumerProcess, dataplane_factory_for, redis_client_for, require_functions
 from consumers.runtime import Runtime, load_runtime
 
 log = logging.getLogger("consumers.process")
@@ -92,10 +92,16 @@ class Command(BaseCommand):
                 consumers_metrics.serve(metrics_port)
             except OSError as e:
                 raise CommandError(f"cannot serve metrics on port {metrics_port}: {e}") from e
+        coordinator = _coordinator_factory(current, runtime)  # in-process: its store loads the library first
+        redis_client = redis_client_for(_redis_url())
+        try:
+            require_functions(redis_client)
+        except ConsumersError as e:
+            raise CommandError(e.message) from e
         process = ConsumerProcess(
             selected,
-            coordinator=_coordinator_factory(current, runtime),
-            dataplane_factory=dataplane_factory_for(redis_client_for(_redis_url())),
+            coordinator=coordinator,
+            dataplane_factory=dataplane_factory_for(redis_client),
             runtime=runtime,
             batch_hooks=(close_old_connections,),
         )

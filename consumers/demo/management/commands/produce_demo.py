@@ -7,10 +7,10 @@ import threading
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from consumers.dataplane import redis_client
-from consumers.errors import ConsumersError
+from consumers.errors import ConsumersError, FunctionsNotLoaded
 from consumers.producer import Producer
 
 
@@ -26,6 +26,12 @@ class Command(BaseCommand):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         producer = Producer(redis_client(settings.REDIS_URL))
+        try:
+            producer.require_functions()  # the coordinator's library: a clear error naming its command
+        except FunctionsNotLoaded as e:
+            raise CommandError(e.message) from e
+        except ConsumersError as e:  # Redis not up yet: the loop below retries
+            self.stderr.write(f"produce_demo: {e}")
         n = 0
         while not stop.wait(interval_ms / 1000):
             try:

@@ -1,21 +1,22 @@
 -- The fence: shared prelude of every fenced data-plane script (docs/protocol.md section 7).
 --
--- Not a script on its own: consumers/dataplane/scripts.py prepends this text (after rsc_redis/keys.lua
--- and rsc_redis/lease_record.lua, whose helpers it uses) to fetch.lua, read_new.lua,
--- read_pending.lua, claim.lua, ack.lua, delete_ghosts.lua and dead_letter.lua before registering them,
--- so every one of them decides, inside Redis and before it touches the stream, whether the caller may
--- act. fence() reads the three fields it needs with one HMGET and is made of require_shard_key(),
+-- Not a function on its own: rsc_redis/dataplane/library.py puts this text once into the data plane's
+-- Redis Functions library (after rsc_redis/keys.lua and rsc_redis/lease_record.lua, whose helpers it
+-- uses), in front of the functions made of fetch.lua, read_new.lua, read_pending.lua, claim.lua,
+-- ack.lua, delete_ghosts.lua and dead_letter.lua, so every one of them decides, inside Redis and before
+-- it touches the stream, whether the caller may act. fence() reads the three fields it needs with one HMGET and is made of require_shard_key(),
 -- member_epoch_of() (checks 1-2), owner_status() (3-4) and mode_status() (5); fetch.lua calls them
 -- itself, with one HMGET of the member's fields and every shard's owner field. After
 -- fence() come the helpers those scripts share: call_chunked(), require_group_key() and
 -- redeliver_token().
 --
 -- Every fenced script's last key, KEYS[#KEYS], is rsc:{P}:lr (checked): the members' own lease renewals
--- (docs/protocol.md section 5). A member's lease is the later of its l: field and its record there,
+-- (docs/protocol.md section 5); the script hands it to fence() (`records`): a function of a library
+-- sees only the keys it is given, no global KEYS. A member's lease is the later of its l: field and its record there,
 -- "<epoch> <until ms>", when that record was written at the member's live epoch; the record is read
 -- only when the l: field has ended, so the steady state reads nothing more.
 --
--- fence(meta, stream, group, member, epoch, shard, op)
+-- fence(meta, stream, group, member, epoch, shard, op, records)
 --   meta    KEYS[1] of the caller: rsc:{P}:meta
 --   stream  KEYS[2] of the caller: rsc:{P}:<shard>, checked to be exactly that shard's stream key
 --   group   the consumer group (also the Redis consumer group's name)
@@ -23,6 +24,7 @@
 --   epoch   the member epoch the caller presents (decimal)
 --   shard   the shard in wire form, v<version>:<index>
 --   op      'read' (reads, claims, ghost deletion: shard must be R) or 'ack' (acks, dead letters: R, B or V)
+--   records KEYS[#KEYS] of the caller: rsc:{P}:lr, checked
 -- Returns 'OK', 'MEMBER_FENCED', 'NOT_OWNER', 'STALE_EPOCH' or 'NOT_READABLE', checked in this order:
 --   1. m:<group>:<member> absent (member not live)                              -> MEMBER_FENCED
 --   2. lease (l:<group>:<member>, or the member's own renewal) <= Redis TIME in ms
@@ -43,10 +45,10 @@ end
 
 -- Checks 1-2 for the member `tag` (<group>:<member>), given the values of its m: and l: fields (false
 -- when absent): the member's epoch (a number) while it is live and its lease has not ended by Redis's
--- TIME, else nil (MEMBER_FENCED). Past the l: field, the member's own renewal record counts if it was
--- written at the live epoch.
-local function member_epoch_of(meta, tag, epoch_field, lease_field)
-  local records = require_lease_records_key(meta, KEYS[#KEYS])
+-- TIME, else nil (MEMBER_FENCED). Past the l: field, the member's own renewal record in `records`
+-- (rsc:{P}:lr, checked) counts if it was written at the live epoch.
+local function member_epoch_of(meta, records_key, tag, epoch_field, lease_field)
+  local records = require_lease_records_key(meta, records_key)
   if not epoch_field then
     return nil
   end
@@ -90,11 +92,11 @@ local function mode_status(mode, op)
   return 'NOT_OWNER'
 end
 
-local function fence(meta, stream, group, member, epoch, shard, op)
+local function fence(meta, stream, group, member, epoch, shard, op, records)
   require_shard_key(meta, stream, shard)
   local tag = group .. ':' .. member
   local fields = redis.call('HMGET', meta, 'm:' .. tag, 'l:' .. tag, 'o:' .. group .. ':' .. shard)
-  local member_epoch = member_epoch_of(meta, tag, fields[1], fields[2])
+  local member_epoch = member_epoch_of(meta, records, tag, fields[1], fields[2])
   if not member_epoch then
     return 'MEMBER_FENCED'
   end

@@ -1,5 +1,5 @@
 -- Take over entries left pending by OTHER consumers of the shard (its previous owners): a fenced
--- XPENDING scan plus XCLAIM with min-idle 0. Prefixed with fence.lua.
+-- XPENDING scan plus XCLAIM with min-idle 0. After fence.lua in the library.
 --
 -- Why not XAUTOCLAIM: it would also re-claim the member's own pending entries. Why no idle time: the
 -- single-owner rule (docs/protocol.md section 4) means nobody else may still ack them.
@@ -21,7 +21,7 @@
 -- Raises a script error if KEYS[3] is not the group's redeliver key under KEYS[1].
 -- Touches: the fence's fields (read); only when OK: HGET on KEYS[3]; XPENDING and XCLAIM on KEYS[2]
 -- (moves the entries to the member's pending list and bumps their delivery counts).
-local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read')
+local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read', KEYS[#KEYS])
 if status ~= 'OK' then
   return {status}
 end

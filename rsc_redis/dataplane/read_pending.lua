@@ -1,6 +1,6 @@
 -- Re-read the member's own pending entries of one shard (after a reconnect, a lost reply, a failed
 -- handler under the "redeliver" policy, an operator's redeliver, or a restart that kept the member id):
--- a fenced XREADGROUP ... <after id>. Prefixed with fence.lua.
+-- a fenced XREADGROUP ... <after id>. After fence.lua in the library.
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard>
 -- KEYS[3]  rsc:{P}:lr: the members' own lease renewals (the fence's; always the last key)
@@ -14,7 +14,7 @@
 -- so a page is short only when nothing more is pending after ARGV[6] (bounded: 64 scans per call).
 -- Touches: the fence's fields (read); only when OK: XREADGROUP on KEYS[2] (bumps the delivery counts
 -- of the entries returned), XACK of deleted entries, XPENDING of the returned range.
-local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read')
+local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read', KEYS[#KEYS])
 if status ~= 'OK' then
   return {status}
 end

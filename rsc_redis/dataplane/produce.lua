@@ -1,7 +1,7 @@
 -- Append entries to shards of the ACTIVE routing version, never to a sealed one (docs/producer.md).
 -- Not fenced by a member: a producer is not a member. Instead the route the producer computed the
 -- stream keys from is checked against the `route` field, atomically with the appends.
--- Prefixed with rsc_redis/keys.lua (stream_key_of) by consumers/dataplane/scripts.py.
+-- After rsc_redis/keys.lua (stream_key_of) in the data plane's library (rsc_redis/dataplane/library.py).
 --
 -- KEYS[1]   rsc:{P}:meta
 -- KEYS[2], KEYS[3], ...  the streams of this call, each once: rsc:{P}:v<version>:<index> as routed

@@ -1,6 +1,6 @@
 -- One member's fetch for many shards at once: per shard, the fenced XACK of what the member handled
 -- since its last fetch of that shard (the folded ack), then the fenced read of new entries, for every
--- shard in one call. Prefixed with fence.lua.
+-- shard in one call. After fence.lua in the library.
 --
 -- Each shard is fenced on its own (owner_status, mode_status): a refusal for one shard leaves the
 -- others alone. The member checks (live, lease by Redis TIME) are the same for every shard and run
@@ -55,7 +55,7 @@ for i = 1, n do
   names[2 + i] = 'o:' .. group .. ':' .. ARGV[at[i]]
 end
 local fields = redis.call('HMGET', KEYS[1], unpack(names))
-local member_epoch = member_epoch_of(KEYS[1], tag, fields[1], fields[2])
+local member_epoch = member_epoch_of(KEYS[1], KEYS[#KEYS], tag, fields[1], fields[2])
 if not member_epoch then
   return {'MEMBER_FENCED'}
 end

@@ -1,5 +1,5 @@
 -- Delete the Redis consumers of earlier owners of one shard once nothing is pending for them: a fenced
--- XINFO CONSUMERS plus XGROUP DELCONSUMER. Prefixed with fence.lua.
+-- XINFO CONSUMERS plus XGROUP DELCONSUMER. After fence.lua in the library.
 --
 -- A consumer with pending entries is kept: deleting it would drop its pending list (claim its entries
 -- first with claim.lua). Fenced like a claim, so only the shard's current, readable owner cleans up.
@@ -10,7 +10,7 @@
 --
 -- Returns {status} when fenced, else {'OK', number of consumers deleted}.
 -- Touches: the fence's fields (read); only when OK: XINFO CONSUMERS and XGROUP DELCONSUMER on KEYS[2].
-local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read')
+local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read', KEYS[#KEYS])
 if status ~= 'OK' then
   return {status}
 end

@@ -1,5 +1,5 @@
 -- Read new entries of one shard for a member: a fenced, non-blocking XREADGROUP ... '>'.
--- Prefixed with fence.lua (which defines fence()).
+-- After fence.lua (fence()) in the library.
 --
 -- KEYS[1]  rsc:{P}:meta                 KEYS[2]  rsc:{P}:<shard> (the shard's stream)
 -- KEYS[3]  rsc:{P}:rd:<group>: the group's redeliver tokens (hash: shard -> counter an operator bumps)
@@ -15,7 +15,7 @@
 -- Raises a script error if KEYS[3] is not the group's redeliver key under KEYS[1].
 -- Touches: the fence's fields (read); only when OK: HGET on KEYS[3]; XREADGROUP on KEYS[2] (advances
 -- the group's last-delivered id, adds the entries to the member's pending list, creates the consumer).
-local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read')
+local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'read', KEYS[#KEYS])
 if status ~= 'OK' then
   return {status}
 end

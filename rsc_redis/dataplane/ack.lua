@@ -1,4 +1,4 @@
--- Acknowledge entries of one shard: a fenced XACK. Prefixed with fence.lua.
+-- Acknowledge entries of one shard: a fenced XACK. After fence.lua in the library.
 -- Unlike reads, an ack is allowed on a shard being revoked (mode V) or held back (mode B): the member
 -- finishes what it read before it releases the shard.
 --
@@ -9,7 +9,7 @@
 --
 -- Returns {status} when fenced, else {'OK', number of entries acknowledged}.
 -- Touches: the fence's fields (read); only when OK: XACK on KEYS[2].
-local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'ack')
+local status = fence(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'ack', KEYS[#KEYS])
 if status ~= 'OK' then
   return {status}
 end
