@@ -466,6 +466,8 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     environ.Env.read_env(BASE_DIR / ".env")  # same rule as settings: the real environment wins
+    # DEBUG on is development mode too (config/settings.py: DEVELOPMENT defaults to DEBUG): the
+    # development SECRET_KEY and plain HTTP, which make run needs.
     os.environ.setdefault("DEBUG", "true")
     # SIGTERM / SIGHUP take the same clean path as Ctrl-C. SIGINT is set explicitly because a shell
     # starts background jobs with it ignored, and Python then never installs its own handler.

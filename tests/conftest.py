@@ -16,6 +16,9 @@ from config.embedded_redis import FORBIDDEN_PORT, RedisServer
 # starts.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+# pytest-django has loaded tests.settings (development mode, for this process only) and exported its name;
+# the children load the project's own settings, as a deployment does.
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 
 
 @pytest.fixture(scope="session")
