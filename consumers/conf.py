@@ -25,6 +25,14 @@ SETTINGS: tuple[Setting, ...] = (
         'Members: the coordinator\'s base URL, or `"inprocess"` to use the store in `REDIS_URL` directly',
     ),
     Setting("RSC_MEMBER_TOKEN", str, "", "Members: the bearer token they present"),
+    # consumers/client.py: the token would travel in clear. Loopback URLs need no allowance.
+    Setting(
+        "RSC_ALLOW_INSECURE_COORDINATOR_URL",
+        bool,
+        False,
+        "Members: allow a plain `http://` `RSC_COORDINATOR_URL` to another machine (the token is sent in "
+        "clear; loopback and `localhost` URLs are always allowed)",
+    ),
     Setting(
         "RSC_MEMBER_ID_PREFIX",
         str,

@@ -5,7 +5,8 @@ no names, every declared listener runs. Each listener runs ``concurrency`` membe
 listener by ``RSC_LISTENER_CONCURRENCY``), each with ``RSC_RUNTIME``'s max concurrency as capacity.
 
 Settings: ``RSC_COORDINATOR_URL`` (the coordinator's HTTP API, or ``inprocess`` to call the metadata store
-directly, for deployments next to it), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
+directly, for deployments next to it; plain ``http://`` only to this machine unless
+``RSC_ALLOW_INSECURE_COORDINATOR_URL``), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
 ``RSC_RUNTIME``, ``RSC_LISTENER_CONCURRENCY``, ``RSC_SHUTDOWN_TIMEOUT_S``.
 
 SIGTERM / SIGINT: every member stops reading, finishes its in-flight entries, acks them and leaves its
@@ -123,11 +124,14 @@ def _coordinator_factory(current: Any, runtime: Runtime) -> Callable[[], Coordin
     token = str(current.RSC_MEMBER_TOKEN or "")
     if not token:
         log.warning("RSC_MEMBER_TOKEN is not set: the coordinator will refuse the heartbeats (401)")
+    insecure = current.RSC_ALLOW_INSECURE_COORDINATOR_URL is True
     try:
-        HttpCoordinatorClient(url, token)
+        HttpCoordinatorClient(url, token, allow_insecure=insecure)
     except ValueError as e:
         raise CommandError(f"RSC_COORDINATOR_URL: {e}") from e
-    return lambda: HttpCoordinatorClient(url, token, timeout_s=runtime.heartbeat_timeout_s)
+    return lambda: HttpCoordinatorClient(
+        url, token, timeout_s=runtime.heartbeat_timeout_s, allow_insecure=insecure
+    )
 
 
 def _describe(selected: list[Listener], runtime: Runtime) -> None:
