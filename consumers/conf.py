@@ -45,6 +45,20 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "Members: `run_member` serves its Prometheus metrics on this port (0: not served; docs/metrics.md)",
     ),
+    Setting(
+        "RSC_MEMBER_METRICS_ADDR",
+        str,
+        "127.0.0.1",
+        "Members: the address `run_member`'s metrics listen on (`0.0.0.0`: every interface; then set a "
+        "token)",
+    ),
+    Setting(
+        "RSC_MEMBER_METRICS_TOKEN",
+        str,
+        "",
+        "Members: if set, a scrape of `run_member`'s metrics must present it (`Authorization: Bearer`; "
+        "401 otherwise)",
+    ),
     # The environment sets only max_concurrency (RSC_RUNTIME_MAX_CONCURRENCY, config/settings.py).
     Setting(
         "RSC_RUNTIME",

@@ -56,6 +56,12 @@ class Command(BaseCommand):
             help="serve this process's Prometheus metrics on this port (default: RSC_MEMBER_METRICS_PORT; "
             "unset or 0: none). docs/metrics.md",
         )
+        parser.add_argument(
+            "--metrics-addr",
+            default=None,
+            help="the address the metrics listen on (default: RSC_MEMBER_METRICS_ADDR, 127.0.0.1: this "
+            "machine only; 0.0.0.0 for every interface, then set RSC_MEMBER_METRICS_TOKEN)",
+        )
         parser.add_argument("--list", action="store_true", help="print the discovered listeners and exit")
 
     def handle(
@@ -89,10 +95,11 @@ class Command(BaseCommand):
         if not 0 <= metrics_port <= 65535:
             raise CommandError("--metrics-port must be between 0 and 65535")
         if metrics_port:
+            addr = options.get("metrics_addr") or str(current.RSC_MEMBER_METRICS_ADDR or "127.0.0.1")
             try:
-                consumers_metrics.serve(metrics_port)
+                consumers_metrics.serve(metrics_port, addr, str(current.RSC_MEMBER_METRICS_TOKEN or ""))
             except OSError as e:
-                raise CommandError(f"cannot serve metrics on port {metrics_port}: {e}") from e
+                raise CommandError(f"cannot serve metrics on {addr} port {metrics_port}: {e}") from e
         process = ConsumerProcess(
             selected,
             coordinator=_coordinator_factory(current, runtime),
