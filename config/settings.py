@@ -359,6 +359,10 @@ SPECTACULAR_SETTINGS = {
 # (HTTP 429, even with the right password) for AXES_COOLOFF_TIME. Other users and addresses are not.
 AXES_FAILURE_LIMIT = env.int("RSC_LOGIN_FAILURE_LIMIT", default=5)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The address: REMOTE_ADDR, or behind a reverse proxy the one it passes in RSC_TRUSTED_PROXY_HEADER
+# (with RSC_TRUSTED_PROXY_COUNT proxies in a row; coordinator/proxy.py). Without it every client has the
+# proxy's address and a lockout holds the username for everyone.
+AXES_CLIENT_IP_CALLABLE = "coordinator.proxy.client_address"
 AXES_COOLOFF_TIME = timedelta(hours=1)
 # A successful login forgets that pair's failures.
 AXES_RESET_ON_SUCCESS = True

@@ -130,6 +130,25 @@ SETTINGS: tuple[Setting, ...] = (
         "600/min",
         "Admin API requests per credential, `<count>/<second|minute|hour|day>` (429 beyond)",
     ),
+    # The reverse proxy in front of the API server (coordinator/proxy.py): the client address the admin
+    # login's throttling (django-axes) counts against. Empty: REMOTE_ADDR, a direct connection's.
+    Setting(
+        "RSC_TRUSTED_PROXY_HEADER",
+        str,
+        "",
+        "The header your reverse proxy puts the client's address in (`X-Forwarded-For`, `X-Real-IP`), for "
+        "the admin login's lockout; empty: none is trusted, `REMOTE_ADDR` (docs/operations.md)",
+    ),
+    Setting(
+        "RSC_TRUSTED_PROXY_COUNT",
+        int,
+        1,
+        "Proxies in a row that append to that header: the client is that many entries from its right",
+        1,
+        10,
+        "trusted proxies",
+        "count",
+    ),
     # Coordinator timing (coordinator/checks.py rejects impossible combinations at start-up).
     Setting(
         "RSC_TICK_INTERVAL_MS",
