@@ -87,6 +87,9 @@ ACL_RULES: dict[str, tuple[str, ...]] = {
         "+zadd",
         "+zrem",
         "+zrangebyscore",
+        # The per-credential join limits (coordinator/store/credential_limits.py).
+        "+zscore",
+        "+zcard",
         "+xadd",
         "+xack",
         "+xdel",

@@ -122,6 +122,42 @@ SETTINGS: tuple[Setting, ...] = (
         "joins at once per API process",
         "count",
     ),
+    # Per credential, across every API process (coordinator/store/credential_limits.py): generous enough
+    # for one credential running the largest group (max_members 10,000) twice over; the join rate above
+    # what one host's API answers in joins (a crowd rejoining at once, tests/e2e's overload churners, the
+    # benchmarks' forming groups never meet it). A leaked token still cannot create members without end.
+    Setting(
+        "RSC_CREDENTIAL_MAX_MEMBERS",
+        int,
+        20_000,
+        "Live members one credential may have at once, over every group and API process; a join of a "
+        "new member id beyond it gets 429 `CREDENTIAL_MEMBER_LIMIT_REACHED` (0: no limit)",
+        0,
+        1_000_000,
+        "live members per credential",
+        "count",
+    ),
+    Setting(
+        "RSC_CREDENTIAL_JOIN_FLOOR_MS",
+        int,
+        1,
+        "Per credential, one join per this many ms after the burst, over every API process (429 "
+        "`CREDENTIAL_JOINS_TOO_FREQUENT` beyond; 0: off)",
+        0,
+        60_000,
+        "the per-credential join rate",
+        "count",
+    ),
+    Setting(
+        "RSC_CREDENTIAL_JOIN_BURST",
+        int,
+        2_000,
+        "Joins a credential may make back to back before its join rate applies",
+        1,
+        100_000,
+        "the per-credential join burst",
+        "count",
+    ),
     # Counted in the default cache: per process with the default LocMemCache. config/settings.py refuses
     # a value of another form at start-up.
     Setting(
