@@ -411,6 +411,24 @@ def _load_functions() -> None:
     call_command("redis_functions", "load")
 
 
+def _export_coordinator_url(host: str, port: int) -> None:
+    """The members' RSC_COORDINATOR_URL (unless set): this machine's API over plain HTTP. A server bound
+    to every interface is reached on the loopback; one bound to another address of this machine is
+    reached there, which a member refuses over plain HTTP unless allowed (consumers.E005: the token
+    would travel in clear), so the dev stack allows it (its tokens are DEV ONLY, on this machine)."""
+    if "RSC_COORDINATOR_URL" in os.environ:
+        return
+    if host in ("0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    literal = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = os.environ["RSC_COORDINATOR_URL"] = f"http://{literal}:{port}"
+    from consumers.client import insecure_url_problem
+
+    if insecure_url_problem(url) is not None and "RSC_ALLOW_INSECURE_COORDINATOR_URL" not in os.environ:
+        os.environ["RSC_ALLOW_INSECURE_COORDINATOR_URL"] = "true"
+        log(f"the members reach the API at {url}: plain HTTP to a non-loopback address, allowed for make run")
+
+
 def _create_demo_group() -> None:
     """The group demo members consume: `demo` / `demo-workers`, 4 shards, the settings' group defaults.
 
@@ -477,6 +495,8 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     environ.Env.read_env(BASE_DIR / ".env")  # same rule as settings: the real environment wins
+    # DEBUG on is development mode too (config/settings.py: DEVELOPMENT defaults to DEBUG): the
+    # development SECRET_KEY and plain HTTP, which make run needs.
     os.environ.setdefault("DEBUG", "true")
     # SIGTERM / SIGHUP take the same clean path as Ctrl-C. SIGINT is set explicitly because a shell
     # starts background jobs with it ignored, and Python then never installs its own handler.
@@ -499,7 +519,7 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
                 f"{redis_server.directory} (append-only file; delete the directory to start afresh)"
             )
         _export_dev_environment(redis_server)
-        os.environ.setdefault("RSC_COORDINATOR_URL", f"http://{host}:{port}")
+        _export_coordinator_url(host, port)
         _prepare_database()
         _load_functions()
         _create_demo_group()

@@ -5,7 +5,6 @@ Every variable is documented in `.env.example`. Values already in the environmen
 
 import os
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,12 @@ environ.Env.read_env(BASE_DIR / ".env")  # a missing file is fine
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=[])
 
-# Development mode: DEBUG on (`make run`, config/devstack.py, turns it on unless set) or the test suite.
-# pytest-django imports these settings before any conftest runs and with DEBUG off (it forces DEBUG off
-# for the tests anyway), so an in-process test run is recognised by pytest being imported. Processes the
-# suite starts (the API server and members in tests/e2e/stack.py) are not: they run as production does.
-DEVELOPMENT = DEBUG or "pytest" in sys.modules
+# Development mode (the development SECRET_KEY, no HTTPS redirect, HSTS or secure-only cookies): only when
+# said so, by the variable DEVELOPMENT, which defaults to DEBUG. `make run` (config/devstack.py) sets
+# both; the test suite sets DEVELOPMENT for its own process only (tests/settings.py), so the processes it
+# starts (the API server and members of tests/e2e/stack.py) run as production does. Nothing is inferred
+# from what happens to be imported: a production process that imports pytest stays in production mode.
+DEVELOPMENT = env.bool("DEVELOPMENT", default=DEBUG)
 
 # Development mode only, used when SECRET_KEY is unset. Outside it, the app refuses to start with this
 # key, no key or a weak one: a key anyone can read on GitHub signs sessions, CSRF tokens and password
@@ -359,6 +359,10 @@ SPECTACULAR_SETTINGS = {
 # (HTTP 429, even with the right password) for AXES_COOLOFF_TIME. Other users and addresses are not.
 AXES_FAILURE_LIMIT = env.int("RSC_LOGIN_FAILURE_LIMIT", default=5)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The address: REMOTE_ADDR, or behind a reverse proxy the one it passes in RSC_TRUSTED_PROXY_HEADER
+# (with RSC_TRUSTED_PROXY_COUNT proxies in a row; coordinator/proxy.py). Without it every client has the
+# proxy's address and a lockout holds the username for everyone.
+AXES_CLIENT_IP_CALLABLE = "coordinator.proxy.client_address"
 AXES_COOLOFF_TIME = timedelta(hours=1)
 # A successful login forgets that pair's failures.
 AXES_RESET_ON_SUCCESS = True

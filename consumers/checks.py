@@ -5,6 +5,8 @@ command, so ``run_member`` never starts with them):
     consumers.E002  RSC_LISTENER_CONCURRENCY is not a mapping of listener name -> 1..1024
     consumers.E003  RSC_COORDINATOR_URL is neither an http(s) URL nor "inprocess"
     consumers.E004  RSC_SHUTDOWN_TIMEOUT_S is not a non-negative number
+    consumers.E005  RSC_COORDINATOR_URL is plain http:// to another machine (the bearer token would travel
+                    in clear) and RSC_ALLOW_INSECURE_COORDINATOR_URL is not set
 
 Listener names in RSC_LISTENER_CONCURRENCY are not checked against the declared listeners here:
 discovery happens in run_member (which warns about names that match nothing).
@@ -19,6 +21,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 
 from consumers import conf
+from consumers.client import insecure_url_problem
 from consumers.conf import IN_PROCESS
 from consumers.errors import ConsumersError
 from consumers.listener import parse_concurrency
@@ -31,6 +34,7 @@ def check_consumer_settings(app_configs: Any = None, **kwargs: Any) -> list[Chec
         *_runtime(current.RSC_RUNTIME),
         *_fan_out(current.RSC_LISTENER_CONCURRENCY),
         *_coordinator_url(current.RSC_COORDINATOR_URL),
+        *_insecure_coordinator_url(current.RSC_COORDINATOR_URL, current.RSC_ALLOW_INSECURE_COORDINATOR_URL),
         *_shutdown_timeout(current.RSC_SHUTDOWN_TIMEOUT_S),
     ]
 
@@ -68,6 +72,19 @@ def _coordinator_url(url: Any) -> list[CheckMessage]:
             f"RSC_COORDINATOR_URL must be an http(s) URL or {IN_PROCESS!r}; got {url!r}.",
             hint="e.g. http://coordinator.internal:8000",
             id="consumers.E003",
+        )
+    ]
+
+
+def _insecure_coordinator_url(url: Any, allowed: Any) -> list[CheckMessage]:
+    problem = insecure_url_problem(str(url or ""))
+    if problem is None or allowed is True:
+        return []
+    return [
+        Error(
+            f"RSC_COORDINATOR_URL {problem}.",
+            hint="e.g. https://coordinator.internal; http:// is accepted for 127.0.0.1, ::1 and localhost",
+            id="consumers.E005",
         )
     ]
 

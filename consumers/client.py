@@ -7,6 +7,12 @@
   and deployments that run members next to the store); the core's ``CoordinatorError`` becomes the same
   :class:`CoordinatorRequestError`, so the member cannot tell the two apart.
 
+The bearer token goes in every request, so a plain ``http://`` URL is refused unless its host is this
+machine (``localhost``, a ``*.localhost`` name, a loopback address: :func:`insecure_url_problem`) or the
+caller allows it explicitly (``allow_insecure``; ``RSC_ALLOW_INSECURE_COORDINATOR_URL`` for
+``run_member``, whose system check ``consumers.E005`` says the same at start-up): a token sent in clear
+across a network is a token anyone on the path may use.
+
 Transport failures (refused, reset, timed out, a non-JSON answer from a proxy) raise
 :class:`CoordinatorUnreachable`, a retriable :class:`CoordinatorRequestError` whose code is
 ``COORDINATOR_UNREACHABLE``: the member keeps consuming and retries with backoff.
@@ -15,6 +21,7 @@ Transport failures (refused, reset, timed out, a non-JSON answer from a proxy) r
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import threading
 import urllib.parse
@@ -28,7 +35,7 @@ from consumers.member.state import COORDINATOR_UNREACHABLE, INVALID_RESPONSE, He
 RETRIABLE_CODES = frozenset(
     {"GROUP_NOT_FOUND", "STREAM_PREFIX_NOT_FOUND", "GROUP_MAX_SIZE_REACHED", "STORE_UNAVAILABLE",
      "CONCURRENT_UPDATE", "TOO_MANY_REQUESTS", "JOINS_THROTTLED", "HEARTBEAT_TOO_FREQUENT",
-     COORDINATOR_UNREACHABLE}
+     "CREDENTIAL_JOINS_TOO_FREQUENT", "CREDENTIAL_MEMBER_LIMIT_REACHED", COORDINATOR_UNREACHABLE}
 )  # fmt: skip
 
 
@@ -65,6 +72,36 @@ class CoordinatorUnreachable(CoordinatorRequestError):
         super().__init__(COORDINATOR_UNREACHABLE, message, retriable=True)
 
 
+def is_local_host(host: str) -> bool:
+    """``host`` (a URL's host name, without brackets) is this machine: ``localhost``, a name under
+    ``.localhost`` (RFC 6761: always loopback), or a loopback address (127.0.0.0/8, ::1, and the
+    IPv4-mapped ::ffff:127.x.y.z). Decided from the name alone: no lookup, which a resolver could answer
+    otherwise."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def insecure_url_problem(url: str) -> str | None:
+    """Why a member must not send its bearer token to ``url``: a plain ``http://`` URL whose host is not
+    this machine (:func:`is_local_host`); None for ``https://`` and local ``http://`` URLs (and for what
+    is not an http(s) URL at all: that is another refusal)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or is_local_host(parts.hostname):
+        return None
+    return (
+        f"{url!r} is plain http:// to another machine: every heartbeat would carry the member's bearer "
+        "token in clear. Use https://, or set RSC_ALLOW_INSECURE_COORDINATOR_URL=true if the network "
+        "between them is yours alone (a container network, a private link)"
+    )
+
+
 class CoordinatorClient(Protocol):
     def heartbeat(
         self, stream_prefix: str, consumer_group: str, request: HeartbeatRequest
@@ -83,7 +120,10 @@ class HttpCoordinatorClient:
     lock is uncontended; give each member its own client). A request on a reused connection that the
     server had already closed is retried once on a fresh one: a heartbeat may be repeated safely (a
     repeated join carries the same ``join_seq``, so the coordinator answers it as a retry; renewals and
-    leaves are idempotent)."""
+    leaves are idempotent).
+
+    A plain ``http://`` URL to another machine is refused (ValueError) unless ``allow_insecure``: the
+    token would travel in clear (:func:`insecure_url_problem`)."""
 
     def __init__(
         self,
@@ -92,10 +132,14 @@ class HttpCoordinatorClient:
         *,
         timeout_s: float = 5.0,
         user_agent: str = "redis-stream-coordinator-member",
+        allow_insecure: bool = False,
     ) -> None:
         parts = urllib.parse.urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"coordinator URL must be http(s)://host[:port][/prefix]; got {base_url!r}")
+        problem = insecure_url_problem(base_url)
+        if problem is not None and not allow_insecure:
+            raise ValueError(problem)
         self.base_url = base_url
         self._https = parts.scheme == "https"
         self._host = parts.hostname

@@ -25,6 +25,14 @@ SETTINGS: tuple[Setting, ...] = (
         'Members: the coordinator\'s base URL, or `"inprocess"` to use the store in `REDIS_URL` directly',
     ),
     Setting("RSC_MEMBER_TOKEN", str, "", "Members: the bearer token they present"),
+    # consumers/client.py: the token would travel in clear. Loopback URLs need no allowance.
+    Setting(
+        "RSC_ALLOW_INSECURE_COORDINATOR_URL",
+        bool,
+        False,
+        "Members: allow a plain `http://` `RSC_COORDINATOR_URL` to another machine (the token is sent in "
+        "clear; loopback and `localhost` URLs are always allowed)",
+    ),
     Setting(
         "RSC_MEMBER_ID_PREFIX",
         str,
@@ -36,6 +44,20 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         0,
         "Members: `run_member` serves its Prometheus metrics on this port (0: not served; docs/metrics.md)",
+    ),
+    Setting(
+        "RSC_MEMBER_METRICS_ADDR",
+        str,
+        "127.0.0.1",
+        "Members: the address `run_member`'s metrics listen on (`0.0.0.0`: every interface; then set a "
+        "token)",
+    ),
+    Setting(
+        "RSC_MEMBER_METRICS_TOKEN",
+        str,
+        "",
+        "Members: if set, a scrape of `run_member`'s metrics must present it (`Authorization: Bearer`; "
+        "401 otherwise)",
     ),
     # The environment sets only max_concurrency (RSC_RUNTIME_MAX_CONCURRENCY, config/settings.py).
     Setting(

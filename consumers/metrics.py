@@ -1,9 +1,12 @@
 """A member process's Prometheus metrics, served on an opt-in port (docs/consumers.md, "Metrics").
 
-``manage.py run_member LISTENER --metrics-port 9105`` (or ``RSC_MEMBER_METRICS_PORT``) starts
-prometheus-client's HTTP server in the member process; no port, no server and next to no cost (the
-figures are still counted in memory). One process runs every member of the listener (``concurrency``):
-each series carries ``stream_prefix``, ``consumer_group`` and ``member_id``.
+``manage.py run_member LISTENER --metrics-port 9105`` (or ``RSC_MEMBER_METRICS_PORT``) starts an HTTP
+server in the member process (prometheus-client's WSGI application, :func:`serve`); no port, no server
+and next to no cost (the figures are still counted in memory). It listens on 127.0.0.1 unless given
+another address (``--metrics-addr``, ``RSC_MEMBER_METRICS_ADDR``), and with a token
+(``RSC_MEMBER_METRICS_TOKEN``) answers only scrapes that present it (``Authorization: Bearer <token>``;
+401 otherwise). One process runs every member of the listener (``concurrency``): each series carries
+``stream_prefix``, ``consumer_group`` and ``member_id``.
 
 * ``rsc_member_handled_total`` / ``rsc_member_failed_total``: entries whose handler returned / raised;
 * ``rsc_member_handler_seconds``: handler latency (histogram);
@@ -17,13 +20,19 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hmac
 import logging
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from consumers.client import is_local_host
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +163,82 @@ class MemberMetrics:
                 gauge.remove(*labels)
 
 
+DEFAULT_ADDR = "127.0.0.1"  # RSC_MEMBER_METRICS_ADDR's default: this machine only
+REALM = "rsc-member-metrics"
+
+_Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def metrics_app(token: str = "", registry: Any = REGISTRY) -> _Wsgi:
+    """prometheus-client's WSGI application; with ``token``, only for requests that present it as
+    ``Authorization: Bearer <token>`` (compared in constant time), 401 for any other."""
+    app: _Wsgi = make_wsgi_app(registry)
+    if not token:
+        return app
+    expected = token.encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        scheme, _, presented = str(environ.get("HTTP_AUTHORIZATION", "")).strip().partition(" ")
+        # WSGI hands headers over as latin-1 text: back to the bytes that were sent.
+        given = presented.strip().encode("latin-1", "replace")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("Content-Type", "text/plain; charset=utf-8"), ("WWW-Authenticate", f'Bearer realm="{REALM}"')],
+        )
+        return [b"this scrape needs Authorization: Bearer <RSC_MEMBER_METRICS_TOKEN>\n"]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a line per scrape on stderr is noise; refusals show as 401s in Prometheus's target page
+
+
+def start_server(port: int, addr: str = DEFAULT_ADDR, token: str = "") -> WSGIServer:
+    """A metrics server on ``addr``:``port`` (0: any free port), serving in a daemon thread; the caller
+    owns it (``shutdown()`` and ``server_close()`` stop it)."""
+    family, host = _family(addr, port)
+
+    class Server(ThreadingWSGIServer):
+        address_family = family
+
+    server = make_server(host, port, metrics_app(token), Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="member-metrics", daemon=True).start()
+    return server
+
+
+def _family(addr: str, port: int) -> tuple[socket.AddressFamily, str]:
+    """The address family and host of ``addr`` (an IPv6 literal, with or without brackets, binds AF_INET6)."""
+    host = addr.strip("[]")
+    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _type, _proto, _name, sockaddr = info[0]
+    return family, str(sockaddr[0])
+
+
 _server_lock = threading.Lock()
 _server_port: int | None = None
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> int:
+def serve(port: int, addr: str = DEFAULT_ADDR, token: str = "") -> int:
     """Start the metrics HTTP server once per process; returns the port it listens on."""
     global _server_port
     with _server_lock:
         if _server_port is None:
-            server, _thread = start_http_server(port, addr=addr)
+            server = start_server(port, addr, token)
             _server_port = int(server.server_port)
-            log.info("member metrics on http://%s:%d/metrics", addr, _server_port)
+            log.info(
+                "member metrics on http://%s:%d/metrics%s",
+                f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr,
+                _server_port,
+                " (bearer token required)" if token else "",
+            )
+            if not token and not is_local_host(addr.strip("[]")):
+                log.warning(
+                    "member metrics served on %s without RSC_MEMBER_METRICS_TOKEN: anyone who reaches "
+                    "that address can read them (member ids, groups, throughput)",
+                    addr,
+                )
         return _server_port

@@ -168,6 +168,7 @@ def run(
     *,
     coordinator_url: str | None = None,
     token: str = "",
+    allow_insecure_url: bool = False,
     redis_url: str | None = None,
     redis_client: Any = None,
     coordinator: Callable[[], CoordinatorClient] | None = None,
@@ -181,15 +182,20 @@ def run(
 
     The coordinator is ``coordinator_url`` + ``token`` (HTTP) or ``coordinator``, a factory of clients
     (e.g. ``lambda: StoreCoordinatorClient(store)``); the data plane is ``redis_url`` or ``redis_client``.
+    A plain ``http://`` ``coordinator_url`` to another machine is refused (ValueError: the token would
+    travel in clear) unless ``allow_insecure_url``.
     """
     resolved = load_runtime(runtime)
     if coordinator is None:
         if not coordinator_url:
             raise ValueError("run() needs coordinator_url (with token) or coordinator")
         url = coordinator_url
+        HttpCoordinatorClient(url, token, allow_insecure=allow_insecure_url)  # refuse it now, not per member
 
         def coordinator() -> CoordinatorClient:
-            return HttpCoordinatorClient(url, token, timeout_s=resolved.heartbeat_timeout_s)
+            return HttpCoordinatorClient(
+                url, token, timeout_s=resolved.heartbeat_timeout_s, allow_insecure=allow_insecure_url
+            )
 
     if redis_client is None:
         if not redis_url:

@@ -11,7 +11,7 @@ class CoordinatorConfig(AppConfig):
         from django.conf import settings
         from django.core import checks
 
-        from .checks import check_celery_broker, check_rsc_settings
+        from .checks import check_celery_broker, check_rsc_settings, check_trusted_proxy_header
         from .conf import apply_defaults
 
         # A host project defines only the RSC_* settings it changes (docs/plugin.md); idempotent.
@@ -19,5 +19,6 @@ class CoordinatorConfig(AppConfig):
 
         checks.register(check_rsc_settings, "rsc")
         checks.register(check_celery_broker, "rsc")
+        checks.register(check_trusted_proxy_header, "rsc")
         # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
         from . import credentials  # noqa: F401

@@ -7,6 +7,7 @@
     rsc.E005  a setting outside the range its consumer accepts (RANGES_MS, from the table in
               coordinator/conf.py); among them RSC_RETENTION_INTERVAL_MS below 1000
     rsc.E006  a count setting (COUNTS) that is not an integer in its range
+    rsc.E008  RSC_TRUSTED_PROXY_HEADER is not an HTTP header name
     rsc.W001  (`check --deploy` only) an RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS entry shorter than
               MIN_TOKEN_LENGTH characters: a guessable bearer token, like `make run`'s public dev tokens
 
@@ -95,6 +96,22 @@ def check_celery_broker(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             hint="Point CELERY_BROKER_URL at a plain Redis (redis://...), e.g. a small separate instance "
             "(docs/cluster.md).",
             id="rsc.E007",
+        )
+    ]
+
+
+def check_trusted_proxy_header(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """rsc.E008: the proxy header must be a header name (coordinator/proxy.py)."""
+    from coordinator.proxy import valid_header_name
+
+    header = conf.settings().RSC_TRUSTED_PROXY_HEADER
+    if not header or (isinstance(header, str) and valid_header_name(header)):
+        return []
+    return [
+        Error(
+            f"RSC_TRUSTED_PROXY_HEADER must be an HTTP header name, got {header!r}.",
+            hint="e.g. X-Forwarded-For or X-Real-IP: the header your reverse proxy sets (empty: none).",
+            id="rsc.E008",
         )
     ]
 

@@ -122,6 +122,42 @@ SETTINGS: tuple[Setting, ...] = (
         "joins at once per API process",
         "count",
     ),
+    # Per credential, across every API process (coordinator/store/credential_limits.py): generous enough
+    # for one credential running the largest group (max_members 10,000) twice over; the join rate above
+    # what one host's API answers in joins (a crowd rejoining at once, tests/e2e's overload churners, the
+    # benchmarks' forming groups never meet it). A leaked token still cannot create members without end.
+    Setting(
+        "RSC_CREDENTIAL_MAX_MEMBERS",
+        int,
+        20_000,
+        "Live members one credential may have at once, over every group and API process; a join of a "
+        "new member id beyond it gets 429 `CREDENTIAL_MEMBER_LIMIT_REACHED` (0: no limit)",
+        0,
+        1_000_000,
+        "live members per credential",
+        "count",
+    ),
+    Setting(
+        "RSC_CREDENTIAL_JOIN_FLOOR_MS",
+        int,
+        1,
+        "Per credential, one join per this many ms after the burst, over every API process (429 "
+        "`CREDENTIAL_JOINS_TOO_FREQUENT` beyond; 0: off)",
+        0,
+        60_000,
+        "the per-credential join rate",
+        "count",
+    ),
+    Setting(
+        "RSC_CREDENTIAL_JOIN_BURST",
+        int,
+        2_000,
+        "Joins a credential may make back to back before its join rate applies",
+        1,
+        100_000,
+        "the per-credential join burst",
+        "count",
+    ),
     # Counted in the default cache: per process with the default LocMemCache. config/settings.py refuses
     # a value of another form at start-up.
     Setting(
@@ -129,6 +165,25 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "600/min",
         "Admin API requests per credential, `<count>/<second|minute|hour|day>` (429 beyond)",
+    ),
+    # The reverse proxy in front of the API server (coordinator/proxy.py): the client address the admin
+    # login's throttling (django-axes) counts against. Empty: REMOTE_ADDR, a direct connection's.
+    Setting(
+        "RSC_TRUSTED_PROXY_HEADER",
+        str,
+        "",
+        "The header your reverse proxy puts the client's address in (`X-Forwarded-For`, `X-Real-IP`), for "
+        "the admin login's lockout; empty: none is trusted, `REMOTE_ADDR` (docs/operations.md)",
+    ),
+    Setting(
+        "RSC_TRUSTED_PROXY_COUNT",
+        int,
+        1,
+        "Proxies in a row that append to that header: the client is that many entries from its right",
+        1,
+        10,
+        "trusted proxies",
+        "count",
     ),
     # Coordinator timing (coordinator/checks.py rejects impossible combinations at start-up).
     Setting(

@@ -119,7 +119,7 @@ class ApiCredential(models.Model):
         )
 
     @classmethod
-    def issue(
+    def new(
         cls,
         name: str,
         role: str,
@@ -128,8 +128,9 @@ class ApiCredential(models.Model):
         consumer_groups: str = ANY,
         member_id_prefix: str = "",
     ) -> tuple[ApiCredential, str]:
-        """Create a credential with a fresh random token; returns it with the token (shown once).
-        Raises ValidationError for a malformed scope (nothing is created)."""
+        """A credential with a fresh random token, validated (ValidationError: a malformed scope, a name
+        taken) but not saved; returns it with the token (shown once). ``coordinator.operations.
+        issue_credential`` saves it, audited: the way every entry point issues one."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         credential = cls(
             name=name,
@@ -140,6 +141,13 @@ class ApiCredential(models.Model):
             member_id_prefix=member_id_prefix,
         )
         credential.full_clean()
+        return credential, token
+
+    @classmethod
+    def issue(cls, name: str, role: str, **scope: str) -> tuple[ApiCredential, str]:
+        """:meth:`new`, saved at once, without an audit row: for tests and fixtures only (the entry points
+        go through ``coordinator.operations.issue_credential``)."""
+        credential, token = cls.new(name, role, **scope)
         credential.save()
         return credential, token
 
@@ -157,6 +165,11 @@ class AuditEntry(models.Model):
         PURGE_DEAD_LETTERS = "purge_dead_letters", "purge dead letters"
         SET_RETENTION = "set_retention", "set retention policy"
         DELETE_PREFIX = "delete_prefix", "delete stream prefix"
+        # API credentials (coordinator/operations.py): stream_prefix is empty, details name the credential.
+        ISSUE_CREDENTIAL = "issue_credential", "issue API credential"
+        DEACTIVATE_CREDENTIAL = "deactivate_credential", "deactivate API credential"
+        REACTIVATE_CREDENTIAL = "reactivate_credential", "re-activate API credential"
+        CHANGE_CREDENTIAL = "change_credential", "change an API credential's role or scope"
 
     class Source(models.TextChoices):
         API = "api", "HTTP API"
@@ -197,4 +210,6 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         target = f"{self.stream_prefix}/{self.consumer_group}" if self.consumer_group else self.stream_prefix
+        if not target and isinstance(self.details, dict) and "credential" in self.details:
+            target = f"credential {self.details['credential']}"
         return f"{self.username} {self.action} {target}: {self.outcome}"

@@ -35,6 +35,15 @@ the pages audited: one rule written twice, which drifts. Now views, pages and co
 cannot disagree about who may act, what is valid, or what is recorded. Reads (listings, backlog, the
 usage a confirmation shows) are not actions; callers read the store directly.
 
+API credentials take the same steps (:func:`issue_credential`, :func:`change_credential`): issuing one,
+re-activating one and changing its role or scope give a token power, so they need the admin role
+(``coordinator.manage_groups`` for a staff user, as creating a group does; the ``create_api_credential``
+command acts as an admin); deactivating one takes power away, so an actor that may change credentials
+(``change_apicredential`` in the Django admin: ``may_deactivate_credentials``) may do that alone. The
+audit row (empty ``stream_prefix``, the credential's name and id in its details, never a token) is
+committed before the credential row is saved; if it cannot be, nothing is saved. Their entry points:
+the credential admin (coordinator/admin.py) and the command.
+
 ``prune_audit`` applies the audit trail's retention (``RSC_AUDIT_RETENTION_DAYS``, default 365); the
 ``prune_audit`` command and the retention beat task call it.
 """
@@ -48,14 +57,15 @@ import os
 from collections.abc import Callable
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from django.utils import timezone
 
 from coordinator import audit, conf
-from coordinator.models import AuditEntry
+from coordinator.models import ANY, ApiCredential, AuditEntry, parse_patterns
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import (
     ConfirmationMismatch,
@@ -127,11 +137,22 @@ class Actor:
     user: Any = None  # the Django user, when there is one (AuditEntry.user)
     source: str  # "api" | "admin_ui" | "command"
     is_admin: bool
+    # May deactivate API credentials without being an admin (the credential admin's adapter: a staff user
+    # with change_apicredential). Taking a token's power away needs no more; giving any needs is_admin.
+    may_deactivate_credentials: bool = False
 
     @classmethod
-    def of_user(cls, user: Any, *, source: str, is_admin: bool) -> Actor:
+    def of_user(
+        cls, user: Any, *, source: str, is_admin: bool, may_deactivate_credentials: bool = False
+    ) -> Actor:
         """A Django user (or anonymous) acting through ``source``; the adapter decided ``is_admin``."""
-        return cls(username=_username(user), user=_django_user(user), source=source, is_admin=is_admin)
+        return cls(
+            username=_username(user),
+            user=_django_user(user),
+            source=source,
+            is_admin=is_admin,
+            may_deactivate_credentials=may_deactivate_credentials,
+        )
 
 
 def actor_from_command(command: str) -> Actor:
@@ -213,6 +234,7 @@ def raise_unless_admin(actor: Actor, action: AuditEntry.Action) -> None:
 
 # act(store, details) -> result. It may add to ``details`` before it fails (what it read first).
 _Act = Callable[[MetadataStore, dict[str, Any]], dict[str, Any]]
+_T = TypeVar("_T")
 
 
 def _audited(
@@ -224,6 +246,21 @@ def _audited(
     act: _Act,
 ) -> dict[str, Any]:
     """Steps 3 and 4: the pending row, the store call, the outcome."""
+    return _audited_change(
+        actor, action, stream_prefix, consumer_group, requested, lambda details: act(get_store(), details)
+    )
+
+
+def _audited_change(
+    actor: Actor,
+    action: AuditEntry.Action,
+    stream_prefix: str,
+    consumer_group: str,
+    requested: dict[str, Any],
+    change: Callable[[dict[str, Any]], _T],
+) -> _T:
+    """Steps 3 and 4 for any change (the store's, a credential's): the pending row, the change, the
+    outcome. ``change(details)`` runs only once the row is committed."""
     try:
         entry = audit.begin(
             username=actor.username,
@@ -242,7 +279,7 @@ def _audited(
         ) from e
     details = dict(requested)
     try:
-        result = act(get_store(), details)
+        result = change(details)
     except CoordinatorError as e:
         _settle(entry, str(e.code), message=e.message, details={**details, "error": e.details})
         raise
@@ -545,6 +582,138 @@ def delete_group(
         return {"deleted": True, **totals}
 
     return _audited(actor, Action.DELETE_GROUP, prefix, group, requested, act)
+
+
+# ------------------------------------------------------------------------------------------ credentials
+
+# The fields of an API credential an operator may change (the token never changes: issue a new one).
+CREDENTIAL_FIELDS = ("role", "active", "stream_prefixes", "consumer_groups", "member_id_prefix")
+SCOPE_FIELDS = ("stream_prefixes", "consumer_groups", "member_id_prefix")
+MAX_CREDENTIAL_NAME_CHARS = 100
+
+
+def issue_credential(
+    actor: Actor,
+    name: str,
+    role: str,
+    *,
+    stream_prefixes: str | None = None,
+    consumer_groups: str | None = None,
+    member_id_prefix: str | None = None,
+    reason: str = "",
+) -> tuple[ApiCredential, str]:
+    """Issue an API credential with a fresh random token; returns it with the token (shown once, never
+    stored or audited: only its SHA-256 is). A member credential may be scoped (patterns of stream
+    prefixes and groups, a member-id prefix); an admin credential takes no scope."""
+    raise_unless_admin(actor, Action.ISSUE_CREDENTIAL)
+    if not isinstance(name, str) or not 0 < len(name.strip()) <= MAX_CREDENTIAL_NAME_CHARS:
+        raise InvalidRequest(f"name must be 1-{MAX_CREDENTIAL_NAME_CHARS} characters", field="name")
+    name = name.strip()
+    if role not in ApiCredential.Role.values:
+        raise InvalidRequest(f"role must be one of {', '.join(ApiCredential.Role.values)}", field="role")
+    scope = {
+        "stream_prefixes": stream_prefixes,
+        "consumer_groups": consumer_groups,
+        "member_id_prefix": member_id_prefix,
+    }
+    if role == ApiCredential.Role.ADMIN and any(v is not None for v in scope.values()):
+        raise InvalidRequest("an admin credential has no scope", field="role")
+    reason = validate_reason(reason, required=False)
+    credential, token = _validated(
+        lambda: ApiCredential.new(
+            name,
+            role,
+            stream_prefixes=stream_prefixes or ANY,
+            consumer_groups=consumer_groups or ANY,
+            member_id_prefix=member_id_prefix or "",
+        )
+    )
+    requested = {"credential": name, "role": role, **_scope_of(credential), "reason": reason}
+
+    def save(details: dict[str, Any]) -> ApiCredential:
+        credential.save()
+        details["credential_id"] = credential.pk
+        return credential
+
+    return _audited_change(actor, Action.ISSUE_CREDENTIAL, "", "", requested, save), token
+
+
+def change_credential(
+    actor: Actor, credential_id: int, *, reason: str = "", **changes: Any
+) -> ApiCredential:
+    """Change some of ``CREDENTIAL_FIELDS`` of a credential; returns it as saved (unchanged when nothing
+    differs, and then no row is written). One audit row per call, whose action is what gives the token
+    most power: ``reactivate_credential`` (active again), else ``change_credential`` (role, scope), else
+    ``deactivate_credential``; its details have every field's [before, after]. Everything but a
+    deactivation needs the admin role; a deactivation alone needs ``may_deactivate_credentials``."""
+    unknown = sorted(set(changes) - set(CREDENTIAL_FIELDS))
+    if unknown:
+        raise InvalidRequest(f"not a field an operator may change: {', '.join(unknown)}", field=unknown[0])
+    reason = validate_reason(reason, required=False)
+    try:
+        credential = ApiCredential.objects.get(pk=credential_id)
+    except (ApiCredential.DoesNotExist, ValueError, TypeError) as e:
+        raise InvalidRequest(f"no API credential {credential_id!r}", field="credential") from e
+    before = {f: getattr(credential, f) for f in CREDENTIAL_FIELDS}
+    changed = {f: v for f, v in changes.items() if v != before[f]}
+    if not changed:
+        return credential
+    if changed.get("active") is True:
+        action = Action.REACTIVATE_CREDENTIAL
+    elif set(changed) - {"active"}:
+        action = Action.CHANGE_CREDENTIAL
+    else:
+        action = Action.DEACTIVATE_CREDENTIAL
+    if not (action == Action.DEACTIVATE_CREDENTIAL and actor.may_deactivate_credentials):
+        raise_unless_admin(actor, action)
+    if "active" in changed and not isinstance(changed["active"], bool):
+        raise InvalidRequest("active must be true or false", field="active")
+    for field, value in changed.items():
+        setattr(credential, field, value)
+    _validated(credential.full_clean)
+    for field in ("stream_prefixes", "consumer_groups"):
+        if field in changed:  # stored as issue() stores them: one space between patterns
+            setattr(credential, field, " ".join(parse_patterns(getattr(credential, field), field)))
+    requested = {
+        "credential": credential.name,
+        "credential_id": credential.pk,
+        "changes": {f: [before[f], getattr(credential, f)] for f in changed},
+        "reason": reason,
+    }
+
+    def save(details: dict[str, Any]) -> ApiCredential:
+        # post_save drops the cached credentials here and, once committed, in every process (credentials.py)
+        credential.save(update_fields=list(changed))
+        return credential
+
+    return _audited_change(actor, action, "", "", requested, save)
+
+
+def deactivate_credential(actor: Actor, credential_id: int, *, reason: str = "") -> ApiCredential:
+    """Refuse the credential's token from the next request on, in every process (audited)."""
+    return change_credential(actor, credential_id, active=False, reason=reason)
+
+
+def reactivate_credential(actor: Actor, credential_id: int, *, reason: str = "") -> ApiCredential:
+    """Accept the credential's token again: needs the admin role, as issuing one does (audited)."""
+    return change_credential(actor, credential_id, active=True, reason=reason)
+
+
+def _scope_of(credential: ApiCredential) -> dict[str, str]:
+    if credential.role != ApiCredential.Role.MEMBER:
+        return {}
+    return {f: getattr(credential, f) for f in SCOPE_FIELDS}
+
+
+def _validated(build: Callable[[], _T]) -> _T:
+    """``build()``; a Django ValidationError becomes InvalidRequest naming the first field."""
+    try:
+        return build()
+    except ValidationError as e:
+        errors = e.message_dict if hasattr(e, "error_dict") else {"credential": e.messages}
+        field = next(iter(errors))
+        text = "; ".join(f"{f}: {' '.join(m)}" for f, m in errors.items())
+        raise InvalidRequest(text, field=field if field != "__all__" else "credential") from e
 
 
 # ------------------------------------------------------------------------------------------ audit retention

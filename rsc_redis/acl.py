@@ -118,6 +118,9 @@ _COORDINATOR_RULES: tuple[str, ...] = (
     "+zadd",
     "+zrem",
     "+zrangebyscore",
+    # The per-credential join limits (coordinator/store/credential_limits.py).
+    "+zscore",
+    "+zcard",
     "+xadd",
     "+xack",
     "+xdel",

@@ -7,10 +7,13 @@ docs/protocol.md section 9 shows :data:`FAMILIES` and docs/store.md ("One hash p
 function builds the template its family states.
 
 Every key of a stream prefix ``P`` lives under the hash tag ``{P}`` (``rsc:{P}:...``), so they share
-one Redis Cluster slot and one script or ``MULTI`` may touch them together (docs/cluster.md). The few
-global keys are single keys, each in its own slot, never used together with a prefix's keys in one
-command. Identifiers (stream prefixes, groups, members) never contain ``:``, ``{`` or ``}``
-(``coordinator.protocol.model.validate_identifier``), so a key names exactly one family.
+one Redis Cluster slot and one script or ``MULTI`` may touch them together (docs/cluster.md). The keys
+of one API credential (its join rate and its live members) share the hash tag of the credential's
+identity digest (``rsc:credential:{<credential>}:...``) in the same way, and are never used with a
+prefix's keys in one command. The few global keys are single keys, each in its own slot, never used
+together with a prefix's keys in one command. Identifiers (stream prefixes, groups, members) never
+contain ``:``, ``{`` or ``}`` (``coordinator.protocol.model.validate_identifier``), so a key names
+exactly one family.
 
 The Lua scripts receive their keys from the caller (``KEYS``, built by the functions below). A script
 that must check that a key it was given belongs to the prefix of its metadata key builds the expected
@@ -98,6 +101,25 @@ def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) 
     return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
 
 
+# ------------------------------------------------------------------------------- keys of a credential
+# ``credential``: the digest of an API credential's identity (coordinator.store.codec.identity_digest
+# of "database:<pk>", "environment:<digest>", "session:<user pk>"): 16 hex digits, never a token.
+
+
+def credential_members_key(credential: str) -> str:
+    """Sorted set ``<P>:<G>:<member>`` scored by when each was last known live (ms, Redis clock): the
+    members the credential joined that may still be live, for its cap on live members
+    (``RSC_CREDENTIAL_MAX_MEMBERS``; coordinator/store/credential_limits.py, docs/protocol.md section
+    13). Not metadata: an index of counts, checked against the metadata when the cap is reached."""
+    return f"rsc:credential:{{{credential}}}:members"
+
+
+def credential_joins_key(credential: str) -> str:
+    """String with expiry: the credential's join rate (a GCRA arrival time, ms), across every API
+    process (``RSC_CREDENTIAL_JOIN_FLOOR_MS``). Not metadata: it expires by itself."""
+    return f"rsc:credential:{{{credential}}}:joins"
+
+
 # ---------------------------------------------------------------------------------------- global keys
 
 # Set: the stream prefixes that exist. An index for the tick and for listings, not a source of truth.
@@ -118,8 +140,9 @@ CREDENTIALS_GENERATION_KEY = "rsc:credentials:generation"
 @dataclass(frozen=True, slots=True)
 class KeyFamily:
     """One family of keys: ``template`` as docs/protocol.md section 9 writes it (``P`` the stream
-    prefix, ``<G>`` a consumer group, ``<member>`` a member id, ``<version>:<index>`` a shard), its Redis
-    type, and what builds it (a function of this module, or the key itself for a global key)."""
+    prefix, ``<G>`` a consumer group, ``<member>`` a member id, ``<version>:<index>`` a shard,
+    ``<credential>`` a credential's identity digest), its Redis type, and what builds it (a function of
+    this module, or the key itself for a global key)."""
 
     template: str
     redis_type: str
@@ -131,7 +154,7 @@ class KeyFamily:
         A global key is its own pattern."""
         pattern = self.template.replace("{P}", "{" + stream_prefix + "}")
         pattern = pattern.replace("<version>:<index>", "[0-9]*")
-        for name in ("<G>", "<member>"):
+        for name in ("<G>", "<member>", "<credential>"):
             pattern = pattern.replace(name, "*")
         return pattern
 
@@ -145,6 +168,10 @@ LEASE_INDEX = KeyFamily("rsc:{P}:lz", "sorted set", lease_index_key)
 SCHEDULE_INDEX = KeyFamily("rsc:{P}:sz", "sorted set", schedule_index_key)
 TURN = KeyFamily("rsc:{P}:turn", "string with expiry", turn_key)
 HEARTBEAT_RATE = KeyFamily("rsc:{P}:hbr:<G>:<member>", "string with expiry", heartbeat_rate_key)
+CREDENTIAL_MEMBERS = KeyFamily("rsc:credential:{<credential>}:members", "sorted set", credential_members_key)
+CREDENTIAL_JOINS = KeyFamily(
+    "rsc:credential:{<credential>}:joins", "string with expiry", credential_joins_key
+)
 PREFIXES = KeyFamily(PREFIXES_KEY, "set", PREFIXES_KEY)
 RETENTION_CURSOR = KeyFamily(RETENTION_CURSOR_KEY, "string", RETENTION_CURSOR_KEY)
 METRICS = KeyFamily(METRICS_KEY, "hash", METRICS_KEY)
@@ -160,6 +187,8 @@ FAMILIES: tuple[KeyFamily, ...] = (
     SCHEDULE_INDEX,
     TURN,
     HEARTBEAT_RATE,
+    CREDENTIAL_MEMBERS,
+    CREDENTIAL_JOINS,
     PREFIXES,
     RETENTION_CURSOR,
     METRICS,

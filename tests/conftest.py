@@ -22,6 +22,9 @@ from coordinator.store.functions import DataPlaneFunctions, keys_from_settings
 # starts.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(64))
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+# pytest-django has loaded tests.settings (development mode, for this process only) and exported its name;
+# the children load the project's own settings, as a deployment does.
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
 
 
 def load_functions(server: RedisServer) -> None:

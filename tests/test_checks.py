@@ -191,3 +191,18 @@ def test_a_cluster_broker_url_is_an_error(settings) -> None:
     assert [m.id for m in check_celery_broker()] == ["rsc.E007"]
     settings.CELERY_BROKER_URL = "redis://10.0.0.9:6379/1"
     assert check_celery_broker() == []
+
+
+def test_the_trusted_proxy_header_must_be_a_header_name(settings) -> None:
+    from coordinator.checks import check_trusted_proxy_header
+
+    assert check_trusted_proxy_header() == []
+    for good in ("X-Forwarded-For", "X-Real-IP", "HTTP_X_FORWARDED_FOR"):
+        settings.RSC_TRUSTED_PROXY_HEADER = good
+        assert check_trusted_proxy_header() == []
+    for bad in ("X-Forwarded-For: 1.2.3.4", "X Forwarded", "-x"):
+        settings.RSC_TRUSTED_PROXY_HEADER = bad
+        assert [e.id for e in check_trusted_proxy_header()] == ["rsc.E008"]
+    settings.RSC_TRUSTED_PROXY_HEADER = "X-Forwarded-For"
+    settings.RSC_TRUSTED_PROXY_COUNT = 0
+    assert "rsc.E006" in [e.id for e in check_rsc_settings()]

@@ -100,3 +100,16 @@ def test_the_api_runs_on_the_products_server_and_its_published_port() -> None:
     options = serve.parse(command[3:])
     published = SERVICES["web"]["ports"][0].rsplit(":", 1)[1]
     assert options.bind == f"0.0.0.0:{published}"
+
+
+def test_the_member_allows_its_plain_http_url_to_the_web_container_explicitly() -> None:
+    """http://web:8000 is not this container's loopback: the member's check (consumers.E005) would stop
+    it, so compose allows it, and says why."""
+    from consumers.client import insecure_url_problem
+
+    member = SERVICES["member"]["environment"]
+    assert insecure_url_problem(member["RSC_COORDINATOR_URL"]) is not None
+    assert member["RSC_ALLOW_INSECURE_COORDINATOR_URL"] == "true"
+    text = COMPOSE.read_text()
+    above = text[: text.index("RSC_ALLOW_INSECURE_COORDINATOR_URL")].splitlines()[-4:]
+    assert any("in clear" in line for line in above)

@@ -154,3 +154,26 @@ def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_launcher(monkeypatch:
         assert supervisor._running == []  # nothing was started after the Ctrl-C
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize(
+    ("host", "url", "allowed"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8000", None),
+        ("0.0.0.0", "http://127.0.0.1:8000", None),
+        ("::", "http://127.0.0.1:8000", None),
+        ("::1", "http://[::1]:8000", None),
+        ("192.168.1.20", "http://192.168.1.20:8000", "true"),
+    ],
+)
+def test_the_members_url_is_local_or_explicitly_allowed(
+    monkeypatch: pytest.MonkeyPatch, host: str, url: str, allowed: str | None
+) -> None:
+    """make run's members pass their own check (consumers.E005): the loopback where the server listens
+    there, else the allowance, set by the dev stack and said in its log."""
+    monkeypatch.delenv("RSC_COORDINATOR_URL", raising=False)
+    monkeypatch.delenv("RSC_ALLOW_INSECURE_COORDINATOR_URL", raising=False)
+    monkeypatch.setattr(devstack, "log", lambda message: None)
+    devstack._export_coordinator_url(host, 8000)
+    assert os.environ["RSC_COORDINATOR_URL"] == url
+    assert os.environ.get("RSC_ALLOW_INSECURE_COORDINATOR_URL") == allowed

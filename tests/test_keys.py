@@ -31,6 +31,7 @@ PLACEHOLDERS: dict[str, Any] = {
     "consumer_group": "<G>",
     "member_id": "<member>",
     "shard": SimpleNamespace(version="<version>", index="<index>"),
+    "credential": "<credential>",
 }
 
 
@@ -121,6 +122,7 @@ def sample_keys() -> dict[str, list[str]]:
                     "consumer_group": group,
                     "member_id": member,
                     "shard": shard,
+                    "credential": f"{abs(hash((prefix, member))):016x}"[:16],
                 }
                 built.append(family.key(*(values[n] for n in names)))
         found[family.template] = built
@@ -239,3 +241,12 @@ _FIELD_NAMES = {"<G>": "[^:]+", "<member>": "[^:]+", "<shard>": r"v\d+:\d+", "<s
 def field_regex(template: str) -> re.Pattern[str]:
     parts = re.split(r"(<\w+>)", template)
     return re.compile("".join(_FIELD_NAMES.get(p, re.escape(p)) for p in parts) + r"\Z")
+
+
+def test_a_credentials_keys_share_its_hash_tag_and_no_prefix_family_matches_them() -> None:
+    digest = "0123456789abcdef"
+    members, joins = keys.credential_members_key(digest), keys.credential_joins_key(digest)
+    assert members == "rsc:credential:{0123456789abcdef}:members"
+    assert joins == "rsc:credential:{0123456789abcdef}:joins"
+    prefix_families = [f for f in keys.FAMILIES if "{P}" in f.template]
+    assert not any(fnmatch.fnmatchcase(k, f.pattern()) for k in (members, joins) for f in prefix_families)

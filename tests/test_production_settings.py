@@ -213,3 +213,37 @@ def test_a_malformed_proxy_ssl_header_refuses_to_start() -> None:
     result = run(["-c", "import config.settings"], env)
     assert result.returncode != 0
     assert "SECURE_PROXY_SSL_HEADER must be 'HEADER,value'" in result.stderr
+
+
+# ----------------------------------------------------------------------------------- development mode
+
+
+def test_importing_pytest_does_not_make_a_process_a_development_one() -> None:
+    """Development mode (the public development key, no HTTPS) comes from DEVELOPMENT / DEBUG alone: a
+    production process that happens to import pytest (a plugin, a health check) still refuses the
+    missing key."""
+    result = run(["-c", "import pytest, config.settings"], {"DEBUG": "false"})
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set, and DEBUG is off: refusing to start" in result.stderr
+
+
+def test_development_comes_from_its_variable_and_defaults_to_debug() -> None:
+    names = ("DEVELOPMENT", "SECRET_KEY", "SECURE_SSL_REDIRECT")
+    dev = {"DEVELOPMENT": True, "SECRET_KEY": project_settings.DEV_SECRET_KEY, "SECURE_SSL_REDIRECT": False}
+    assert settings_in({"DEVELOPMENT": "true"}, *names) == dev
+    assert settings_in({"DEBUG": "true"}, *names) == dev
+    key = get_random_secret_key()
+    production = {"DEVELOPMENT": False, "SECRET_KEY": key, "SECURE_SSL_REDIRECT": True}
+    assert settings_in({"DEBUG": "true", "DEVELOPMENT": "false", "SECRET_KEY": key}, *names) == production
+    result = run(["-c", "import config.settings"], {"DEBUG": "true", "DEVELOPMENT": "false"})
+    assert "SECRET_KEY is not set" in result.stderr
+
+
+def test_the_suite_runs_in_development_mode_and_its_children_do_not_inherit_it() -> None:
+    import os
+
+    from django.conf import settings
+
+    assert settings.DEVELOPMENT is True
+    assert "DEVELOPMENT" not in os.environ or os.environ["DEVELOPMENT"] != "true"
+    assert os.environ["DJANGO_SETTINGS_MODULE"] == "config.settings"

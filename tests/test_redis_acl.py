@@ -23,10 +23,11 @@ from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
 from consumers.errors import DataPlaneError, FunctionsNotLoaded
 from consumers.producer import Producer
 from coordinator.protocol.commands import CreateGroup
-from coordinator.protocol.errors import DeadLetterNotVerified, MetadataCorrupt
+from coordinator.protocol.errors import CredentialMemberLimitReached, DeadLetterNotVerified, MetadataCorrupt
 from coordinator.protocol.group import LEAVE_EPOCH, Heartbeat
 from coordinator.protocol.model import IDENTIFIER_RE, GroupConfig, OrderingMode, RetentionPolicy, Shard
 from coordinator.protocol.routing import shard_index
+from coordinator.store import JoinLimits, credential_limits
 from coordinator.store.redis_store import MetadataStore
 from rsc_redis import acl as redis_acl
 from rsc_redis.keys import dead_letter_key, meta_key, redeliver_key, stream_key
@@ -166,6 +167,26 @@ def test_the_coordinator_user_runs_the_metadata_store_end_to_end(
     store.delete_prefix(PREFIX, force=True)
     assert admin.keys("rsc:{orders}:*") == [] and admin.smembers("rsc:prefixes") == set()
     assert acl_denials(admin) == []
+
+
+def test_the_coordinator_user_keeps_each_credentials_join_limits(
+    store: MetadataStore, admin: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The join rate and the cap on live members (coordinator/store/credential_limits.py), the check at
+    the cap included (its members checked at once here)."""
+    monkeypatch.setattr(credential_limits, "TRUST_MS", 0)
+    create_group(store)
+    limits = JoinLimits(max_members=1, period_ms=1, burst=5)
+    owner = "database:1"
+    store.credential_limits.admit(owner, PREFIX, GROUP, "m-1", limits)
+    hb = Heartbeat(member_id="m-1", member_epoch=0, capacity=1, owner=owner)
+    epoch = store.heartbeat(PREFIX, GROUP, hb)["member_epoch"]
+    with pytest.raises(CredentialMemberLimitReached):
+        store.credential_limits.admit(owner, PREFIX, GROUP, "m-2", limits)  # m-1 checked: live
+    store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m-1", member_epoch=LEAVE_EPOCH, owner=owner))
+    assert store.credential_limits.admit(owner, PREFIX, GROUP, "m-2", limits).counted  # m-1 checked: gone
+    store.credential_limits.forget(owner, PREFIX, GROUP, "m-2")
+    assert epoch > 0 and acl_denials(admin) == []
 
 
 # ---------------------------------------------------------------------------------------- member

@@ -112,6 +112,8 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ApiErrorCode.TOO_MANY_REQUESTS: (429, "Too many requests"),
     ErrorCode.HEARTBEAT_TOO_FREQUENT: (429, "Heartbeats too frequent"),
     ErrorCode.JOINS_THROTTLED: (429, "Too many joins at once"),
+    ErrorCode.CREDENTIAL_JOINS_TOO_FREQUENT: (429, "The credential joins too often"),
+    ErrorCode.CREDENTIAL_MEMBER_LIMIT_REACHED: (429, "The credential has its maximum of live members"),
     ErrorCode.ILLEGAL_TRANSITION: (500, "Internal protocol violation"),
     OperationErrorCode.INTERNAL_ERROR: (500, "Internal error"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Metadata store unavailable"),

@@ -1,5 +1,6 @@
 """The admin API's rate limit (at most ``RSC_ADMIN_API_RATE`` requests per credential), the member
-heartbeat floor (:func:`heartbeat_floor`) and join admission (:func:`admit_join`).
+heartbeat floor (:func:`heartbeat_floor`) and join admission: per process (:func:`admit_join`) and per
+credential across every process (:func:`admit_credential_join`).
 
 Theory of operation
 -------------------
@@ -33,8 +34,8 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from coordinator import conf
 from coordinator.credentials import TokenPrincipal
-from coordinator.protocol.errors import JoinsThrottled
-from coordinator.store import HeartbeatFloor
+from coordinator.protocol.errors import CoordinatorError, JoinsThrottled, StoreUnavailable
+from coordinator.store import HeartbeatFloor, JoinLimits, MetadataStore
 
 
 def heartbeat_floor() -> HeartbeatFloor | None:
@@ -95,3 +96,47 @@ def admit_join() -> Iterator[None]:
     finally:
         with _joins_lock:
             _joins_running -= 1
+
+
+def credential_join_limits() -> JoinLimits | None:
+    """Each credential's limits on joins (docs/protocol.md section 13, "Per credential"):
+    ``RSC_CREDENTIAL_MAX_MEMBERS`` live members, one join per ``RSC_CREDENTIAL_JOIN_FLOOR_MS`` after
+    ``RSC_CREDENTIAL_JOIN_BURST``; None when both are off. Read on every join."""
+    current = conf.settings()
+    limits = JoinLimits(
+        max_members=int(current.RSC_CREDENTIAL_MAX_MEMBERS),
+        period_ms=int(current.RSC_CREDENTIAL_JOIN_FLOOR_MS),
+        burst=max(1, int(current.RSC_CREDENTIAL_JOIN_BURST)),
+    )
+    return None if limits.off else limits
+
+
+@contextmanager
+def admit_credential_join(
+    store: MetadataStore, identity: str, stream_prefix: str, consumer_group: str, member_id: str
+) -> Iterator[None]:
+    """A join by the credential ``identity``, within its join rate and its cap on live members, both
+    counted in Redis across every API process (coordinator/store/credential_limits.py): refused at once
+    with 429 CREDENTIAL_JOINS_TOO_FREQUENT or CREDENTIAL_MEMBER_LIMIT_REACHED (with
+    ``details.retry_after_ms``), changing nothing. A join the coordinator then refuses gives its place
+    back; one whose outcome is unknown (Redis failed meanwhile) keeps it, which at worst refuses a
+    join early until the next check at the cap finds the member gone."""
+    limits = credential_join_limits()
+    if limits is None:
+        yield
+        return
+    admission = store.credential_limits.admit(identity, stream_prefix, consumer_group, member_id, limits)
+    try:
+        yield
+    except CoordinatorError as e:
+        if not isinstance(e, StoreUnavailable):
+            store.credential_limits.release(admission)
+        raise
+
+
+def forget_left_member(
+    store: MetadataStore, identity: str, stream_prefix: str, consumer_group: str, member_id: str
+) -> None:
+    """A member left: it no longer counts against its credential's live members (best effort)."""
+    if int(conf.settings().RSC_CREDENTIAL_MAX_MEMBERS) > 0:
+        store.credential_limits.forget(identity, stream_prefix, consumer_group, member_id)

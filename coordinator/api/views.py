@@ -54,7 +54,13 @@ from .serializers import (
     ShardCountSerializer,
     StrictSerializer,
 )
-from .throttling import AdminRateThrottle, admit_join, heartbeat_floor
+from .throttling import (
+    AdminRateThrottle,
+    admit_credential_join,
+    admit_join,
+    forget_left_member,
+    heartbeat_floor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +198,8 @@ class HeartbeatView(ApiView):
                 ErrorCode.GROUP_MAX_SIZE_REACHED,
                 ErrorCode.STALE_JOIN,
                 ErrorCode.JOINS_THROTTLED,
+                ErrorCode.CREDENTIAL_JOINS_TOO_FREQUENT,
+                ErrorCode.CREDENTIAL_MEMBER_LIMIT_REACHED,
                 ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE,
                 ErrorCode.MEMBER_ID_NOT_OWNED,
                 ErrorCode.HEARTBEAT_TOO_FREQUENT,
@@ -207,10 +215,16 @@ class HeartbeatView(ApiView):
         # and found the member not steady: straight to the full path, the floor counted once.
         if request._request.META.get(FAST_TRIED):
             return Response(self.store.heartbeat(prefix, group, heartbeat, fast_tried=True))
+        owner = heartbeat.owner or ""
         if heartbeat.member_epoch == 0:
-            with admit_join():  # joins are shed first under load (429 JOINS_THROTTLED)
+            # Joins are shed first under load (429 JOINS_THROTTLED), then held to the credential's join
+            # rate and cap on live members across every process (429 CREDENTIAL_*).
+            with admit_join(), admit_credential_join(self.store, owner, prefix, group, heartbeat.member_id):
                 return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
-        return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
+        answer = self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor())
+        if heartbeat.member_epoch == -1:  # left: no longer one of its credential's live members
+            forget_left_member(self.store, owner, prefix, group, heartbeat.member_id)
+        return Response(answer)
 
 
 class RoutingView(ApiView):

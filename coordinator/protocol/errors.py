@@ -42,6 +42,8 @@ class ErrorCode(StrEnum):
     HEARTBEAT_TOO_FREQUENT = "HEARTBEAT_TOO_FREQUENT"
     STALE_JOIN = "STALE_JOIN"
     JOINS_THROTTLED = "JOINS_THROTTLED"
+    CREDENTIAL_JOINS_TOO_FREQUENT = "CREDENTIAL_JOINS_TOO_FREQUENT"
+    CREDENTIAL_MEMBER_LIMIT_REACHED = "CREDENTIAL_MEMBER_LIMIT_REACHED"
 
 
 class CoordinatorError(Exception):
@@ -126,6 +128,25 @@ class JoinsThrottled(CoordinatorError):
     HTTP layer; ``details["retry_after_ms"]`` says when to retry (jittered). Nothing was changed."""
 
     code = ErrorCode.JOINS_THROTTLED
+    retriable = True
+
+
+class CredentialJoinsTooFrequent(CoordinatorError):
+    """The credential joins members faster than its join rate allows, counted over every API process
+    (docs/protocol.md section 13, "Per credential"). Raised by the store layer;
+    ``details["retry_after_ms"]`` says when its next join is accepted. Nothing was changed."""
+
+    code = ErrorCode.CREDENTIAL_JOINS_TOO_FREQUENT
+    retriable = True
+
+
+class CredentialMemberLimitReached(CoordinatorError):
+    """A join of a member id new to the credential while the credential already has its maximum of live
+    members (across every group and API process). Raised by the store layer; ``details``: ``limit``,
+    ``live_members``, ``retry_after_ms``. Retriable: members that leave or expire make room. Nothing was
+    changed."""
+
+    code = ErrorCode.CREDENTIAL_MEMBER_LIMIT_REACHED
     retriable = True
 
 

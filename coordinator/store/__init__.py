@@ -6,12 +6,15 @@ import threading
 
 from coordinator.protocol.errors import StoreUnavailable
 
+from .credential_limits import Admission, JoinLimits
 from .redis_store import CredentialsChanged, HeartbeatFloor, MetadataStore
 from .ticking import StoreTickReport
 
 __all__ = [
+    "Admission",
     "CredentialsChanged",
     "HeartbeatFloor",
+    "JoinLimits",
     "MetadataStore",
     "StoreTickReport",
     "get_store",

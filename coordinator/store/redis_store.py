@@ -73,6 +73,7 @@ from .backlog_actions import BacklogActions
 from .backlog_reads import BacklogReads, PrefixSnapshot
 from .batching import HeartbeatBatches
 from .committing import Committer, Created
+from .credential_limits import CredentialLimits
 from .dead_letters import DeadLetters
 from .functions import DataPlaneFunctions
 from .operator_scripts import OperatorScripts
@@ -153,6 +154,8 @@ class MetadataStore:
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
         )
         self.dead_letter_ops = DeadLetters(client, self.reader, scripts, self.functions)
+        # Joins per API credential: a rate and a cap on live members, across every API process.
+        self.credential_limits = CredentialLimits(client)
         self.retention = Retention(
             client,
             self.reader,

@@ -70,3 +70,68 @@ def test_fewer_failures_do_not_lock_and_a_success_resets_the_count() -> None:
     assert_logged_in(log_in("alice", PASSWORD))
     fail("alice", 4)  # counted from zero again: 4 more are still below the limit
     assert_logged_in(log_in("alice", PASSWORD))
+
+
+# ----------------------------------------------------------------------------- behind a reverse proxy
+
+PROXY_IP = "10.0.0.2"
+
+
+def log_in_through_proxy(username: str, password: str, forwarded_for: str) -> Any:
+    client = Client(REMOTE_ADDR=PROXY_IP, HTTP_X_FORWARDED_FOR=forwarded_for)
+    return client.post(LOGIN, {"username": username, "password": password, "next": "/admin/"})
+
+
+def test_without_a_trusted_header_the_address_is_remote_addr_whatever_a_client_sends() -> None:
+    """The default, for direct connections: a client's own X-Forwarded-For is not read, so it cannot
+    pick a fresh address per attempt to escape the lockout."""
+    for attempt in range(5):
+        log_in_through_proxy("alice", "wrong password", forwarded_for=f"198.51.100.{attempt}")
+    assert_locked_out(log_in_through_proxy("alice", PASSWORD, forwarded_for="198.51.100.99"))
+    assert AccessAttempt.objects.get(username="alice").ip_address == PROXY_IP
+
+
+def test_behind_a_proxy_the_lockout_is_per_client_address_the_proxy_passed(settings: Any) -> None:
+    """RSC_TRUSTED_PROXY_HEADER: the failures count against the client's address, not the proxy's, so
+    one client's wrong passwords do not lock the user out for everyone behind the proxy; and what a
+    client wrote into the header itself (left of what the proxy appended) changes nothing."""
+    settings.RSC_TRUSTED_PROXY_HEADER = "X-Forwarded-For"
+    for attempt in range(5):
+        response = log_in_through_proxy("alice", "wrong password", f"192.0.2.{attempt}, {ATTACKER_IP}")
+    assert_locked_out(response)
+    assert AccessAttempt.objects.get(username="alice").ip_address == ATTACKER_IP
+    assert_locked_out(log_in_through_proxy("alice", PASSWORD, ATTACKER_IP))
+    assert_logged_in(log_in_through_proxy("alice", PASSWORD, "198.51.100.2"))  # another client
+
+
+@pytest.mark.parametrize(
+    ("header", "count", "meta", "expected"),
+    [
+        ("", 1, {"HTTP_X_FORWARDED_FOR": "203.0.113.7"}, PROXY_IP),
+        ("X-Forwarded-For", 1, {"HTTP_X_FORWARDED_FOR": "203.0.113.7"}, "203.0.113.7"),
+        ("X-Forwarded-For", 1, {"HTTP_X_FORWARDED_FOR": "1.2.3.4, 203.0.113.7"}, "203.0.113.7"),
+        ("X-Forwarded-For", 2, {"HTTP_X_FORWARDED_FOR": "1.2.3.4,203.0.113.7, 10.0.0.9"}, "203.0.113.7"),
+        ("X-Forwarded-For", 2, {"HTTP_X_FORWARDED_FOR": "203.0.113.7"}, PROXY_IP),  # not via both
+        ("X-Forwarded-For", 1, {}, PROXY_IP),
+        ("X-Forwarded-For", 1, {"HTTP_X_FORWARDED_FOR": "unknown"}, PROXY_IP),
+        ("X-Forwarded-For", 1, {"HTTP_X_FORWARDED_FOR": "203.0.113.7:51234"}, "203.0.113.7"),
+        ("X-Forwarded-For", 1, {"HTTP_X_FORWARDED_FOR": "[2001:DB8::1]:443"}, "2001:db8::1"),
+        ("x-real-ip", 1, {"HTTP_X_REAL_IP": "2001:db8::7"}, "2001:db8::7"),
+        ("HTTP_X_REAL_IP", 1, {"HTTP_X_REAL_IP": "203.0.113.8"}, "203.0.113.8"),
+    ],
+)
+def test_the_client_address(
+    settings: Any, header: str, count: int, meta: dict[str, str], expected: str
+) -> None:
+    from django.test import RequestFactory
+
+    from coordinator.proxy import client_address
+
+    settings.RSC_TRUSTED_PROXY_HEADER = header
+    settings.RSC_TRUSTED_PROXY_COUNT = count
+    request = RequestFactory().get("/admin/login/", REMOTE_ADDR=PROXY_IP, **meta)
+    assert client_address(request) == expected
+
+
+def test_axes_asks_the_coordinator_for_the_address() -> None:
+    assert settings.AXES_CLIENT_IP_CALLABLE == "coordinator.proxy.client_address"

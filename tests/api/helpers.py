@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
 from django.test import Client
 
+from rsc_redis.keys import CREDENTIAL_JOINS
 from tests.signing import signed
 
 MEMBER_TOKEN = "test-member-token-7f3a9c2e1b4d"
@@ -94,13 +96,24 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- lifecycle
 
 
+def expires_by_itself(key: bytes) -> bool:
+    """A heartbeat floor's (``rsc:{P}:hbr:...``) or a credential's join rate
+    (``rsc:credential:{<credential>}:joins``): not data, they expire by themselves, and every heartbeat
+    of a live member (every join of a credential) counts against them whatever its outcome."""
+    return b":hbr:" in key or fnmatch.fnmatchcase(key.decode(), CREDENTIAL_JOINS.pattern())
+
+
 def redis_snapshot(client: Any) -> dict[bytes, Any]:
     """Every key of the private Redis with its content: streams as their DUMP (entries, consumer groups
     and pending lists), hashes as their sorted fields, sets as their sorted members, and anything else
     as its DUMP. Equal snapshots mean that not a byte of data changed. (A hash's DUMP is not compared:
-    a large hash is a hash table whose order a plain read may change while Redis rehashes it.)"""
+    a large hash is a hash table whose order a plain read may change while Redis rehashes it.) A
+    credential's join rate (``rsc:credential:{<credential>}:joins``) is left out: not data, it expires by
+    itself, milliseconds after a join at the default rate."""
     snapshot: dict[bytes, Any] = {}
     for key in sorted(client.keys("*")):
+        if fnmatch.fnmatchcase(key.decode(), CREDENTIAL_JOINS.pattern()):  # not a heartbeat floor's
+            continue
         kind = client.type(key)
         if kind == b"hash":
             snapshot[key] = ("hash", sorted(client.hgetall(key).items()))

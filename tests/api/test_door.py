@@ -24,7 +24,7 @@ from coordinator.models import ApiCredential
 from coordinator.store import MetadataStore
 from rsc_redis import keys as rkeys
 
-from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api
+from .helpers import GROUP, MEMBER_TOKEN, PREFIX, Api, expires_by_itself
 from .test_fastpath import TIMING, _normalized, comparable_body, corpus, restore, snapshot
 
 
@@ -105,13 +105,14 @@ def comparable(answer: tuple[str, list[tuple[str, str]], bytes]) -> tuple[str, l
 
 
 def comparable_state(store: MetadataStore) -> dict[bytes, Any]:
-    """Every key but the heartbeat floors', by content: hashes field by field with the lease deadlines
-    (Redis TIME + TTL, so they differ between two runs) blanked, the metadata hash's documents without
-    their time stamps and random revision tokens (test_fastpath._normalized), sorted sets without their
-    scores (the lease index's scores are those deadlines), anything else byte for byte."""
+    """Every key but the heartbeat floors' and the credentials' join rates, by content: hashes field
+    by field with the lease deadlines (Redis TIME + TTL, so they differ between two runs) blanked, the
+    metadata hash's documents without their time stamps and random revision tokens
+    (test_fastpath._normalized), sorted sets without their scores (the lease index's scores are those
+    deadlines), anything else byte for byte."""
     state: dict[bytes, Any] = {}
     for key in store.client.keys("*"):
-        if b":hbr:" in key:
+        if expires_by_itself(key):
             continue
         kind = store.client.type(key)
         if kind == b"hash":

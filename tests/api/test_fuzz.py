@@ -22,7 +22,7 @@ from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import IDENTIFIER_RE, GroupConfig
 from coordinator.store import MetadataStore, get_store
 
-from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api
+from .helpers import ADMIN_TOKEN, GROUP, MEMBER_TOKEN, PREFIX, Api, expires_by_itself
 
 FUZZ = settings(
     max_examples=400,
@@ -229,11 +229,12 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def snapshot(store: MetadataStore) -> tuple[dict[str, Any], list[bytes]]:
-    """Every prefix's metadata and the key set. Not the heartbeat-floor keys (``rsc:{P}:hbr:...``): a
-    live member's heartbeats count against its floor whatever their outcome (a flood of refused
-    heartbeats must be throttled too); they are not metadata and expire by themselves."""
+    """Every prefix's metadata and the key set. Not the heartbeat-floor keys (``rsc:{P}:hbr:...``) nor
+    the credentials' join rates: a live member's heartbeats (a credential's joins) count against them
+    whatever their outcome (a flood of refused ones must be throttled too); they are not metadata and
+    expire by themselves."""
     prefixes = {p for p in store.stream_prefixes()} | {PREFIX, "other"}
-    keys = sorted(k for k in store.client.keys("*") if b":hbr:" not in k)
+    keys = sorted(k for k in store.client.keys("*") if not expires_by_itself(k))
     return {p: store.raw_metadata(p) for p in sorted(prefixes)}, keys
 
 

@@ -138,3 +138,26 @@ def test_scripts_are_loaded_on_the_node_that_runs_them(
     reports = store.retention_pass()
     assert sorted(r.stream_prefix for r in reports) == sorted(prefixes)
     assert all(r.error is None for r in reports)
+
+
+def test_a_credentials_limits_check_members_on_every_primary(
+    cluster_store: MetadataStore, local_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A credential's two keys share its hash tag (one script, one slot); the check at its cap reads the
+    metadata of prefixes on every primary in one pipeline."""
+    from coordinator.protocol.errors import CredentialMemberLimitReached
+    from coordinator.store import JoinLimits, credential_limits
+
+    monkeypatch.setattr(credential_limits, "TRUST_MS", 0)  # every member checked at the cap
+    prefixes = prefixes_on_every_primary(local_cluster)
+    owner = "database:42"
+    limits = JoinLimits(max_members=len(prefixes), period_ms=1, burst=100)
+    for prefix in prefixes:
+        create(cluster_store, prefix)
+        assert cluster_store.credential_limits.admit(owner, prefix, GROUP, "m", limits).counted
+        join = Heartbeat(member_id="m", member_epoch=0, capacity=1, owner=owner)
+        cluster_store.heartbeat(prefix, GROUP, join)
+    with pytest.raises(CredentialMemberLimitReached):  # every one checked, on its primary: live
+        cluster_store.credential_limits.admit(owner, prefixes[0], GROUP, "n", limits)
+    cluster_store.delete_group(prefixes[-1], GROUP)
+    assert cluster_store.credential_limits.admit(owner, prefixes[0], GROUP, "n", limits).counted

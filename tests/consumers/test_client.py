@@ -17,6 +17,7 @@ from consumers.client import (
     CoordinatorUnreachable,
     HttpCoordinatorClient,
     StoreCoordinatorClient,
+    insecure_url_problem,
 )
 from consumers.member.state import HeartbeatRequest
 from coordinator.protocol.model import Shard
@@ -196,6 +197,28 @@ def test_a_refused_connection_is_unreachable() -> None:
 def test_bad_coordinator_urls_are_refused(url: str) -> None:
     with pytest.raises(ValueError):
         HttpCoordinatorClient(url, "t")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://coordinator.internal:8000", "http://10.0.0.5", "http://web:8000/rsc", "http://[2001:db8::1]:80",
+     "http://127.0.0.1.example.com", "http://localhost.example.com"],
+)  # fmt: skip
+def test_plain_http_to_another_machine_is_refused_unless_allowed(url: str) -> None:
+    """The bearer token goes in every heartbeat: in clear only to this machine, or when allowed."""
+    with pytest.raises(ValueError, match=r"in clear.*RSC_ALLOW_INSECURE_COORDINATOR_URL"):
+        HttpCoordinatorClient(url, "t")
+    assert HttpCoordinatorClient(url, "t", allow_insecure=True).base_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000", "http://127.9.8.7", "http://[::1]:8000", "http://localhost:8000",
+     "http://LOCALHOST.", "http://api.localhost/rsc", "http://[::ffff:127.0.0.1]", "https://coordinator.internal"],
+)  # fmt: skip
+def test_https_and_local_http_need_no_allowance(url: str) -> None:
+    assert insecure_url_problem(url) is None
+    assert HttpCoordinatorClient(url, "t").base_url == url
 
 
 # ------------------------------------------------------------------------------------------ in-process

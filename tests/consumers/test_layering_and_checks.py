@@ -67,6 +67,8 @@ def test_default_consumer_settings_pass() -> None:
         ("RSC_LISTENER_CONCURRENCY", ["billing"], "consumers.E002"),
         ("RSC_COORDINATOR_URL", "coordinator:8000", "consumers.E003"),
         ("RSC_SHUTDOWN_TIMEOUT_S", -1, "consumers.E004"),
+        ("RSC_COORDINATOR_URL", "http://coordinator.internal:8000", "consumers.E005"),
+        ("RSC_COORDINATOR_URL", "http://10.1.2.3", "consumers.E005"),
     ],
 )
 def test_impossible_consumer_settings_are_rejected(settings: Any, name: str, value: Any, error: str) -> None:
@@ -79,3 +81,15 @@ def test_good_alternatives_pass(settings: Any) -> None:
     settings.RSC_LISTENER_CONCURRENCY = {"billing": "5", "shipping": 2}
     settings.RSC_COORDINATOR_URL = "inprocess"
     assert ids(settings) == []
+
+
+def test_plain_http_to_another_machine_passes_only_when_allowed(settings: Any) -> None:
+    settings.RSC_COORDINATOR_URL = "http://web:8000"
+    (error,) = check_consumer_settings()
+    assert error.id == "consumers.E005" and "in clear" in error.msg
+    settings.RSC_ALLOW_INSECURE_COORDINATOR_URL = True
+    assert ids(settings) == []
+    for url in ("https://web:8000", "http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:1"):
+        settings.RSC_ALLOW_INSECURE_COORDINATOR_URL = False
+        settings.RSC_COORDINATOR_URL = url
+        assert ids(settings) == [], url

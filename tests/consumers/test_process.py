@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from config.embedded_redis import RedisServer
+from consumers import conf as member_conf
 from consumers.client import StoreCoordinatorClient
 from consumers.dataplane import DataPlane
 from consumers.listener import Listener
@@ -235,3 +236,42 @@ def test_the_runtime_setting_is_validated_by_run_member(redis_url: str) -> None:
         eventually(lambda: run.logged("max_concurrency must be an integer"), what="the error")
     finally:
         run.kill()
+
+
+def test_run_member_refuses_plain_http_to_another_machine_unless_allowed(redis_url: str) -> None:
+    """The bearer token would travel in clear: the system check stops run_member at start."""
+    url = "http://coordinator.internal:8000"
+    run = RunMember(redis_url, "--list", RSC_COORDINATOR_URL=url)
+    try:
+        assert run.proc.wait(120) != 0
+        eventually(lambda: run.logged("consumers.E005"), what="the check's error")
+    finally:
+        run.kill()
+    run = RunMember(redis_url, "--list", RSC_COORDINATOR_URL=url, RSC_ALLOW_INSECURE_COORDINATOR_URL="true")
+    try:
+        assert run.proc.wait(120) == 0
+    finally:
+        run.kill()
+
+
+def test_the_member_command_refuses_plain_http_when_it_makes_its_client(settings: Any) -> None:
+    from django.core.management.base import CommandError
+
+    from consumers.management.commands.run_member import _coordinator_factory
+    from consumers.runtime import load_runtime
+
+    settings.RSC_COORDINATOR_URL = "http://coordinator.internal:8000"
+    settings.RSC_MEMBER_TOKEN = "t"
+    runtime = load_runtime({"max_concurrency": 1})
+    with pytest.raises(CommandError, match="in clear"):
+        _coordinator_factory(member_conf.settings(), runtime)
+    settings.RSC_ALLOW_INSECURE_COORDINATOR_URL = True
+    client = _coordinator_factory(member_conf.settings(), runtime)()
+    assert client.base_url == "http://coordinator.internal:8000"  # type: ignore[attr-defined]
+
+
+def test_run_refuses_plain_http_to_another_machine_before_starting() -> None:
+    from consumers.process import run
+
+    with pytest.raises(ValueError, match="in clear"):
+        run([], coordinator_url="http://coordinator.internal:8000", token="t", redis_client=object())

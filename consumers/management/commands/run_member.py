@@ -5,7 +5,8 @@ no names, every declared listener runs. Each listener runs ``concurrency`` membe
 listener by ``RSC_LISTENER_CONCURRENCY``), each with ``RSC_RUNTIME``'s max concurrency as capacity.
 
 Settings: ``RSC_COORDINATOR_URL`` (the coordinator's HTTP API, or ``inprocess`` to call the metadata store
-directly, for deployments next to it), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
+directly, for deployments next to it; plain ``http://`` only to this machine unless
+``RSC_ALLOW_INSECURE_COORDINATOR_URL``), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
 ``RSC_RUNTIME``, ``RSC_LISTENER_CONCURRENCY``, ``RSC_SHUTDOWN_TIMEOUT_S``.
 
 SIGTERM / SIGINT: every member stops reading, finishes its in-flight entries, acks them and leaves its
@@ -55,6 +56,12 @@ class Command(BaseCommand):
             help="serve this process's Prometheus metrics on this port (default: RSC_MEMBER_METRICS_PORT; "
             "unset or 0: none). docs/metrics.md",
         )
+        parser.add_argument(
+            "--metrics-addr",
+            default=None,
+            help="the address the metrics listen on (default: RSC_MEMBER_METRICS_ADDR, 127.0.0.1: this "
+            "machine only; 0.0.0.0 for every interface, then set RSC_MEMBER_METRICS_TOKEN)",
+        )
         parser.add_argument("--list", action="store_true", help="print the discovered listeners and exit")
 
     def handle(
@@ -88,10 +95,11 @@ class Command(BaseCommand):
         if not 0 <= metrics_port <= 65535:
             raise CommandError("--metrics-port must be between 0 and 65535")
         if metrics_port:
+            addr = options.get("metrics_addr") or str(current.RSC_MEMBER_METRICS_ADDR or "127.0.0.1")
             try:
-                consumers_metrics.serve(metrics_port)
+                consumers_metrics.serve(metrics_port, addr, str(current.RSC_MEMBER_METRICS_TOKEN or ""))
             except OSError as e:
-                raise CommandError(f"cannot serve metrics on port {metrics_port}: {e}") from e
+                raise CommandError(f"cannot serve metrics on {addr} port {metrics_port}: {e}") from e
         coordinator = _coordinator_factory(current, runtime)  # in-process: its store loads the library first
         redis_client = redis_client_for(_redis_url())
         try:
@@ -129,11 +137,14 @@ def _coordinator_factory(current: Any, runtime: Runtime) -> Callable[[], Coordin
     token = str(current.RSC_MEMBER_TOKEN or "")
     if not token:
         log.warning("RSC_MEMBER_TOKEN is not set: the coordinator will refuse the heartbeats (401)")
+    insecure = current.RSC_ALLOW_INSECURE_COORDINATOR_URL is True
     try:
-        HttpCoordinatorClient(url, token)
+        HttpCoordinatorClient(url, token, allow_insecure=insecure)
     except ValueError as e:
         raise CommandError(f"RSC_COORDINATOR_URL: {e}") from e
-    return lambda: HttpCoordinatorClient(url, token, timeout_s=runtime.heartbeat_timeout_s)
+    return lambda: HttpCoordinatorClient(
+        url, token, timeout_s=runtime.heartbeat_timeout_s, allow_insecure=insecure
+    )
 
 
 def _describe(selected: list[Listener], runtime: Runtime) -> None:

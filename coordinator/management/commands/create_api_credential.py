@@ -6,17 +6,23 @@ and consumer groups it may use (glob patterns, ``*`` by default) and, optionally
 id it joins must start with. An admin credential takes no scope.
 
 Only the token's SHA-256 is stored; a lost token cannot be recovered, only replaced (issue a new
-credential, deactivate the old one in the Django admin).
+credential, deactivate the old one: ``manage.py api_credential deactivate NAME`` or the Django admin).
+
+Issued through the operations layer (``coordinator.operations.issue_credential``), as an admin (whoever
+runs manage.py with the coordinator's settings holds its secrets): the audit row (source "command",
+the OS user, the credential's name, role and scope, never the token) is committed first; if it cannot
+be, no credential is created.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from coordinator.models import ANY, ApiCredential
+from coordinator import operations
+from coordinator.models import ApiCredential
+from coordinator.protocol.errors import CoordinatorError
 
 
 class Command(BaseCommand):
@@ -42,6 +48,7 @@ class Command(BaseCommand):
             default=None,
             help=f"{scope}: every member id it joins must start with this (default: none)",
         )
+        parser.add_argument("--reason", default="", help="why, for the audit trail (optional)")
 
     def handle(
         self,
@@ -65,15 +72,17 @@ class Command(BaseCommand):
         if ApiCredential.objects.filter(name=name).exists():
             raise CommandError(f"a credential named {name!r} already exists")
         try:
-            credential, token = ApiCredential.issue(
+            credential, token = operations.issue_credential(
+                operations.actor_from_command("create_api_credential"),
                 name,
                 role,
-                stream_prefixes=stream_prefixes or ANY,
-                consumer_groups=groups or ANY,
-                member_id_prefix=member_id_prefix or "",
+                stream_prefixes=stream_prefixes,
+                consumer_groups=groups,
+                member_id_prefix=member_id_prefix,
+                reason=options.get("reason") or "",
             )
-        except ValidationError as e:
-            raise CommandError("; ".join(f"{k}: {' '.join(v)}" for k, v in e.message_dict.items())) from e
+        except CoordinatorError as e:
+            raise CommandError(f"{e.message} (nothing was created)") from e
         scope = ""
         if role == ApiCredential.Role.MEMBER:
             scope = (
