@@ -1,5 +1,6 @@
-"""Operator pages for the lifecycle of entries (issue 7): a shard's backlog, skip and redeliver, releasing
-a group from a migration's drain, dead letters, and a stream prefix's retention and deletion.
+"""Operator pages for the lifecycle of entries (docs/operations.md): a shard's backlog, skip and
+redeliver, releasing a group from a migration's drain, dead letters, and a stream prefix's retention and
+deletion.
 
 Theory of operation
 -------------------
