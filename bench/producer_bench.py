@@ -87,7 +87,7 @@ SHARDS = 8
 # The benchmark's own dead-letter MAC keys: the library must be loaded (as the coordinator does); no
 # dead letter is written here.
 BENCH_KEYS = [MacKeys.derive("producer_bench")]
-DATAPLANE = ROOT / "consumers" / "dataplane"
+DATAPLANE = ROOT / "rsc_redis" / "dataplane"  # the library's Lua (rsc_redis/dataplane/library.py)
 RAW_STREAMS = [f"raw:{{{PREFIX}}}:{i}" for i in range(SHARDS)]
 PRODUCER_STREAMS = [stream_key(PREFIX, Shard(version=1, index=i)) for i in range(SHARDS)]
 JSON = b"application/json"
