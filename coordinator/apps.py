@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -22,3 +24,12 @@ class CoordinatorConfig(AppConfig):
         checks.register(check_trusted_proxy_header, "rsc")
         # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
         from . import credentials  # noqa: F401
+
+    def metadata_store(self) -> Any:
+        """This process's metadata store (``coordinator.store.get_store``): what a member process hosts
+        when ``RSC_COORDINATOR_URL`` is ``"inprocess"``. ``run_member`` reaches it through Django's app
+        registry (``apps.get_app_config("coordinator")``), so the members' package imports nothing of
+        the store (tests/test_layering.py)."""
+        from coordinator.store import get_store
+
+        return get_store()

@@ -200,12 +200,9 @@ VOCABULARY_FORBIDDEN = (
     "rest_framework",
 )
 CONSUMERS_FORBIDDEN = ("coordinator.store", "coordinator.api", "coordinator.operations", "admin_ui")
-# The one place consumers/ may reach the store: run_member's in-process coordinator
-# (RSC_COORDINATOR_URL=inprocess), which runs the store inside the member process on purpose.
-CONSUMERS_ALLOWED = {
-    ("consumers/management/commands/run_member.py", "coordinator.store"),
-    ("consumers/management/commands/run_member.py", "coordinator.store.get_store"),
-}
+# consumers/ reaches no store: run_member's in-process coordinator (RSC_COORDINATOR_URL=inprocess) asks
+# Django's app registry for the coordinator app's store (CoordinatorConfig.metadata_store), by label.
+CONSUMERS_ALLOWED: set[tuple[str, str]] = set()
 
 
 def everywhere(relative: str) -> bool:
@@ -267,14 +264,13 @@ def test_the_layer_scan_flags_an_upward_import(
     assert layer_violations(package, forbidden, tmp_path) != []
 
 
-def test_the_allowance_is_for_run_members_in_process_coordinator_alone(tmp_path: Path) -> None:
+def test_not_even_run_member_may_import_the_store(tmp_path: Path) -> None:
     commands = tmp_path / "consumers" / "management" / "commands"
     commands.mkdir(parents=True)
-    (commands / "run_member.py").write_text("from coordinator.store import get_store\n")
-    (commands / "other.py").write_text("from coordinator.store import get_store\n")
+    (commands / "run_member.py").write_text("def f():\n    from coordinator.store import get_store\n")
     assert layer_violations("consumers", CONSUMERS_FORBIDDEN, tmp_path) == [
-        "consumers/management/commands/other.py: imports coordinator.store",
-        "consumers/management/commands/other.py: imports coordinator.store.get_store",
+        "consumers/management/commands/run_member.py: imports coordinator.store",
+        "consumers/management/commands/run_member.py: imports coordinator.store.get_store",
     ]
 
 
@@ -414,7 +410,7 @@ def test_a_member_process_loads_no_part_of_the_store() -> None:
 def test_consumers_reach_the_coordinator_only_through_its_pure_core() -> None:
     """Not only the store, the API, the operations layer: nothing of the coordinator but
     coordinator.protocol (the members' settings table, consumers/conf.py, has the form of
-    coordinator/protocol/setting.py, not the coordinator's table), run_member's allowance aside."""
+    coordinator/protocol/setting.py, not the coordinator's table)."""
     imports = layer_violations("consumers", ("coordinator",))
     assert imports
     assert [found for found in imports if not is_core(found.split(": imports ")[1])] == []

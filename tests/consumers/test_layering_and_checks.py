@@ -93,3 +93,26 @@ def test_plain_http_to_another_machine_passes_only_when_allowed(settings: Any) -
         settings.RSC_ALLOW_INSECURE_COORDINATOR_URL = False
         settings.RSC_COORDINATOR_URL = url
         assert ids(settings) == [], url
+
+
+def test_the_in_process_coordinator_is_the_coordinator_apps_store_found_by_label(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_member's inprocess mode asks Django's app registry for the coordinator app's store; without
+    that app installed it says so (no import of the store from the members' package)."""
+    from django.apps import apps
+    from django.core.management.base import CommandError
+
+    import coordinator.store
+    from consumers.management.commands import run_member
+
+    store = object()
+    monkeypatch.setattr(coordinator.store, "get_store", lambda: store)  # no Redis needed for the lookup
+    assert run_member._in_process_store() is store
+
+    def no_app(label: str) -> None:
+        raise LookupError(label)
+
+    monkeypatch.setattr(apps, "get_app_config", no_app)
+    with pytest.raises(CommandError, match='needs the "coordinator" app in INSTALLED_APPS'):
+        run_member._in_process_store()

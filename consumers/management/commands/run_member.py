@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -126,13 +127,24 @@ def _redis_url() -> str:
     return str(url)
 
 
+def _in_process_store() -> Any:
+    """The coordinator app's metadata store, looked up by its app label in Django's registry (the
+    coordinator's ``CoordinatorConfig.metadata_store``): this package never imports the store."""
+    try:
+        coordinator_app = apps.get_app_config("coordinator")
+    except LookupError as e:
+        raise CommandError(
+            f'RSC_COORDINATOR_URL="{IN_PROCESS}" hosts the coordinator in this process: it needs the '
+            '"coordinator" app in INSTALLED_APPS'
+        ) from e
+    return coordinator_app.metadata_store()  # type: ignore[attr-defined]
+
+
 def _coordinator_factory(current: Any, runtime: Runtime) -> Callable[[], CoordinatorClient]:
     """``current``: the member settings (consumers.conf.settings()); an empty URL is the default's."""
     url = str(current.RSC_COORDINATOR_URL or conf.default("RSC_COORDINATOR_URL"))
     if url == IN_PROCESS:
-        from coordinator.store import get_store
-
-        store = get_store()
+        store = _in_process_store()
         return lambda: StoreCoordinatorClient(store)
     token = str(current.RSC_MEMBER_TOKEN or "")
     if not token:
