@@ -76,15 +76,6 @@ def _group_info(reply: Any, consumer_group: str) -> dict[str, Any] | None:
     return None
 
 
-def _group_info(reply: Any, consumer_group: str) -> dict[str, Any] | None:
-    if isinstance(reply, Exception):
-        return None  # no such stream
-    for info in reply:
-        if text(info.get("name", b"")) == consumer_group:
-            return dict(info)
-    return None
-
-
 class BacklogReads:
     """The backlog figures of a store's groups, read from the streams with ``client``."""
 

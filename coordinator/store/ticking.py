@@ -134,7 +134,8 @@ class Ticker:
         """Tick one prefix: every group if ``full``, else the groups ``tick_due.lua`` says are due.
         None if the prefix has no metadata."""
         tick = Tick(stream_prefix=prefix, retention_ms=retention_ms, max_ended_members=max_ended_members)
-        self.sweep_lease_records(prefix)
+        if full:  # the sweep only bounds the hash's size (readers ignore what does not count): not every tick
+            self.sweep_lease_records(prefix)
         groups: list[str] | None = None  # every group
         if not full:
             keys = [

@@ -269,8 +269,8 @@ def test_a_forged_record_extends_no_lease_and_the_tick_survives_and_removes_it(
 def test_fields_of_no_live_member_are_swept_a_batch_per_tick_and_logged(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Junk fields (no live member, another epoch, no group:member shape) go, a batch per tick, while a live
-    member's valid record stays and still counts."""
+    """Junk fields (no live member, another epoch, no group:member shape) go, a batch per full tick, while a
+    live member's valid record stays and still counts; a partial tick does not sweep."""
     h = harness
     h.create(shard_count=1)
     m1 = h.join("m1")
@@ -280,9 +280,15 @@ def test_fields_of_no_live_member_are_swept_a_batch_per_tick_and_logged(
     h.client.hset(key, mapping=junk)
     assert h.plane.renew_lease("m1", m1.epoch).renewed
     end_coordinator_lease(h)
+    h.store.tick()  # the store's first tick is full: one batch swept
+    left = len(records(h))
+    assert left < len(junk) + 1
+    h.store.tick()  # within the minute: partial, no sweep
+    assert len(records(h)) == left
 
     with caplog.at_level("WARNING", logger="coordinator.store.ticking"):
         for _ in range(10):
+            h.store.ticker.full_tick_at.clear()  # as if a minute had passed: the sweep runs on full ticks
             [report] = h.store.tick()
             assert report.error is None and report.expired == ()
             if set(records(h)) == {TAG}:

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from itertools import compress, islice
 from operator import is_not
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -26,8 +26,6 @@ from coordinator.protocol.group import revocation_schedule_ms
 from coordinator.protocol.model import EndReason, Group, Member, MemberState, PrefixState, Shard
 from coordinator.store import codec, commit_plan
 from coordinator.store.commit_plan import CommitPlan, plan
-
-_V = TypeVar("_V")
 
 
 def diff_plan(loaded: Any, new: PrefixState) -> CommitPlan:
@@ -183,9 +181,9 @@ def _record_changes(
             new_records[mid], new_heartbeats[mid] = record, now.last_heartbeat_ms
             new_revs[mid] = str(int(record_revs.get(mid) or 0) + 1).encode()
             rewritten.append(mid)
-        records = _patched(stored.records, new_records)
-        revs = _patched(record_revs, new_revs)
-        heartbeats = _patched(stored.heartbeats, new_heartbeats)
+        records = codec.patched(stored.records, new_records)
+        revs = codec.patched(record_revs, new_revs)
+        heartbeats = codec.patched(stored.heartbeats, new_heartbeats)
     decoded = codec.DecodedGroup(
         raw=header,
         format=codec.GROUP_FORMAT,
@@ -404,23 +402,6 @@ def _header_of(kept: codec.DecodedGroup | None, before: Group | None, after: Gro
     ):
         return kept.raw
     return codec.encode_group_header(after)
-
-
-def _patched(kept: Mapping[str, _V], changes: Mapping[str, _V | None]) -> Mapping[str, _V]:
-    """What a kept group maps its members to (records, revisions, last heartbeats), with ``changes``
-    applied (None: the member is gone): ``kept`` itself when nothing changed. These maps are looked up
-    and compared, never iterated for their order (the members' order comes from the documents:
-    codec.in_document_order, codec.decode_group_cached), so an added member is simply added: keeping
-    them in key order cost a sort of every member at every join."""
-    if not changes:
-        return kept
-    out = dict(kept)
-    for mid, value in changes.items():
-        if value is None:
-            out.pop(mid, None)
-        else:
-            out[mid] = value
-    return out
 
 
 COMPARED = [0]  # commits compared in this process (tests report it when asked)
