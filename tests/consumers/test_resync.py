@@ -224,7 +224,7 @@ def test_a_resync_does_not_hand_out_again_an_entry_left_pending_by_the_keep_poli
     eventually(lambda: h.pending(V1_0) == [(bad, "m1")], what="the good one acked")
 
     plane.lose = 1
-    later = h.produce(V1_0, 1, 2, start=2)
+    later = h.produce(V1_0, 1, 2, start=2, together=True)  # one read sees both: the lost one
     eventually(lambda: calls.ids() == [bad, good, *later], what="the later ones handled after the resync")
     eventually(lambda: h.pending(V1_0) == [(bad, "m1")], what="the later ones acked")
     assert plane.lost == [later]
