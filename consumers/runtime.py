@@ -33,14 +33,23 @@ class RuntimeConfigError(InvalidRequest):
 class Runtime:
     max_concurrency: int = 1  # handler batches one member runs at once (reported as capacity)
     batch_size: int = 16  # entries read per shard per fetch, handled as one batch
-    idle_backoff_min_ms: int = 5  # an empty shard is polled again after this, doubling ...
-    idle_backoff_max_ms: int = 100  # ... up to this
+    # An idle member waits for new entries (one blocking XREAD: consumers/dataplane/wait.py) and reads
+    # its idle shards again when one has some, or after idle_wait_ms at the latest (the safety net)
+    wake_on_append: bool = True
+    idle_wait_ms: int = 1_000
+    # Without the wake-up (off, or Redis refuses the wait): an empty shard is polled again after
+    # idle_backoff_min_ms, doubling up to idle_backoff_max_ms
+    idle_backoff_min_ms: int = 5
+    idle_backoff_max_ms: int = 100
     retry_backoff_max_ms: int = 5_000  # Redis / coordinator unreachable: back off up to this
     heartbeat_timeout_s: float = 5.0  # HTTP timeout of one heartbeat
 
     def __post_init__(self) -> None:
         _int_in(self.max_concurrency, "max_concurrency", 1, MAX_RUNTIME_CONCURRENCY)
         _int_in(self.batch_size, "batch_size", 1, 10_000)
+        if not isinstance(self.wake_on_append, bool):
+            raise RuntimeConfigError(f"wake_on_append must be True or False; got {self.wake_on_append!r}")
+        _int_in(self.idle_wait_ms, "idle_wait_ms", 10, 60_000)
         _int_in(self.idle_backoff_min_ms, "idle_backoff_min_ms", 1, 60_000)
         _int_in(self.idle_backoff_max_ms, "idle_backoff_max_ms", self.idle_backoff_min_ms, 60_000)
         _int_in(self.retry_backoff_max_ms, "retry_backoff_max_ms", 100, 600_000)

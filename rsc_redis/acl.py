@@ -83,6 +83,11 @@ _LOADS_FUNCTIONS = ("+fcall_ro", "+function|load", "+function|list", "+function|
 # Members and producers: the library's functions (FCALL) and its version check (FCALL_RO). Nothing that
 # sends or reads code: no EVAL*, SCRIPT, FUNCTION.
 _CALLS_FUNCTIONS = ("+fcall", "+fcall_ro")
+# Members: the wake-up's blocking XREAD runs on its own connection, which another one interrupts when
+# the set of streams to wait on changes (consumers/dataplane/wait.py). CLIENT UNBLOCK can end any
+# client's blocking command early (it then returns as on its timeout): a member could make other
+# clients' blocking reads return empty, nothing more.
+_WAITS = ("+client|id", "+client|unblock")
 
 _COORDINATOR_RULES: tuple[str, ...] = (
     # Every rsc:* key, and every command the store runs (coordinator/store/*.py and *.lua).
@@ -180,6 +185,7 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
         *_patterns(records, scope),
         *_CONNECTION,
         *_CALLS_FUNCTIONS,
+        *_WAITS,
         "+time",
         _selector(*_patterns(meta, scope, "%R~"), *_patterns(redeliver, scope, "%R~"), "+hget", "+hmget"),
         _selector(*_patterns(records, scope), "+hget", "+hset"),
@@ -191,6 +197,8 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
             "+xpending",
             "+xrange",
             "+xinfo|consumers",
+            "+xinfo|groups",
+            "+xread",
             "+xgroup|delconsumer",
         ),
         _selector(*_patterns(dead, scope), "+xadd"),

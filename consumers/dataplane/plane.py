@@ -55,6 +55,7 @@ from rsc_redis.keys import dead_letter_key, lease_records_key, meta_key, redeliv
 
 from . import checks, connection, library, scripts
 from .envelope import Delivery, Entry, decode_entries, decode_fetched
+from .wait import EntryWait
 
 MAX_ERROR_CHARS = 1000  # a dead letter's dlq_error (docs/protocol.md, "Dead-letter entry format")
 
@@ -98,6 +99,8 @@ class ShardFetch:
     ack_ids: Sequence[str] = ()  # handled since this shard's last fetch: acknowledged before the read
     read: bool = True  # False: acknowledge only
     token: str | None = None  # the shard's redeliver token as the caller knows it (None: not known)
+    # With read: when nothing is new, report the group's last-delivered id (FetchResult.last_id)
+    wait: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,9 @@ class FetchResult:
     acked: bool  # the ack ids were acknowledged (False: the fence refused before; nothing changed)
     entries: list[Entry]
     redeliver_token: str = ""  # as in ReadResult, when the shard was read; "" otherwise
+    # ShardFetch.wait and nothing new: the group's last-delivered id on the shard, after which new
+    # entries come (what a member waits on: consumers/member/waiter.py); "" otherwise
+    last_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -196,6 +202,10 @@ class DataPlane:
     def stream_key(self, shard: Shard) -> str:
         return stream_key(self.stream_prefix, shard)
 
+    def entry_wait(self) -> EntryWait:
+        """A dedicated connection on which one member waits for new entries on its idle shards."""
+        return EntryWait(self.client, self._meta, self.stream_key(Shard(1, 0)))
+
     def _shard_keys(self, shard: Shard) -> tuple[str, str]:
         """A shard's wire form and stream key, computed once (a fetch names every shard of the member)."""
         found = self._shards.get(shard)
@@ -214,7 +224,8 @@ class DataPlane:
 
         This is the steady state of a member: the ack of batch n rides in the read of batch n+1, and
         idle shards cost one call for all of them (and almost no reply: a shard whose fence passed, with
-        nothing new and the ``token`` the caller knows, is not in the script's reply).
+        nothing new and the ``token`` the caller knows, is not in the script's reply, unless it asked
+        to ``wait``: then its ``last_id`` is).
         ``DataPlaneUnavailable`` leaves the outcome of every part unknown (acks and reads alike), as with
         any other call."""
         member = checks.member_id(member_id)
@@ -229,7 +240,8 @@ class DataPlane:
             wire, key = self._shard_keys(item.shard)
             keys.append(key)
             known = "" if item.token is None else item.token
-            args += [wire, checks.epoch(item.epoch), 1 if item.read else 0, known, len(ids), *ids]
+            read = (2 if item.wait else 1) if item.read else 0
+            args += [wire, checks.epoch(item.epoch), read, known, len(ids), *ids]
         if not shards:
             return []
         keys.append(self._lease_records)  # the fence's last key
@@ -418,7 +430,8 @@ def _fetch_result(part: list[Any], shard: Shard) -> FetchResult:
     status, acked = _status(part), int(part[1]) >= 0
     if len(part) < 4:
         return FetchResult(status, acked, [])
-    return FetchResult(status, acked, decode_fetched(part[2], shard), _text(part[3]))
+    last = _text(part[4]) if len(part) > 4 else ""
+    return FetchResult(status, acked, decode_fetched(part[2], shard), _text(part[3]), last)
 
 
 def _token(reply: list[Any], at: int) -> str:

@@ -65,6 +65,7 @@ from typing import Any, Protocol
 from consumers import logcontext
 from consumers.dataplane import FetchResult, ShardFetch
 from consumers.errors import DataPlaneUnavailable
+from consumers.member.waiter import Waiter
 from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
 
@@ -104,6 +105,8 @@ class Ticket:
     recall: threading.Event | None = None  # set by the unit: give the ticket back now (module docstring)
     recall_at_s: float = math.inf  # time.monotonic() at which it goes back by itself
     idle_s: float = 0.0  # the current idle backoff: 0 until a read came back empty
+    wait_key: str = ""  # parked on the wait (module docstring, "Waking"): its stream ...
+    wait_id: str = ""  # ... and the group's last-delivered id on it ("": not parked)
     due_s: float = 0.0  # time.monotonic() at which it is sent
     wake: Wake | None = None
     result: FetchResult | None = None
@@ -118,23 +121,35 @@ class Fetcher:
         self.count = runtime.batch_size
         self._idle_min_s = runtime.idle_backoff_min_ms / 1000
         self._idle_max_s = runtime.idle_backoff_max_ms / 1000
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the fetcher's thread waits on this one ...
+        self._wait_cond = threading.Condition(lock)  # ... and the waiter's on this one
         self._tickets: list[Ticket] = []
         self._sending = False  # a call is in flight (one at a time: what comes meanwhile waits for the next)
         self._closed = False
         self._thread = threading.Thread(
             target=self._run_in_context, name=f"{host.label}-fetcher", daemon=True
         )
+        self._waiter = (
+            Waiter(self, dataplane.entry_wait(), runtime.idle_wait_ms)
+            if runtime.wake_on_append and hasattr(dataplane, "entry_wait")
+            else None
+        )
 
     def start(self) -> None:
         self._thread.start()
+        if self._waiter is not None:
+            self._waiter.start()
 
     def close(self) -> None:
-        """Every waiting ticket goes back ``STOPPED``, and so does every later one; the thread ends."""
+        """Every waiting ticket goes back ``STOPPED``, and so does every later one; the threads end."""
         with self._cond:
             self._closed = True
             tickets, self._tickets = self._tickets, []
             self._cond.notify_all()
+            self._wait_cond.notify_all()
+        if self._waiter is not None:
+            self._waiter.close()
         for ticket in tickets:
             _finish(ticket, Wake.STOPPED)
 
@@ -261,7 +276,9 @@ class Fetcher:
     def _send(self, batch: list[Ticket]) -> None:
         sent: list[Ticket] = []
         requests: list[ShardFetch] = []
+        waiting = self._waiter is not None and self._waiter.healthy
         for ticket in batch:
+            ticket.wait_key = ticket.wait_id = ""
             epoch = self.host.epoch_for(ticket.incarnation)
             if epoch is None or ticket.stopping.is_set():
                 _finish(ticket, Wake.STOPPED)
@@ -270,7 +287,7 @@ class Fetcher:
             if not read and not ticket.ack_ids:
                 _finish(ticket, Wake.LEASE)
                 continue
-            requests.append(ShardFetch(ticket.shard, epoch, ticket.ack_ids, read, ticket.token))
+            requests.append(ShardFetch(ticket.shard, epoch, ticket.ack_ids, read, ticket.token, waiting))
             sent.append(ticket)
         if not sent:
             return
@@ -296,6 +313,9 @@ class Fetcher:
                 if ticket.recall is not None and ticket.recall.is_set():
                     _finish(ticket, Wake.RESULT, result=result)  # nothing read, but its unit wants it back
                 else:
+                    if result.last_id:
+                        ticket.wait_key = self.dataplane.stream_key(ticket.shard)
+                        ticket.wait_id = result.last_id
                     idle.append(ticket)
             else:
                 _finish(ticket, Wake.RESULT, result=result)
@@ -304,19 +324,57 @@ class Fetcher:
         self._rearm(idle)
 
     def _rearm(self, tickets: list[Ticket]) -> None:
-        """Empty reads: keep the tickets, each due again after its shard's (doubled) idle backoff."""
+        """Empty reads: keep the tickets. One with a ``wait_id`` is parked on the wait (module
+        docstring, "Waking"), due again when its stream has news, or after ``idle_wait_ms`` at the
+        latest; any other is due again after its shard's (doubled) idle backoff."""
         if not tickets:
             return
         now = time.monotonic()
+        waiter, parked = self._waiter, False
         for ticket in tickets:
-            ticket.idle_s = min(max(ticket.idle_s * 2, self._idle_min_s), self._idle_max_s)
+            if ticket.wait_id and waiter is not None:
+                ticket.idle_s, parked = waiter.timeout_s, True
+            else:
+                ticket.idle_s = min(max(ticket.idle_s * 2, self._idle_min_s), self._idle_max_s)
             ticket.due_s = now + ticket.idle_s
         with self._cond:
-            if not self._closed:
+            closed = self._closed
+            if not closed:
                 self._tickets += tickets
-                return
+                # Its unit may have recalled it just before it was parked (consumers/member/concurrent.py
+                # looks at idle_s, set above, after it sets the recall): let the loop see it now.
+                if any(t.recall is not None and t.recall.is_set() for t in tickets):
+                    self._cond.notify_all()
+                if parked:
+                    self._wait_cond.notify()  # the waiter's thread: a ticket to wait for
+        if not closed:
+            if parked and waiter is not None:
+                waiter.parked(tickets)
+            return
         for ticket in tickets:
             _finish(ticket, Wake.STOPPED)
+
+    # ------------------------------------------------------------------------ for the waiter (below)
+
+    def _wait_set(self) -> dict[str, str] | None:
+        """The streams of the parked tickets and their ids, once there is one (None: closed). The
+        caller holds the lock."""
+        while not self._closed:
+            parked = {t.wait_key: t.wait_id for t in self._tickets if t.wait_id}
+            if parked:
+                return parked
+            self._wait_cond.wait()
+        return None
+
+    def _woken(self, keys: list[str] | None) -> None:
+        """Those streams have news (None: every parked ticket, the wait failed): their tickets are due
+        now. The caller holds the lock."""
+        now, due = time.monotonic(), False
+        for ticket in self._tickets:
+            if ticket.wait_id and (keys is None or ticket.wait_key in keys):
+                ticket.due_s, ticket.wait_id, due = now, "", True  # no longer waited on: it is due
+        if due:
+            self._cond.notify_all()
 
 
 def _wanted_back(ticket: Ticket, now: float) -> bool:

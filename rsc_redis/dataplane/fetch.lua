@@ -12,7 +12,8 @@
 -- KEYS[3 + n]  rsc:{P}:lr: the members' own lease renewals (fence.lua)
 -- ARGV[1]  consumer group   ARGV[2]  member id   ARGV[3]  count (new entries read per shard, at most)
 -- ARGV[4]  n, the number of shards; then, per shard, in KEYS order:
---          shard (v<n>:<i>), epoch presented, read ('1': read new entries; '0': ack only), the
+--          shard (v<n>:<i>), epoch presented, read ('1': read new entries; '2': read them, and when
+--          there are none say up to where the group has read; '0': ack only), the
 --          redeliver token the caller knows ('' if none), a (the number of ack ids), then a entry ids
 --          to acknowledge
 --
@@ -28,15 +29,37 @@
 --                                 entry's one field `envelope` (coordinator/protocol/envelope.py), or,
 --                                 for an entry with other fields (one written before that layout),
 --                                 its {field, value, ...} as read_new.lua returns them
--- A shard without news is not reported, so that idle shards cost (almost) no reply: its fence passed,
+--   'OK', acked, {}, token, last  read '2' and nothing new: `last` is the group's last-delivered id on
+--                                 the shard (XINFO GROUPS), the id after which a member waits for new
+--                                 entries (XREAD BLOCK, consumers/member/waiter.py)
+-- A shard without news, not read with '2', is not reported, so that idle shards cost (almost) no
+-- reply: its fence passed,
 -- its acks were applied and, when it was read, nothing new was there and its token is the known one.
 -- Raises a script error, before any write, if a stream key is not its shard's, KEYS[2] is not the
 -- group's redeliver key or a metadata field is malformed; and if XREADGROUP fails (a missing group),
 -- after the acks: the call fails for every shard, its outcome unknown as after a connection error.
 -- Touches: the fences' fields (one HMGET on KEYS[1]); only for shards whose fence passed: XACK on their
 -- streams; for those also readable and asked to read: HMGET on KEYS[2], one XREADGROUP over their
--- streams.
+-- streams; for read '2' shards with nothing new, XINFO GROUPS on their streams.
 local group, member, count = ARGV[1], ARGV[2], ARGV[3]
+
+-- The group's last-delivered id on a stream: new entries are exactly those after it.
+local function last_delivered(key, name)
+  for _, info in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+    local found, last = false, nil
+    for k = 1, #info, 2 do
+      if info[k] == 'name' then
+        found = info[k + 1] == name
+      elseif info[k] == 'last-delivered-id' then
+        last = info[k + 1]
+      end
+    end
+    if found then
+      return last
+    end
+  end
+  return '0-0'
+end
 local n = tonumber(ARGV[4])
 -- First pass, before any write: where each shard's arguments start, and its stream key checked.
 local at = {}
@@ -82,7 +105,7 @@ for i = 1, n do
     local read_status = mode_status(mode, 'read')
     if read_status ~= 'OK' then
       reports[#reports + 1] = {i, read_status, acked[i]}
-    elseif ARGV[a + 2] == '1' then
+    elseif ARGV[a + 2] ~= '0' then
       readers[#readers + 1] = i
     end
   end
@@ -119,6 +142,8 @@ for j, i in ipairs(readers) do
       m = m + 2
     end
     reports[#reports + 1] = {i, 'OK', acked[i], flat, token}
+  elseif ARGV[at[i] + 2] == '2' then
+    reports[#reports + 1] = {i, 'OK', acked[i], {}, token, last_delivered(KEYS[2 + i], group)}
   end
 end
 return {'OK', reports}

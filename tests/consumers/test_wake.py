@@ -1,0 +1,109 @@
+"""The wake-up (consumers/member/waiter.py): an idle member waits for new entries instead of polling.
+
+Each test gives the member a polling backoff of a minute, so an entry handled in time was read because
+the wait woke the member, not because a poll came round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from consumers.dataplane import DataPlane, redis_client
+from consumers.runtime import Runtime
+from rsc_redis import acl
+from tests.consumers.harness import GROUP, PREFIX, Cluster, Recorder, eventually
+
+SAFETY_MS = 1_000
+
+
+def _runtime(**fields: Any) -> Runtime:
+    """Without the wake-up an idle shard of this runtime would be read again only after a minute."""
+    minute = {"idle_backoff_min_ms": 60_000, "idle_backoff_max_ms": 60_000}
+    return Runtime(**{"max_concurrency": 4, "batch_size": 8, **minute, **fields})
+
+
+def _commands(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+
+
+@pytest.mark.parametrize("ordering", ["shard", "key"])
+def test_entries_appended_to_idle_shards_are_read_without_a_poll(cluster: Cluster, ordering: str) -> None:
+    """One entry at a time, each to a shard that was idle, and each only once the one before was handled:
+    the shard just handled goes idle again while the member waits on the others, so its wait must be
+    interrupted and started again over all four (else its next entry would wait for the safety net)."""
+    recorder = Recorder()
+    runtime = _runtime(idle_wait_ms=60_000)  # nor would the safety net read it in time
+    m = cluster.member(recorder, runtime=runtime, ordering=ordering)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)  # past the take-over: every shard idle, every ticket parked
+    sent = 0
+    for round_ in range(3):
+        for shard in range(4):
+            started = time.monotonic()
+            cluster.send(cluster.key_for(shard, round_))
+            sent += 1
+            eventually(lambda n=sent: recorder.count() == n, timeout_s=10, what=f"entry {sent} handled")
+            assert time.monotonic() - started < 10
+    assert m.stats.handled == sent
+
+
+def test_an_idle_member_sends_almost_nothing(cluster: Cluster) -> None:
+    """With every shard idle the member's only data-plane commands are its wait (one XREAD per
+    ``idle_wait_ms``) and the safety-net fetch (about as often); a poll every 100 ms would be 30 fetches
+    in 3 s."""
+    m = cluster.member(Recorder(), runtime=_runtime(idle_wait_ms=SAFETY_MS))
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(1.5)
+    before = _commands(cluster.client)
+    time.sleep(3.0)
+    after = _commands(cluster.client)
+    fetches = after.get("fcall", 0) - before.get("fcall", 0)
+    waits = after.get("xread", 0) - before.get("xread", 0)
+    assert 1 <= waits <= 8, (waits, fetches)
+    assert fetches <= 8, (waits, fetches)
+
+
+def test_without_the_wake_up_idle_shards_are_polled(cluster: Cluster) -> None:
+    """wake_on_append=False: no XREAD at all, and entries are still read (by the poll)."""
+    recorder = Recorder()
+    runtime = Runtime(max_concurrency=4, wake_on_append=False, idle_backoff_min_ms=5, idle_backoff_max_ms=20)
+    before = _commands(cluster.client)
+    m = cluster.member(recorder, runtime=runtime)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    for shard in range(4):
+        cluster.send(cluster.key_for(shard))
+    eventually(lambda: recorder.count() == 4, what="every entry handled")
+    assert _commands(cluster.client).get("xread", 0) == before.get("xread", 0)
+
+
+def test_a_user_that_may_not_wait_polls_and_says_so_once(
+    cluster: Cluster, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis user from before the wake-up (no XREAD, no CLIENT UNBLOCK): the member logs one WARNING
+    and polls its idle shards; nothing is lost."""
+    rules = [r for r in acl.rules_for(acl.MEMBER) if r not in ("+client|id", "+client|unblock")]
+    admin = cluster.client
+    admin.execute_command("ACL", "SETUSER", "old-member", *acl.setuser_args("x", ">pw", rules))
+    try:
+        url = redis_url.replace("redis://", "redis://old-member:pw@", 1)
+        plane = DataPlane(redis_client(url), PREFIX, GROUP)
+        recorder = Recorder()
+        runtime = Runtime(max_concurrency=4, idle_backoff_min_ms=5, idle_backoff_max_ms=20)
+        with caplog.at_level(logging.WARNING, logger="consumers.member"):
+            m = cluster.member(recorder, runtime=runtime, dataplane=plane)
+            eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+            for shard in range(4):
+                cluster.send(cluster.key_for(shard))
+            eventually(lambda: recorder.count() == 4, what="every entry handled by polling")
+            time.sleep(0.2)
+        warnings = [r for r in caplog.records if "cannot wait for new entries" in r.getMessage()]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        assert "docs/redis-acl.md" in warnings[0].getMessage()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "old-member")
