@@ -23,7 +23,8 @@ id, so the pending list of a consumer is exactly what that member read and has n
 A member's steady state is :meth:`DataPlane.fetch`: for all its shards in one script, each shard's ack
 of the batch it handled, then the read of its next batch, each shard fenced on its own (``fetch.lua``).
 
-Reads never block (Lua cannot): members poll. Every call is one round trip. This class holds no state
+Reads never block (Lua cannot): an idle member waits for new entries on a plain blocking ``XREAD``
+(:mod:`consumers.dataplane.wait`), then reads. Every call is one round trip. This class holds no state
 but the client and the names of its functions, so one instance may serve every thread of a member. The
 coordinator loads the library; :meth:`DataPlane.require_functions` checks at a member's start that it
 is there, and a call that finds it missing raises :class:`consumers.errors.FunctionsNotLoaded`.

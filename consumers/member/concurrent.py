@@ -441,8 +441,8 @@ class ConcurrentUnit(ShardUnit):
         """Wake the dispatcher: on its condition, or back from the fetcher (caller holds the lock). The
         ticket's recall is set; the fetcher's thread is woken for it only while the ticket waits idle
         there, or when ``urgent`` (a failure, the lease in doubt): a ticket in flight comes back with its
-        result, and one that goes idle just after this look is given back at its next due time, within
-        the idle backoff."""
+        result, and one that goes idle just after this look is seen by the fetcher as it parks it
+        (``Fetcher._rearm`` looks at the recall after it sets ``idle_s``)."""
         self._wake()
         recall, ticket = self._recall, self._ticket_now
         if recall is None or recall.is_set():

@@ -21,10 +21,14 @@ busy shards). The fetcher's thread also makes the calls of idle shards (below).
 
 A ticket goes back to its unit only when there is something to act on: entries, a refusal, a changed
 redeliver token, a failed call, the lease in doubt, or the unit being told to stop. An empty read keeps
-the ticket here, due again after the shard's idle backoff (``idle_backoff_min_ms`` doubling up to
-``idle_backoff_max_ms``); a call takes along every waiting ticket that is at least half-way through its
-backoff, so the backoffs of idle shards line up and cost one call between them, and no thread but the
-fetcher's wakes up.
+the ticket here. *Waking*: with the wake-up on (``Runtime.wake_on_append``), the read asked for the
+group's last-delivered id on the shard (``ShardFetch.wait``), and the ticket is *parked*: the member's
+waiter (:mod:`consumers.member.waiter`) blocks on one ``XREAD`` over every parked ticket's stream from
+that id, and makes the ticket due when its stream has news; it is due anyway after ``idle_wait_ms``
+(the safety net). Without the wake-up (off, or the wait failing) it is due again after the shard's idle
+backoff (``idle_backoff_min_ms`` doubling up to ``idle_backoff_max_ms``). A call takes along every
+waiting ticket that is at least half-way through its wait or backoff, so idle shards line up and cost
+one call between them, and no thread but the fetcher's (or the waiter's) wakes up.
 
 What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
 batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher
@@ -366,15 +370,22 @@ class Fetcher:
             self._wait_cond.wait()
         return None
 
-    def _woken(self, keys: list[str] | None) -> None:
+    def _woken(self, keys: list[str] | None) -> list[Ticket] | None:
         """Those streams have news (None: every parked ticket, the wait failed): their tickets are due
-        now. The caller holds the lock."""
+        now. When no call is in flight the caller gets the next one, with every due ticket, to make on
+        its own thread (as :meth:`submit` does: no wake-up of the fetcher's thread and back); else the
+        fetcher's thread makes it. The caller holds the lock."""
         now, due = time.monotonic(), False
         for ticket in self._tickets:
             if ticket.wait_id and (keys is None or ticket.wait_key in keys):
                 ticket.due_s, ticket.wait_id, due = now, "", True  # no longer waited on: it is due
-        if due:
+        if not due:
+            return None
+        if self._closed or self._sending:
             self._cond.notify_all()
+            return None
+        self._sending = True
+        return self._take_due(now)
 
 
 def _wanted_back(ticket: Ticket, now: float) -> bool:

@@ -10,8 +10,8 @@ stop. It
    that kept its id across a fence or a reconnect) - all in stream order, before anything new. The
    first claim also gives the unit the shard's redeliver token to start from (below);
 2. then fetches new entries through the member's :class:`~consumers.member.fetcher.Fetcher`, which
-   reads for every shard of the member in one fenced call and keeps an empty shard's ticket itself,
-   backing off from ``idle_backoff_min_ms`` to ``idle_backoff_max_ms`` (an idle unit's thread sleeps).
+   reads for every shard of the member in one fenced call and keeps an empty shard's ticket itself
+   until its stream has news (:mod:`consumers.member.waiter`; an idle unit's thread sleeps).
 
 Each batch runs on the unit's own thread once the member's :class:`~consumers.member.pool.WorkerPool`
 grants it a slot (the pool bounds how many batches of the member run at once: its effective

@@ -7,7 +7,8 @@ When a fetch finds nothing new on a shard, the fetcher keeps the shard's ticket 
 fetch also asked for the group's last-delivered id on that shard (``fetch.lua``, read ``'2'``), and the
 ticket is *parked*: this thread waits, with one blocking ``XREAD`` over the streams of every parked
 ticket of the member (:class:`consumers.dataplane.wait.EntryWait`), until one of them has an entry after
-that id. Its ticket is then due at once, and the fetcher makes the fenced read as for any due ticket.
+that id. Its ticket is then due at once, and this thread makes the fenced read (with every other due
+ticket) when no call is in flight, else the fetcher's thread makes it next.
 A parked ticket is also due after ``idle_wait_ms`` without news (the safety net: a redeliver request,
 which appends nothing, is seen then at the latest), and the wait itself ends after as long and starts
 again. So a member with idle shards sends nothing but that, and a new entry is read about one round
@@ -127,7 +128,9 @@ class Waiter:
                 self._waiting_on = None
         if keys:
             with fetcher._cond:
-                fetcher._woken(keys)
+                batch = fetcher._woken(keys)
+            if batch:
+                fetcher._send_and_release(batch)  # this thread makes the read it woke for
         return keys
 
     def _failed(self) -> None:
@@ -135,6 +138,8 @@ class Waiter:
         self.healthy = False
         with self.fetcher._cond:
             self._waiting_on = None
-            self.fetcher._woken(None)
+            batch = self.fetcher._woken(None)
+        if batch:
+            self.fetcher._send_and_release(batch)
 
 

@@ -15,7 +15,9 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.e2e.e2eapp"]
 RSC_RUNTIME = {
     "max_concurrency": env.int("RSC_RUNTIME_MAX_CONCURRENCY", default=1),
     "batch_size": env.int("E2E_BATCH_SIZE", default=16),
-    "idle_backoff_min_ms": 2,
+    "wake_on_append": env.bool("E2E_WAKE_ON_APPEND", default=True),
+    "idle_wait_ms": env.int("E2E_IDLE_WAIT_MS", default=1_000),
+    "idle_backoff_min_ms": env.int("E2E_IDLE_BACKOFF_MIN_MS", default=2),
     "idle_backoff_max_ms": env.int("E2E_IDLE_BACKOFF_MAX_MS", default=50),
     "retry_backoff_max_ms": 1_000,
     "heartbeat_timeout_s": env.float("E2E_HEARTBEAT_TIMEOUT_S", default=1.0),
