@@ -141,5 +141,3 @@ class Waiter:
             batch = self.fetcher._woken(None)
         if batch:
             self.fetcher._send_and_release(batch)
-
-

@@ -6,6 +6,7 @@ not re-sent)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -222,3 +223,47 @@ def test_a_batch_whose_reply_is_lost_on_a_cluster_node_is_not_resent(
     finally:
         for p in proxies.values():
             p.close()
+
+
+def _waiting(wait: Any, after: dict[str, str]) -> tuple[Any, list[list[str]]]:
+    """``wait.wait(after)`` on a thread of its own (armed first): the thread and where its result goes."""
+    import threading
+
+    got: list[list[str]] = []
+    wait.arm()
+    thread = threading.Thread(target=lambda: got.append(wait.wait(after, 10_000)), daemon=True)
+    thread.start()
+    return thread, got
+
+
+def test_a_member_waits_for_new_entries_on_the_primary_of_its_prefix(
+    client: RedisCluster, local_cluster: LocalCluster
+) -> None:
+    """The wake-up on a cluster: one XREAD over a prefix's streams (one slot), on that prefix's primary,
+    ended by CLIENT UNBLOCK sent to the same node; on every primary."""
+    import time
+
+    for prefix in prefixes_on_every_primary(local_cluster, stem="w"):
+        h = Harness(client, prefix=prefix)
+        h.create(shard_count=2)
+        a = h.join("a")
+        idle = h.plane.fetch("a", [ShardFetch(s, a.epoch, token="0", wait=True) for s in (V1_0, V1_1)], 10)
+        after = {h.plane.stream_key(s): r.last_id for s, r in zip((V1_0, V1_1), idle, strict=True)}
+        assert set(after.values()) == {"0-0"}
+        wait = h.plane.entry_wait()
+        wait.probe()
+        try:
+            thread, got = _waiting(wait, after)
+            time.sleep(0.05)
+            h.produce(V1_1, 2, 1)
+            thread.join(5)
+            assert got == [[h.plane.stream_key(V1_1)]]
+            thread, got = _waiting(wait, {h.plane.stream_key(V1_0): "0-0"})
+            deadline = time.monotonic() + 5
+            while not wait.interrupt():
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            thread.join(5)
+            assert got == [[]]
+        finally:
+            wait.close()

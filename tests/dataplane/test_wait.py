@@ -58,9 +58,11 @@ def test_a_wait_from_that_id_wakes_on_the_next_append_only(harness: Harness) -> 
     results = h.plane.fetch("m1", [ShardFetch(V1_0, m1.epoch), ShardFetch(V1_1, m1.epoch)], 10)
     acks = [[e.entry_id for e in r.entries] for r in results]
     idle = h.plane.fetch(
-        "m1", [ShardFetch(s, m1.epoch, a, token="0", wait=True) for s, a in zip((V1_0, V1_1), acks)], 10
+        "m1",
+        [ShardFetch(s, m1.epoch, a, token="0", wait=True) for s, a in zip((V1_0, V1_1), acks, strict=True)],
+        10,
     )
-    after = {h.plane.stream_key(s): r.last_id for s, r in zip((V1_0, V1_1), idle)}
+    after = {h.plane.stream_key(s): r.last_id for s, r in zip((V1_0, V1_1), idle, strict=True)}
     wait = h.plane.entry_wait()
     try:
         # what the group has read already does not wake it: the wait runs to its timeout
