@@ -16,15 +16,20 @@ One private Redis, one coordinator API, one tick (tests/e2e/stack.py), as bench/
      of its handler (``run_member`` processes, the e2e listener: it writes one line per entry);
    * ``raw``: beside them, on the SAME entries (a Redis consumer group of its own on the same streams,
      running at the same time), as many raw processes as members, each one blocking
-     ``XREADGROUP COUNT b BLOCK ... STREAMS <its shards> >`` + ``XACK`` loop that decodes the envelope
-     and writes the same line per entry: what a plain blocking consumer achieves on this machine, the
-     limit.
+     ``XREADGROUP COUNT b BLOCK ... STREAMS <its shards> >`` loop that decodes the envelope, writes the
+     same line per entry and acks the streams read in one pipeline: what a plain blocking consumer
+     achieves on this machine, the limit. It is one thread: where it falls behind, its latency is a
+     queue's.
 
    p50 / p90 / p99 / max per window; the figures are the medians over the windows.
 2. ``idle``: 4 members holding 64 empty shards for ``--idle-seconds``: CPU per member process (share of
    a core) and Redis commands per second (all of them: heartbeats and ticks too, and the data plane's
    FCALL / XREAD / CLIENT alone), with the wake-up and with polling (``wake_on_append=False``, the
    runtime's default backoff 5 -> 100 ms), side by side.
+
+3. ``signal_cost``: what the alternative to this design would cost Redis: a producer that signals every
+   append on Pub/Sub (``PUBLISH`` to a channel 4 members subscribe to) against the plain ``XADD`` the
+   wake-up needs, pipelined 100 at a time: Redis CPU per append (``INFO cpu``), medians of ``--reps``.
 
 Everything is measured here, nothing is typed in; every wait is bounded. Figures from a loaded 2-core box
 are noisy: compare the sides of one run.
@@ -58,6 +63,7 @@ from bench.e2e_bench import (  # noqa: E402
     measure,
     percentile,
     produce_backlog,
+    redis_cpu_s,
     rounded,
     spawn_side,
     timings,
@@ -88,18 +94,22 @@ def _raw_block_consumer(url: str, keys: list[str], group: str, name: str, batch:
     ready.set()
     while True:
         reply = client.xreadgroup(group, name, streams, count=batch, block=RAW_BLOCK_MS)
-        for key, entries in reply or ():
+        if not reply:
+            continue
+        acks = client.pipeline(transaction=False)
+        lines = []
+        for key, entries in reply:
             wall_ns = time.time_ns()
             flat: list[Any] = []
             for entry_id, fields in entries:
                 flat += [entry_id, fields[b"envelope"]]
-            lines = []
             for entry in decode_fetched(flat, shard):
                 payload = entry.payload if isinstance(entry.payload, dict) else {}
                 row = {"event_id": entry.event_id, "wall_ns": wall_ns, "sent_ns": payload.get("sent_ns")}
                 lines.append(json.dumps(row, separators=(",", ":")))
-            os.write(fd, ("\n".join(lines) + "\n").encode())
-            client.xack(key, group, *[entry_id for entry_id, _ in entries])
+            acks.xack(key, group, *[entry_id for entry_id, _ in entries])
+        os.write(fd, ("\n".join(lines) + "\n").encode())
+        acks.execute()
 
 
 def start_members(stack: Stack, prefix: str, group: str, shards: int, members: int, **extra: str) -> Side:
@@ -269,6 +279,41 @@ def bench_idle(stack: Stack, seconds: float, wake: bool) -> dict[str, Any]:
     )
 
 
+def bench_signal_cost(stack: Stack, reps: int, appends: int = 20_000) -> dict[str, Any]:
+    """Redis CPU per append: XADD alone, and XADD + PUBLISH to a channel with 4 subscribers that read
+    every message (what a per-append signal would cost; the XREAD wake-up costs the producer nothing)."""
+    import threading
+
+    client = stack.client()
+    key, channel, value = "signal-bench:{s}:v1:0", "signal-bench:{s}:wake", b"x" * 100
+    subscribers = [stack.client().pubsub(ignore_subscribe_messages=True) for _ in range(4)]
+    stop = threading.Event()
+    for sub in subscribers:
+        sub.subscribe(channel)
+        threading.Thread(target=lambda s=sub: [s.get_message(timeout=0.1) for _ in iter(stop.is_set, True)],
+                         daemon=True).start()  # fmt: skip
+    runs: dict[str, list[float]] = {"xadd": [], "xadd_and_publish": []}
+    try:
+        for _ in range(reps):
+            for mode in runs:
+                cpu0 = redis_cpu_s(client)
+                for _ in range(appends // 100):
+                    pipe = client.pipeline(transaction=False)
+                    for _i in range(100):
+                        pipe.xadd(key, {"envelope": value}, maxlen=1000, approximate=True)
+                        if mode == "xadd_and_publish":
+                            pipe.publish(channel, b"0")
+                    pipe.execute()
+                runs[mode].append((redis_cpu_s(client) - cpu0) * 1e6 / appends)
+    finally:
+        stop.set()
+        for sub in subscribers:
+            sub.close()
+        client.delete(key)
+        client.close()
+    return rounded({f"{mode}_redis_us_per_append": statistics.median(v) for mode, v in runs.items()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -290,6 +335,8 @@ def main() -> None:
         for config in args.configs.split(","):
             shards, members = (int(x) for x in config.split("x"))
             results["latency"].append(bench_config(stack, shards, members, args))
+        results["signal_cost"] = bench_signal_cost(stack, args.reps)
+        print(f"signal cost: {results['signal_cost']}", flush=True)
         if args.idle_seconds > 0:
             results["idle"] = [bench_idle(stack, args.idle_seconds, wake) for wake in (True, False)]
             print(f"idle: {results['idle']}", flush=True)
