@@ -67,6 +67,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/heartbeat_bench.py --out bench/results/heartbeat.json
 	$(BIN)/python bench/producer_bench.py --out bench/results/producer.json
 	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
+	$(BIN)/python bench/latency_bench.py --out bench/results/latency.json
 	$(BIN)/python bench/store_bench.py --form-members 1000,10000 --out bench/results/store.json
 	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
 	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json

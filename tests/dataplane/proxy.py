@@ -40,14 +40,14 @@ def has_entries(reply: bytes) -> bool:
 
 
 def fetch_has_entries(reply: bytes) -> bool:
-    """A ``fetch.lua`` reply ``{'OK', {{status, acked, entries, token}, ...}}`` in which some shard got
-    at least one entry (RESP2). A reply longer than one chunk holds entries."""
+    """A ``fetch.lua`` reply ``{'OK', {{i, status, acked, entries, token[, last id]}, ...}}`` in which
+    some shard got at least one entry (RESP2). A reply longer than one chunk holds entries."""
     reader = hiredis.Reader()
     reader.feed(reply)
     parsed = reader.gets()
     if parsed is False:
         return True
-    return parsed[0] == b"OK" and any(len(part) > 2 and part[2] for part in parsed[1])
+    return parsed[0] == b"OK" and any(len(part) > 3 and part[3] for part in parsed[1])
 
 
 class _Link:
