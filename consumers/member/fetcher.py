@@ -370,6 +370,16 @@ class Fetcher:
             self._wait_cond.wait()
         return None
 
+    def _polled_now(self) -> None:
+        """The wait works (again): tickets idle on the polling backoff are due now, so that their next
+        read asks for a last id and parks them. The caller holds the lock."""
+        now, due = time.monotonic(), False
+        for ticket in self._tickets:
+            if not ticket.wait_id and ticket.idle_s > 0:
+                ticket.due_s, due = now, True
+        if due:
+            self._cond.notify_all()
+
     def _woken(self, keys: list[str] | None) -> list[Ticket] | None:
         """Those streams have news (None: every parked ticket, the wait failed): their tickets are due
         now. When no call is in flight the caller gets the next one, with every due ticket, to make on

@@ -91,7 +91,9 @@ class Waiter:
             try:
                 if not self.healthy:
                     self.wait.probe()
-                    self.healthy = True
+                    with self.fetcher._cond:
+                        self.healthy = True
+                        self.fetcher._polled_now()
                     if warned:
                         log.info("%s: waiting for new entries again", label)
                         warned = False

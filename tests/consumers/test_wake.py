@@ -107,3 +107,28 @@ def test_a_user_that_may_not_wait_polls_and_says_so_once(
         assert "docs/redis-acl.md" in warnings[0].getMessage()
     finally:
         admin.execute_command("ACL", "DELUSER", "old-member")
+
+
+def test_a_wait_cut_off_falls_back_to_polling_and_waits_again(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wait's connection is killed (a Redis restart, a network cut): one WARNING, the idle shards are
+    read at once, and the member waits again (its idle shards are not left on the polling backoff, a
+    minute here): an entry appended afterwards is read without a poll."""
+    recorder = Recorder()
+    m = cluster.member(recorder, runtime=_runtime(idle_wait_ms=60_000))
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+
+    def blocked() -> list[int]:
+        return [c["id"] for c in cluster.client.client_list() if c.get("cmd") == "xread"]
+
+    with caplog.at_level(logging.INFO, logger="consumers.member"):
+        [waiting] = eventually(blocked, what="the member waits")
+        cluster.client.client_kill_filter(_id=waiting)
+        eventually(lambda: blocked() and blocked() != [waiting], what="the member waits again")
+        for shard in range(4):
+            cluster.send(cluster.key_for(shard))
+        eventually(lambda: recorder.count() == 4, timeout_s=10, what="every entry handled")
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("cannot wait for new entries" in t for t in messages) == 1, messages
+    assert sum("waiting for new entries again" in t for t in messages) == 1, messages
