@@ -71,11 +71,16 @@ class RoutingUnstable(ConsumersError):
 
 
 class DataPlaneUnavailable(ConsumersError):
-    """Redis is unreachable, timed out, loading, busy or read-only (a failover). Back off and retry.
+    """Redis cannot serve the call now: unreachable or timed out, or it answered "not now" (a failover's
+    ``CLUSTERDOWN``, ``MASTERDOWN``, ``READONLY``, ``MOVED`` / ``ASK`` / ``TRYAGAIN`` storms, ``LOADING``,
+    ``BUSY``, ``OOM``, ``NOREPLICAS``: rsc_redis/errors.py classifies them by type and error code).
+    Back off and retry.
 
-    The outcome of the interrupted call is unknown: a read may have delivered entries into the member's
-    pending list (recover them with ``DataPlane.read_own_pending``), an ack may have been applied, and a
-    producer's append may have been written (at-least-once: a retry may duplicate it).
+    The outcome of the interrupted call is unknown when the connection failed or timed out
+    (``details["redis_error"]`` is None): a read may have delivered entries into the member's pending
+    list (recover them with ``DataPlane.read_own_pending``), an ack may have been applied, and a
+    producer's append may have been written (at-least-once: a retry may duplicate it). With an error
+    code in ``details["redis_error"]``, Redis refused the call before it ran.
     """
 
     code = ErrorCode.DATA_PLANE_UNAVAILABLE
@@ -84,8 +89,9 @@ class DataPlaneUnavailable(ConsumersError):
 
 class DataPlaneError(ConsumersError):
     """Redis refused a data-plane command for a reason retrying will not fix (a missing stream or
-    consumer group, a key of the wrong type, a script error). The store and the streams disagree:
-    an operator must look."""
+    consumer group, a key of the wrong type, a script error, an ACL refusal: ``NOPERM``). The store and
+    the streams disagree, or the deployment is misconfigured: an operator must look. A cluster in
+    failover (``CLUSTERDOWN``) is never this: that is :class:`DataPlaneUnavailable`."""
 
     code = ErrorCode.DATA_PLANE_ERROR
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from consumers.dataplane import checks, connection, library, scripts
 from consumers.dataplane.envelope import JSON, OCTET_STREAM, encode_event
@@ -187,7 +188,7 @@ class Producer:
             keys, head = target.single[index]
             try:
                 reply = self._hot(keys, (*head, event[2]))
-            except redis.RedisError as e:
+            except (redis.RedisError, RedisClusterException) as e:
                 with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
                     raise e
             if reply[0] in _OK:
