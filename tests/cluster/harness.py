@@ -182,6 +182,24 @@ class LocalCluster:
             time.sleep(0.05)
         self.wait_healthy(timeout_s)
 
+    def kill_and_wait_promotion(
+        self, primary: RedisServer, replica: RedisServer, timeout_s: float = 30.0
+    ) -> int:
+        """SIGKILL ``primary`` (no hand-over: its replica takes over once the others mark it failed,
+        ``NODE_TIMEOUT_MS`` and an election later; meanwhile the nodes answer ``CLUSTERDOWN``), and
+        return ``time.monotonic_ns()`` at the first poll that finds ``replica`` a primary."""
+        primary.kill()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.role_of(replica) == "master":
+                    return time.monotonic_ns()
+            except redis.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica.port} did not take over from {primary.port}")
+            time.sleep(0.005)
+
     def node_id(self, server: RedisServer) -> str:
         with self.node(server) as client:
             return str(client.execute_command("CLUSTER MYID"))
