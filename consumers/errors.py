@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     DATA_PLANE_UNAVAILABLE = "DATA_PLANE_UNAVAILABLE"
     DATA_PLANE_ERROR = "DATA_PLANE_ERROR"
     FUNCTIONS_NOT_LOADED = "FUNCTIONS_NOT_LOADED"
+    NOT_REPLICATED = "NOT_REPLICATED"
 
 
 class ConsumersError(Exception):
@@ -104,3 +105,22 @@ class FunctionsNotLoaded(DataPlaneUnavailable):
     heals by itself while a coordinator of this version runs; retriable like any unavailability."""
 
     code = ErrorCode.FUNCTIONS_NOT_LOADED
+
+
+class NotReplicated(ConsumersError):
+    """A producer's ``durability="replicated"`` send: every entry **was appended** on the primary, but
+    no replica acknowledged it within the producer's ``replication_timeout_ms`` (``WAIT``), so it is not
+    known to survive the primary's loss. ``results`` holds the :class:`~consumers.producer.SendResult`
+    of every entry of the call (in input order), ``details["replicas"]`` the count that acknowledged.
+
+    Retriable, but not like an unavailability: the entries exist (consumers will handle them unless the
+    primary dies before its replica catches up). A retry appends them again (at-least-once: duplicates,
+    with new ``event_id`` s); a caller that cannot tolerate either may check the replica's health and
+    decide (docs/producer.md, "Durability")."""
+
+    code = ErrorCode.NOT_REPLICATED
+    retriable = True
+
+    def __init__(self, message: str, *, results: list[Any], **details: Any) -> None:
+        super().__init__(message, **details)
+        self.results = results

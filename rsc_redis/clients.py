@@ -185,11 +185,39 @@ def _refresh_if_stale(client: Any) -> None:
             raise
 
 
+def run_functions_replicated(
+    client: Any, function: str, calls: Sequence[Sequence[Any]], replicas: int, timeout_ms: int
+) -> list[tuple[Any, int | None]]:
+    """:func:`run_functions`, each node's pipeline followed by ``WAIT replicas timeout_ms`` on the same
+    connection (``WAIT`` waits for the writes of the connection it is sent on, so it cannot go on
+    another): per call, its reply and how many replicas acknowledged it within the timeout. ``None``:
+    not known, for a call that a ``MOVED`` / ``ASK`` sent to another node through the cluster client,
+    whose connection this code does not hold (rare: a slot on the move)."""
+    acks: list[int | None] = [None] * len(calls)
+    wait = (replicas, timeout_ms, acks)
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("FCALL", function, *call)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
+        if isinstance(acked, Exception):
+            raise acked
+        return [(reply, int(acked)) for reply in replies]
+    replies = _run_grouped(client, ("FCALL", function), calls, None, wait)
+    return list(zip(replies, acks, strict=True))
+
+
 def _run_grouped(
-    client: Any, head: tuple[str, str], calls: Sequence[Sequence[Any]], script: Any
+    client: Any,
+    head: tuple[str, str],
+    calls: Sequence[Sequence[Any]],
+    script: Any,
+    wait: tuple[int, int, list[int | None]] | None = None,
 ) -> list[Any]:
     """``*head, *call`` for each call on a cluster client, grouped by node (:func:`run_evalsha`).
-    ``script``: the text to load after ``NOSCRIPT`` (EVALSHA), or None (FCALL: no reload).
+    ``script``: the text to load after ``NOSCRIPT`` (EVALSHA), or None (FCALL: no reload). ``wait``:
+    ``(replicas, timeout_ms, acks)``, a ``WAIT`` after each node's calls, its answer put in ``acks``.
 
     A connection error, a timeout, ``CLUSTERDOWN`` or ``MOVED`` marks the slot map stale, and the next
     call reads it afresh before it sends anything (:func:`_refresh_if_stale`)."""
@@ -201,7 +229,7 @@ def _run_grouped(
             node = client.get_node_from_key(call[1])
             by_node.setdefault(node.name, (node, []))[1].append(i)
         for node, indices in by_node.values():
-            _run_on_node(client.get_redis_connection(node), head, script, calls, indices, replies)
+            _run_on_node(client.get_redis_connection(node), head, script, calls, indices, replies, wait)
     except (redis.ConnectionError, redis.TimeoutError, SlotNotCoveredError):
         mark_slot_map_stale(client)
         raise
@@ -209,6 +237,8 @@ def _run_grouped(
         mark_slot_map_stale(client)
     for i, reply in enumerate(replies):
         if isinstance(reply, _REDIRECTED):
+            if wait is not None:
+                wait[2][i] = None  # run again on a connection of the cluster client's: not known
             try:
                 try:
                     replies[i] = client.execute_command(*head, *calls[i])
@@ -227,14 +257,24 @@ def _run_on_node(
     calls: Sequence[Sequence[Any]],
     indices: list[int],
     replies: list[Any],
+    wait: tuple[int, int, list[int | None]] | None = None,
 ) -> None:
     todo = indices
     for attempt in range(2):
         pipe = node.pipeline(transaction=False)
         for i in todo:
             pipe.execute_command(*head, *calls[i])
+        if wait is not None:  # FCALL only (script is None): no second attempt
+            pipe.execute_command("WAIT", wait[0], wait[1])
+        answers = pipe.execute(raise_on_error=False)
+        if wait is not None:
+            acked = answers.pop()
+            if isinstance(acked, Exception):
+                raise acked
+            for i in todo:
+                wait[2][i] = int(acked)
         missing = []
-        for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+        for i, reply in zip(todo, answers, strict=True):
             replies[i] = reply
             if isinstance(reply, NoScriptError):
                 missing.append(i)
