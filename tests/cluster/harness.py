@@ -32,6 +32,7 @@ class LocalCluster:
     masters: int = 3
     replicas_per_master: int = 0
     servers: list[RedisServer] = field(default_factory=list)
+    kill_to_promotion_s: list[float] = field(default_factory=list)  # of kill_and_wait_promotion
 
     # -------------------------------------------------------------------------------- lifecycle
 
@@ -188,12 +189,15 @@ class LocalCluster:
         """SIGKILL ``primary`` (no hand-over: its replica takes over once the others mark it failed,
         ``NODE_TIMEOUT_MS`` and an election later; meanwhile the nodes answer ``CLUSTERDOWN``), and
         return ``time.monotonic_ns()`` at the first poll that finds ``replica`` a primary."""
+        killed_ns = time.monotonic_ns()
         primary.kill()
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 if self.role_of(replica) == "master":
-                    return time.monotonic_ns()
+                    promoted_ns = time.monotonic_ns()
+                    self.kill_to_promotion_s.append((promoted_ns - killed_ns) / 1e9)
+                    return promoted_ns
             except redis.ConnectionError:
                 pass
             if time.monotonic() > deadline:
