@@ -377,6 +377,64 @@ def functions_vs_scripts(
     return result
 
 
+def durability_levels(sends: int, batches: int, size: int) -> dict[str, Any]:
+    """Each durability level of the producer (docs/producer.md, "Durability") on a primary with one
+    replica on the same machine: single sends and batches of ``size``, one thread, the levels in
+    alternating chunks; entries/s and the p50 / p99 latency of one call."""
+    from config.embedded_redis import HOST
+
+    with (
+        RedisServer() as primary,
+        RedisServer(extra_args=["--replicaof", HOST, str(primary.port)]) as replica,
+    ):
+        admin = redis.Redis.from_url(primary.url)
+        with redis.Redis.from_url(replica.url, decode_responses=True) as r:
+            while r.info("replication").get("master_link_status") != "up":
+                time.sleep(0.05)
+        store = MetadataStore(admin, dead_letter_keys=BENCH_KEYS)
+        store.functions.ensure()
+        config = GroupConfig(lease_ttl_ms=60_000, heartbeat_interval_ms=1_000)
+        store.create_group(
+            CreateGroup(stream_prefix=PREFIX, consumer_group=GROUP, shard_count=SHARDS, config=config)
+        )
+        client = redis_client(primary.url)
+        producers = {level: Producer(client, durability=level) for level in ("primary", "replicated")}
+        seconds: dict[str, dict[str, list[float]]] = {lv: {"single": [], "batch": []} for lv in producers}
+        for chunk in range(max(1, sends // 500)):
+            for level, producer in producers.items():
+                for i in range(500):
+                    started = time.perf_counter()
+                    producer.send(PREFIX, f"key-{chunk}-{i}", payload_for(i))
+                    seconds[level]["single"].append(time.perf_counter() - started)
+        for chunk in range(max(1, batches // 10)):
+            for level, producer in producers.items():
+                for _ in range(10):
+                    items = [(f"key-{chunk}-{i}", payload_for(i)) for i in range(size)]
+                    started = time.perf_counter()
+                    producer.send_batch(PREFIX, items)
+                    seconds[level]["batch"].append(time.perf_counter() - started)
+        version = admin.info("server")["redis_version"]
+        client.close()
+        admin.close()
+
+    def row(samples: list[float], per_call: int) -> dict[str, float]:
+        ordered = sorted(samples)
+        return {
+            "entries_per_s": round(per_call * len(samples) / sum(samples)),
+            "p50_ms": round(ordered[len(ordered) // 2] * 1000, 3),
+            "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3),
+        }
+
+    return {
+        "redis": version,
+        "setting": "primary + 1 replica on the same machine, one sending thread",
+        "levels": {
+            level: {"single": row(cases["single"], 1), f"batch_{size}": row(cases["batch"], size)}
+            for level, cases in seconds.items()
+        },
+    }
+
+
 def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5_000) -> dict[str, Any]:
     names = (
         "single_producer",
@@ -450,6 +508,7 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         "runs": runs,
         "linger": linger,
         "functions_vs_scripts": versus,
+        "durability": durability_levels(messages // 4, batches // 4, size),
     }
 
 
@@ -472,6 +531,7 @@ def main() -> None:
     if args.out:
         args.out.write_text(text + "\n")
     versus = {c: v["ratios_fcall_over_evalsha"] for c, v in results["functions_vs_scripts"]["cases"].items()}
+    print(json.dumps({"durability": results["durability"]}, indent=2))
     print(
         json.dumps(
             {"medians": results["medians"], "ratios": results["ratios"], "fcall_over_evalsha": versus},

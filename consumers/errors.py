@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     DATA_PLANE_UNAVAILABLE = "DATA_PLANE_UNAVAILABLE"
     DATA_PLANE_ERROR = "DATA_PLANE_ERROR"
     FUNCTIONS_NOT_LOADED = "FUNCTIONS_NOT_LOADED"
+    NOT_REPLICATED = "NOT_REPLICATED"
 
 
 class ConsumersError(Exception):
@@ -71,11 +72,16 @@ class RoutingUnstable(ConsumersError):
 
 
 class DataPlaneUnavailable(ConsumersError):
-    """Redis is unreachable, timed out, loading, busy or read-only (a failover). Back off and retry.
+    """Redis cannot serve the call now: unreachable or timed out, or it answered "not now" (a failover's
+    ``CLUSTERDOWN``, ``MASTERDOWN``, ``READONLY``, ``MOVED`` / ``ASK`` / ``TRYAGAIN`` storms, ``LOADING``,
+    ``BUSY``, ``OOM``, ``NOREPLICAS``: rsc_redis/errors.py classifies them by type and error code).
+    Back off and retry.
 
-    The outcome of the interrupted call is unknown: a read may have delivered entries into the member's
-    pending list (recover them with ``DataPlane.read_own_pending``), an ack may have been applied, and a
-    producer's append may have been written (at-least-once: a retry may duplicate it).
+    The outcome of the interrupted call is unknown when the connection failed or timed out
+    (``details["redis_error"]`` is None): a read may have delivered entries into the member's pending
+    list (recover them with ``DataPlane.read_own_pending``), an ack may have been applied, and a
+    producer's append may have been written (at-least-once: a retry may duplicate it). With an error
+    code in ``details["redis_error"]``, Redis refused the call before it ran.
     """
 
     code = ErrorCode.DATA_PLANE_UNAVAILABLE
@@ -84,8 +90,9 @@ class DataPlaneUnavailable(ConsumersError):
 
 class DataPlaneError(ConsumersError):
     """Redis refused a data-plane command for a reason retrying will not fix (a missing stream or
-    consumer group, a key of the wrong type, a script error). The store and the streams disagree:
-    an operator must look."""
+    consumer group, a key of the wrong type, a script error, an ACL refusal: ``NOPERM``). The store and
+    the streams disagree, or the deployment is misconfigured: an operator must look. A cluster in
+    failover (``CLUSTERDOWN``) is never this: that is :class:`DataPlaneUnavailable`."""
 
     code = ErrorCode.DATA_PLANE_ERROR
 
@@ -98,3 +105,22 @@ class FunctionsNotLoaded(DataPlaneUnavailable):
     heals by itself while a coordinator of this version runs; retriable like any unavailability."""
 
     code = ErrorCode.FUNCTIONS_NOT_LOADED
+
+
+class NotReplicated(ConsumersError):
+    """A producer's ``durability="replicated"`` send: every entry **was appended** on the primary, but
+    no replica acknowledged it within the producer's ``replication_timeout_ms`` (``WAIT``), so it is not
+    known to survive the primary's loss. ``results`` holds the :class:`~consumers.producer.SendResult`
+    of every entry of the call (in input order), ``details["replicas"]`` the count that acknowledged.
+
+    Retriable, but not like an unavailability: the entries exist (consumers will handle them unless the
+    primary dies before its replica catches up). A retry appends them again (at-least-once: duplicates,
+    with new ``event_id`` s); a caller that cannot tolerate either may check the replica's health and
+    decide (docs/producer.md, "Durability")."""
+
+    code = ErrorCode.NOT_REPLICATED
+    retriable = True
+
+    def __init__(self, message: str, *, results: list[Any], **details: Any) -> None:
+        super().__init__(message, **details)
+        self.results = results

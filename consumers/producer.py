@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from consumers.dataplane import checks, connection, library, scripts
 from consumers.dataplane.envelope import JSON, OCTET_STREAM, encode_event
@@ -61,16 +62,21 @@ from consumers.errors import (
     ConsumersError,
     DataPlaneError,
     InvalidRequest,
+    NotReplicated,
     RoutingUnstable,
     StreamPrefixNotFound,
 )
 from coordinator.protocol.envelope import pack_producer_part
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
-from rsc_redis.clients import run_functions
+from rsc_redis.clients import run_functions, run_functions_replicated
 from rsc_redis.keys import meta_key, stream_key
 
-__all__ = ["Producer", "Route", "SendResult"]
+__all__ = ["DURABILITY_LEVELS", "Producer", "Route", "SendResult"]
+
+# docs/producer.md, "Durability": "primary" acknowledges once the primary appended, "replicated" once
+# at least one replica has it too (WAIT 1 <replication_timeout_ms> on the connection that appended).
+DURABILITY_LEVELS = ("primary", "replicated")
 
 # One encoded event: its event_id, its partition key (routing) and produce.lua's value for it (the packed
 # envelope without the two numbers the script adds: coordinator/protocol/envelope.py).
@@ -144,7 +150,26 @@ class Producer:
 
     max_entries_per_call = 500
 
-    def __init__(self, client: redis.Redis, *, max_retries: int = 5, linger_ms: float | None = None) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        max_retries: int = 5,
+        linger_ms: float | None = None,
+        durability: str = "primary",
+        replication_timeout_ms: int = 1000,
+    ) -> None:
+        _check_durability(durability)
+        if (
+            isinstance(replication_timeout_ms, bool)
+            or not isinstance(replication_timeout_ms, int)
+            or not 1 <= replication_timeout_ms <= 60_000
+        ):
+            raise InvalidRequest(
+                f"replication_timeout_ms must be an int in [1, 60000]; got {replication_timeout_ms!r}"
+            )
+        self.durability = durability
+        self.replication_timeout_ms = replication_timeout_ms
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise InvalidRequest(f"max_retries must be a non-negative int; got {max_retries!r}")
         if linger_ms is not None and (
@@ -171,13 +196,28 @@ class Producer:
         payload: Any,
         headers: dict[str, str] | None = None,
         content_type: str | None = None,
+        *,
+        durability: str | None = None,
     ) -> SendResult:
         """Append one event; returns where it went. ``content_type=None``: JSON, or octet-stream for
         bytes (see :func:`consumers.dataplane.envelope.encode_event`). At-least-once (module docstring).
+        ``durability`` (default: the producer's): ``"replicated"`` returns once a replica has it too,
+        or raises :class:`~consumers.errors.NotReplicated` (appended, not replicated in time).
         """
         event = _encode(partition_key, payload, headers, content_type)
+        if durability is not None and durability != self.durability:
+            _check_durability(durability)
+            if durability == "replicated":
+                return self._send_replicated(stream_prefix, [event])[0]
+            return self._send_one(stream_prefix, event)
         if self._linger is not None:
             return self._linger.send(stream_prefix, event)
+        if self.durability == "replicated":
+            return self._send_replicated(stream_prefix, [event])[0]
+        return self._send_one(stream_prefix, event)
+
+    def _send_one(self, stream_prefix: str, event: _Event) -> SendResult:
+        """The fast path of ``send`` (durability "primary", no linger)."""
         target = self._targets.get(stream_prefix) if type(stream_prefix) is str else None
         if target is None:
             target = self._load_target(stream_prefix)
@@ -187,7 +227,7 @@ class Producer:
             keys, head = target.single[index]
             try:
                 reply = self._hot(keys, (*head, event[2]))
-            except redis.RedisError as e:
+            except (redis.RedisError, RedisClusterException) as e:
                 with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
                     raise e
             if reply[0] in _OK:
@@ -205,14 +245,20 @@ class Producer:
         self,
         stream_prefix: str,
         items: Iterable[tuple[str | bytes, Any] | tuple[str | bytes, Any, Mapping[str, str] | None]],
+        *,
+        durability: str | None = None,
     ) -> list[SendResult]:
         """Append ``(key, payload)`` or ``(key, payload, headers)`` items; results in input order.
 
         If it raises, some entries may have been appended (at-least-once: a retry of the whole batch may
-        duplicate those)."""
+        duplicate those). ``durability`` as for :meth:`send`."""
         events = [_encode_item(item) for item in items]
         if not events:
             return []
+        if durability is not None:
+            _check_durability(durability)
+        if (durability or self.durability) == "replicated":
+            return self._send_replicated(stream_prefix, events)
         results: list[SendResult | None] = [None] * len(events)
         self._send_events(stream_prefix, events, results)
         return results  # type: ignore[return-value]  # every slot is filled when nothing raised
@@ -281,8 +327,29 @@ class Producer:
         with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
             return self._produce(keys=args[1 : 1 + numkeys], args=args[1 + numkeys :])
 
+    def _send_replicated(self, stream_prefix: str, events: list[_Event]) -> list[SendResult]:
+        """The batch path, each call followed by ``WAIT 1`` on its connection; raises ``NotReplicated``
+        (every entry appended) when a call was not acknowledged by a replica in time."""
+        results: list[SendResult | None] = [None] * len(events)
+        acks: list[int | None] = []
+        self._send_events(stream_prefix, events, results, acks=acks)
+        short = [a for a in acks if a is None or a < 1]
+        if short:
+            raise NotReplicated(
+                f"appending to {stream_prefix!r}: {len(events)} entries appended, but no replica "
+                f"acknowledged {len(short)} of {len(acks)} calls within {self.replication_timeout_ms} ms",
+                results=results,
+                replicas=min((a or 0) for a in short),
+            )
+        return results  # type: ignore[return-value]  # every slot is filled when nothing raised
+
     def _send_events(
-        self, stream_prefix: str, events: list[_Event], results: list[SendResult | None]
+        self,
+        stream_prefix: str,
+        events: list[_Event],
+        results: list[SendResult | None],
+        *,
+        acks: list[int | None] | None = None,
     ) -> None:
         """The batch path: fill ``results`` (input order) or raise. ``RoutingUnstable`` leaves the slots
         of the entries that were appended filled and the others ``None``."""
@@ -290,7 +357,7 @@ class Producer:
         todo = list(range(len(events)))
         for _attempt in range(self.max_retries + 1):
             calls = self._plan(target.route, events, todo)
-            replies = self._execute(stream_prefix, target, calls, events)
+            replies = self._execute(stream_prefix, target, calls, events, acks=acks)
             refused: list[int] = []
             newer = target
             for call, reply in zip(calls, replies, strict=True):
@@ -326,7 +393,13 @@ class Producer:
         return calls
 
     def _execute(
-        self, stream_prefix: str, target: _Target, calls: list[_Call], events: list[_Event]
+        self,
+        stream_prefix: str,
+        target: _Target,
+        calls: list[_Call],
+        events: list[_Event],
+        *,
+        acks: list[int | None] | None = None,
     ) -> list[Any]:
         def args(call: _Call) -> tuple[Any, ...]:
             flat: list[Any] = [len(call) + 1, target.meta]
@@ -337,6 +410,8 @@ class Producer:
                 flat += (events[i][2] for i in indices)
             return tuple(flat)
 
+        if acks is not None:
+            return self._replicated([args(call) for call in calls], stream_prefix, acks)
         if len(calls) == 1:
             return [self._call(args(calls[0]), stream_prefix)]
         packed = [args(call) for call in calls]
@@ -346,6 +421,23 @@ class Producer:
             if isinstance(reply, Exception):
                 raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
         return replies
+
+    def _replicated(
+        self, packed: list[tuple[Any, ...]], stream_prefix: str, acks: list[int | None]
+    ) -> list[Any]:
+        """The calls, each node's followed by ``WAIT 1 <replication_timeout_ms>`` on its connection; the
+        replica count of every call that appended goes to ``acks``."""
+        what = f"appending to {stream_prefix!r}"
+        with scripts.translate_redis_errors(what):
+            pairs = run_functions_replicated(
+                self.client, self._function, packed, 1, self.replication_timeout_ms
+            )
+        for reply, acked in pairs:
+            if isinstance(reply, Exception):
+                raise scripts.translate_reply_error(what, reply) from reply
+            if reply[0] in _OK:
+                acks.append(acked)
+        return [reply for reply, _ in pairs]
 
     def _pipelined(self, packed: list[tuple[Any, ...]]) -> list[Any]:
         # On a cluster not redis-py's ClusterPipeline: it would re-send a call whose reply a connection
@@ -459,10 +551,21 @@ class _Linger:
     def _flush_prefix(self, stream_prefix: str, group: list[_Waiter]) -> None:
         results: list[SendResult | None] = [None] * len(group)
         error: ConsumersError | None = None
+        acks: list[int | None] | None = [] if self._producer.durability == "replicated" else None
         try:
-            self._producer._send_events(stream_prefix, [w.event for w in group], results)
+            self._producer._send_events(stream_prefix, [w.event for w in group], results, acks=acks)
         except ConsumersError as e:
             error = e
+        if error is None and acks is not None and any(a is None or a < 1 for a in acks):
+            for w, result in zip(group, results, strict=True):  # one window, one call: all or none
+                w.error = NotReplicated(
+                    f"appending to {stream_prefix!r}: appended, but no replica acknowledged it within "
+                    f"{self._producer.replication_timeout_ms} ms",
+                    results=[result],
+                    replicas=0,
+                )
+                w.done.set()
+            return
         for w, result in zip(group, results, strict=True):
             w.result, w.error = result, (error if result is None else None)
             w.done.set()
@@ -477,6 +580,11 @@ _VERSION_4_MASK = ~((0xF000 << 64) | (0xC000 << 48))
 _VERSION_4_BITS = (0x4000 << 64) | (0x8000 << 48)
 _JSON = JSON.encode()
 _OCTET_STREAM = OCTET_STREAM.encode()
+
+
+def _check_durability(durability: Any) -> None:
+    if durability not in DURABILITY_LEVELS:
+        raise InvalidRequest(f"durability must be one of {DURABILITY_LEVELS}; got {durability!r}")
 
 
 def _event_id() -> str:

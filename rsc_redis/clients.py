@@ -2,8 +2,10 @@
 
 ``redis://`` / ``rediss://`` / ``unix://`` build a ``redis.Redis``; ``redis+cluster://host:port/`` and
 ``rediss+cluster://host:port/`` build a ``redis.cluster.RedisCluster`` that discovers the cluster from
-that seed node (one is enough; the client learns the others from ``CLUSTER SLOTS`` and follows
-``MOVED`` / ``ASK``). The scheme travels with the URL, so every process that is given ``REDIS_URL``
+that seed node (one answering is enough; the client learns the others from ``CLUSTER SLOTS`` and
+follows ``MOVED`` / ``ASK``). Several seeds, comma-separated (``redis+cluster://h1:6379,h2:6379/``),
+are tried in turn, so a process also starts while one of them is down. The scheme travels with the
+URL, so every process that is given ``REDIS_URL``
 (the coordinator, the tick, run_member, a producer) picks the right client without a second setting.
 
 Everything of one stream prefix shares the hash tag ``{P}`` (rsc_redis/keys.py), so it lives in one
@@ -27,10 +29,17 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
 from redis.connection import ConnectionPool
-from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 # URL scheme -> the scheme redis-py's RedisCluster.from_url understands.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -42,10 +51,39 @@ def is_cluster_url(url: str) -> bool:
 
 def node_url(url: str) -> str:
     """The URL with its cluster scheme replaced by the plain one (``redis+cluster://h:p/`` ->
-    ``redis://h:p/``): the seed node's own URL. A plain URL is returned unchanged."""
+    ``redis://h:p/``): the (first) seed node's own URL. A plain URL is returned unchanged."""
     parts = urlsplit(url)
     scheme = CLUSTER_SCHEMES.get(parts.scheme.lower())
-    return url if scheme is None else urlunsplit(parts._replace(scheme=scheme))
+    if scheme is None:
+        return url
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(scheme=scheme, netloc=f"{userinfo}{at}{hosts.split(',')[0]}"))
+
+
+def cluster_seeds(url: str) -> list[tuple[str, int]]:
+    """The seed nodes of a cluster URL, in order: ``redis+cluster://h1:6379,h2:6379,[::1]:7000/`` names
+    three (a port left out is 6379). Any one that answers is enough to learn the cluster; they are
+    tried in turn, so a process starts while one of them is down."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    seeds = []
+    for item in hosts.split(","):
+        host, port = _host_port(item.strip())
+        if not host:
+            raise ValueError(f"{url!r}: an empty seed node in {hosts!r}")
+        seeds.append((host, port))
+    return seeds
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    if item.startswith("["):  # [IPv6]:port
+        host, _, rest = item[1:].partition("]")
+        port = rest.removeprefix(":")
+    else:
+        host, _, port = item.partition(":")
+    try:
+        return host, int(port) if port else 6379
+    except ValueError:
+        raise ValueError(f"a seed node's port is not a number: {item!r}") from None
 
 
 def is_cluster(client: Any) -> bool:
@@ -54,8 +92,9 @@ def is_cluster(client: Any) -> bool:
 
 def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
     """``redis.Redis.from_url`` or, for a cluster URL, ``RedisCluster.from_url`` (database 0 only:
-    a cluster has no other). ``retry``, for a cluster, is the cluster client's own command retry
-    (its node connections never retry: redis-py builds them with ``Retry(NoBackoff(), 0)``)."""
+    a cluster has no other) seeded with every node the URL names (:func:`cluster_seeds`). ``retry``,
+    for a cluster, is the cluster client's own command retry (its node connections never retry:
+    redis-py builds them with ``Retry(NoBackoff(), 0)``)."""
     if not is_cluster_url(url):
         return redis.Redis.from_url(url, **options)
     parts = urlsplit(url)
@@ -64,7 +103,8 @@ def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
         raise ValueError(f"a Redis Cluster has only database 0; {url!r} names database {database!r}")
     for key in ("retry_on_error", "db"):  # not node connection options on a cluster
         options.pop(key, None)
-    return RedisCluster.from_url(node_url(url), **options)
+    more = [ClusterNode(host, port) for host, port in cluster_seeds(url)[1:]]
+    return RedisCluster.from_url(node_url(url), startup_nodes=more, **options)
 
 
 # Replies that say the command did not run on that node: it is safe to send it again elsewhere.
@@ -115,20 +155,90 @@ def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) ->
     return _run_grouped(client, ("FCALL", function), calls, None)
 
 
+# The slot map is suspect after these: the node that served the slot may be gone or demoted.
+_STALE_MAP_REPLIES = (MovedError, ClusterDownError)
+
+
+def mark_slot_map_stale(client: Any) -> None:
+    """The next grouped call on ``client`` reads the cluster's slot map afresh first
+    (:func:`_refresh_if_stale`)."""
+    if is_cluster(client):
+        client.rsc_slot_map_stale = True
+
+
+def _refresh_if_stale(client: Any) -> None:
+    """Read the slot map afresh (``CLUSTER SLOTS`` from a reachable node) when the last grouped call
+    found it suspect: a connection error or timeout on a node, ``CLUSTERDOWN``, ``MOVED``.
+
+    Why before the next call rather than right after the error (redis-py's own command path refreshes
+    right after a connection error): in a failover the error comes *before* the promotion, so a map
+    read then still names the dead primary, and the retry after the back-off would go there again. Read
+    just before the retry, the map names the promoted replica as soon as the cluster does: recovery
+    takes one back-off, not two. redis-py's ``initialize`` skips a refresh another thread has just
+    made."""
+    if getattr(client, "rsc_slot_map_stale", False):
+        client.rsc_slot_map_stale = False
+        try:
+            client.nodes_manager.initialize()
+        except BaseException:
+            client.rsc_slot_map_stale = True  # still suspect: the next call tries again
+            raise
+
+
+def run_functions_replicated(
+    client: Any, function: str, calls: Sequence[Sequence[Any]], replicas: int, timeout_ms: int
+) -> list[tuple[Any, int | None]]:
+    """:func:`run_functions`, each node's pipeline followed by ``WAIT replicas timeout_ms`` on the same
+    connection (``WAIT`` waits for the writes of the connection it is sent on, so it cannot go on
+    another): per call, its reply and how many replicas acknowledged it within the timeout. ``None``:
+    not known, for a call that a ``MOVED`` / ``ASK`` sent to another node through the cluster client,
+    whose connection this code does not hold (rare: a slot on the move)."""
+    acks: list[int | None] = [None] * len(calls)
+    wait = (replicas, timeout_ms, acks)
+    if not is_cluster(client):
+        pipe = client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command("FCALL", function, *call)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
+        if isinstance(acked, Exception):
+            raise acked
+        return [(reply, int(acked)) for reply in replies]
+    replies = _run_grouped(client, ("FCALL", function), calls, None, wait)
+    return list(zip(replies, acks, strict=True))
+
+
 def _run_grouped(
-    client: Any, head: tuple[str, str], calls: Sequence[Sequence[Any]], script: Any
+    client: Any,
+    head: tuple[str, str],
+    calls: Sequence[Sequence[Any]],
+    script: Any,
+    wait: tuple[int, int, list[int | None]] | None = None,
 ) -> list[Any]:
     """``*head, *call`` for each call on a cluster client, grouped by node (:func:`run_evalsha`).
-    ``script``: the text to load after ``NOSCRIPT`` (EVALSHA), or None (FCALL: no reload)."""
+    ``script``: the text to load after ``NOSCRIPT`` (EVALSHA), or None (FCALL: no reload). ``wait``:
+    ``(replicas, timeout_ms, acks)``, a ``WAIT`` after each node's calls, its answer put in ``acks``.
+
+    A connection error, a timeout, ``CLUSTERDOWN`` or ``MOVED`` marks the slot map stale, and the next
+    call reads it afresh before it sends anything (:func:`_refresh_if_stale`)."""
+    _refresh_if_stale(client)
     replies: list[Any] = [None] * len(calls)
     by_node: dict[str, tuple[Any, list[int]]] = {}
-    for i, call in enumerate(calls):
-        node = client.get_node_from_key(call[1])
-        by_node.setdefault(node.name, (node, []))[1].append(i)
-    for node, indices in by_node.values():
-        _run_on_node(client.get_redis_connection(node), head, script, calls, indices, replies)
+    try:
+        for i, call in enumerate(calls):
+            node = client.get_node_from_key(call[1])
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        for node, indices in by_node.values():
+            _run_on_node(client.get_redis_connection(node), head, script, calls, indices, replies, wait)
+    except (redis.ConnectionError, redis.TimeoutError, SlotNotCoveredError):
+        mark_slot_map_stale(client)
+        raise
+    if any(isinstance(reply, _STALE_MAP_REPLIES) for reply in replies):
+        mark_slot_map_stale(client)
     for i, reply in enumerate(replies):
         if isinstance(reply, _REDIRECTED):
+            if wait is not None:
+                wait[2][i] = None  # run again on a connection of the cluster client's: not known
             try:
                 try:
                     replies[i] = client.execute_command(*head, *calls[i])
@@ -147,14 +257,24 @@ def _run_on_node(
     calls: Sequence[Sequence[Any]],
     indices: list[int],
     replies: list[Any],
+    wait: tuple[int, int, list[int | None]] | None = None,
 ) -> None:
     todo = indices
     for attempt in range(2):
         pipe = node.pipeline(transaction=False)
         for i in todo:
             pipe.execute_command(*head, *calls[i])
+        if wait is not None:  # FCALL only (script is None): no second attempt
+            pipe.execute_command("WAIT", wait[0], wait[1])
+        answers = pipe.execute(raise_on_error=False)
+        if wait is not None:
+            acked = answers.pop()
+            if isinstance(acked, Exception):
+                raise acked
+            for i in todo:
+                wait[2][i] = int(acked)
         missing = []
-        for i, reply in zip(todo, pipe.execute(raise_on_error=False), strict=True):
+        for i, reply in zip(todo, answers, strict=True):
             replies[i] = reply
             if isinstance(reply, NoScriptError):
                 missing.append(i)

@@ -14,15 +14,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from consumers.errors import DataPlaneError, DataPlaneUnavailable, InvalidRequest
-from rsc_redis import clients, functions
+from rsc_redis import clients, errors, functions
 
 from . import library
-
-# Replies that mean "not now", not "never": a failover, a loading replica, a long-running script or
-# function (BUSY ... FUNCTION KILL).
-_TRANSIENT_PREFIXES = ("BUSY", "LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
 
 
 class Function:
@@ -67,23 +64,31 @@ def require_bytes_client(client: redis.Redis) -> None:
 
 @contextmanager
 def translate_redis_errors(what: str) -> Iterator[None]:
-    """No ``redis.*`` exception leaves the data plane: retriable ones become ``DataPlaneUnavailable``."""
+    """No ``redis.*`` exception leaves the data plane (nor the cluster client's own, which do not derive
+    from ``RedisError``): :func:`translate_reply_error` says which typed error each becomes."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise DataPlaneUnavailable(f"{what}: Redis is unreachable: {e}") from e
-    except redis.RedisError as e:
+    except (redis.RedisError, RedisClusterException) as e:
         raise translate_reply_error(what, e) from e
 
 
-def translate_reply_error(what: str, error: Exception) -> DataPlaneUnavailable | DataPlaneError:
-    """An error reply as the data plane's error: ``FunctionsNotLoaded`` for ``Function not found`` (a
-    new or flushed Redis: nothing ran), ``DataPlaneUnavailable`` for the transient ones, else
-    ``DataPlaneError`` (a function's own error, an ACL refusal inside it: ``The user executing the
-    script can't run this command``)."""
-    message = str(error)
+def translate_reply_error(what: str, error: BaseException) -> DataPlaneUnavailable | DataPlaneError:
+    """A redis-py error as the data plane's, by :func:`rsc_redis.errors.classify` (type and error code,
+    never the message): ``FunctionsNotLoaded`` for ``Function not found`` (a new or flushed Redis:
+    nothing ran), ``DataPlaneUnavailable`` for every transient one (unreachable, timed out, a failover's
+    ``CLUSTERDOWN`` / ``MASTERDOWN`` / ``READONLY`` / ``MOVED`` / ``TRYAGAIN``, ``LOADING``, ``BUSY``,
+    ``OOM``, ...), else ``DataPlaneError`` (a function's own error, an ACL refusal inside it: ``The
+    user executing the script can't run this command``). ``details["redis_error"]`` is the Redis error
+    code (None for a connection error or timeout)."""
     if functions.is_not_found(error):
         return library.not_loaded(what)
-    if isinstance(error, redis.ReadOnlyError) or message.startswith(_TRANSIENT_PREFIXES):
-        return DataPlaneUnavailable(f"{what}: Redis cannot serve it right now: {message}")
-    return DataPlaneError(f"{what}: Redis refused it: {message}")
+    kind = errors.classify(error)
+    code = errors.error_code(error)
+    message = errors.describe(error)
+    if kind is errors.Kind.UNKNOWN_OUTCOME:
+        return DataPlaneUnavailable(f"{what}: Redis is unreachable: {message}", redis_error=code)
+    if kind is errors.Kind.NOT_NOW:
+        return DataPlaneUnavailable(
+            f"{what}: Redis cannot serve it right now: {message}", redis_error=code
+        )
+    return DataPlaneError(f"{what}: Redis refused it: {message}", redis_error=code)

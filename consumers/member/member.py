@@ -41,6 +41,7 @@ from consumers.listener import DEFAULT_MAX_IN_FLIGHT, ErrorPolicy, Ordering
 from consumers.member.concurrent import ConcurrentUnit
 from consumers.member.fetcher import Fetcher
 from consumers.member.ids import host_address, make_member_id
+from consumers.member.outage import Outage
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
 from consumers.member.state import (
@@ -134,6 +135,7 @@ class Member:
         else:
             self.pool = TaskPool(self.label, self.log_fields)
         self.fetcher = Fetcher(host=self, dataplane=dataplane, runtime=runtime)
+        self.outage = Outage(self.label)  # the units' data-plane outages (one WARNING each)
         client_info = {
             "host": host_address()[:255],
             "pid": os.getpid(),
@@ -411,6 +413,7 @@ class Member:
                 batch_hooks=self.batch_hooks,
                 metrics=self.metrics,
                 log_fields=self.log_fields,
+                outage=self.outage,
             )
             self._units[start.shard] = unit
             unit.start()

@@ -65,9 +65,12 @@ renewed or the data plane says the member is fenced. A batch cut short that way 
 stopped, in order.
 
 Fence statuses go to the member (its state machine decides); ``STALE_EPOCH`` and ``NOT_READABLE`` are
-retried after a pause, ``DataPlaneUnavailable`` with exponential backoff. Any other exception is a bug
-or a broken stream: logged with its traceback, and the unit stops (the member restarts it after its
-next heartbeat).
+retried after a pause. ``DataPlaneUnavailable`` (every transient Redis error: a failover's
+``CLUSTERDOWN`` as much as a refused connection, rsc_redis/errors.py) never stops a unit: it resyncs as
+after a lost reply and retries after a short back-off, reset as soon as Redis answers any unit of the
+member again; the member logs one WARNING per outage, no traceback (:mod:`consumers.member.outage`).
+Any other exception is a bug or a broken stream: logged with its traceback, and the unit stops (the
+member restarts it after its next heartbeat).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ from consumers.dataplane import FenceStatus
 from consumers.errors import DataPlaneUnavailable
 from consumers.listener import ErrorPolicy
 from consumers.member.fetcher import Fetcher, Ticket, Wake
+from consumers.member.outage import Outage, pause_s
 from consumers.member.policy import FailurePolicy, Next, deliveries
 from consumers.member.pool import PoolClosed
 from consumers.member.state import ShardStart
@@ -97,7 +101,6 @@ log = logging.getLogger("consumers.member")
 STALE_EPOCH_PAUSE_S = 0.02  # a heartbeat is on its way; the next try will likely carry the new epoch
 LEASE_PAUSE_S = 0.1  # the lease may have ended: probe the fence at this pace until it is renewed
 NOT_READABLE_PAUSE_S = 0.25  # strict ordering: the old shards this one waits for are still draining
-UNAVAILABLE_PAUSE_MIN_S = 0.05  # Redis unreachable: the first retry, doubling up to retry_backoff_max_ms
 MAX_SEQ = 2**64 - 1  # the largest sequence part of a stream entry id
 
 
@@ -151,8 +154,10 @@ class ShardUnit:
         batch_hooks: Sequence[Callable[[], None]] = (),
         metrics: MemberMetrics | None = None,
         log_fields: Mapping[str, str] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.host = host
+        self.outage = outage if outage is not None else Outage(host.label)  # the member's, shared
         self.metrics = metrics
         self.shard = start.shard
         self.incarnation = start.incarnation
@@ -170,7 +175,6 @@ class ShardUnit:
         self._token: str | None = None  # the shard's redeliver token, as first seen
         self._unacked: list[str] = []  # handled, not acked yet (the next call acks them first)
         self._unavailable = 0  # consecutive DataPlaneUnavailable failures
-        self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
         # "-worker-" when this thread runs the handler (logs and the e2e handler's label read it);
         # "-dispatch-" for a unit whose handler runs on the member's worker threads (concurrent.py).
         name = f"{host.label}-{self.thread_role}-{self.shard}"
@@ -576,20 +580,23 @@ class ShardUnit:
             self._pause(NOT_READABLE_PAUSE_S, ack=ack)
 
     def _wait_out_unavailable(self, error: DataPlaneUnavailable, *, ack: bool) -> None:
+        """Back off after a transient failure (:mod:`consumers.member.outage`): the member's one WARNING
+        per outage, then a pause bounded by the lease, cut short when Redis answers another unit."""
         self._unavailable += 1
-        n = self._unavailable
-        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG  # 1st, 2nd, 4th, 8th, ...
-        pause_s = self._unavailable_pause_s
-        log.log(level, "%s: shard %s: %s; retry %d in %.0f ms", self.host.label, self.shard, error, n,
-                pause_s * 1000)  # fmt: skip
-        self._pause(pause_s, ack=ack)
-        self._unavailable_pause_s = min(pause_s * 2, self.runtime.retry_backoff_max_ms / 1000)
+        self.outage.failed(f"shard {self.shard}", error.message)
+        deadline_ms = self.host.lease_deadline_ms(self.incarnation)
+        pause = pause_s(
+            self._unavailable,
+            backoff_max_ms=self.runtime.retry_backoff_max_ms,
+            lease_left_ms=None if deadline_ms is None else deadline_ms - self.host.clock_ms(),
+        )
+        log.debug("%s: shard %s: retry %d in %.0f ms", self.host.label, self.shard, self._unavailable,
+                  pause * 1000)  # fmt: skip
+        self.outage.pause(pause, self._abandoned if ack else self._stopping)
 
     def _available_again(self) -> None:
-        if self._unavailable:
-            log.info("%s: shard %s: Redis answers again", self.host.label, self.shard)
-            self._unavailable = 0
-            self._unavailable_pause_s = UNAVAILABLE_PAUSE_MIN_S
+        self._unavailable = 0
+        self.outage.answered()
 
     def _pause(self, seconds: float, *, ack: bool = False) -> None:
         """Sleep, waking early when the unit must stop (an ack retry wakes only when abandoned)."""

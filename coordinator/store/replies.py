@@ -11,37 +11,30 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from coordinator.protocol.errors import MetadataCorrupt, StoreUnavailable
-
-# Error replies that mean "Redis cannot serve this right now", as opposed to "this cannot work".
-TRANSIENT_REPLIES = (
-    "BUSY",
-    "LOADING",
-    "READONLY",
-    "TRYAGAIN",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "OOM",
-    "NOREPLICAS",
-)
+from rsc_redis import errors
 
 
 @contextmanager
 def translate_redis_errors() -> Iterator[None]:
-    """No ``redis.*`` exception leaves the store. Unreachable or temporarily unable: the retriable
-    ``StoreUnavailable``. Any other error reply (a script that failed on unreadable data): the
-    non-retriable ``MetadataCorrupt``."""
+    """No ``redis.*`` exception leaves the store (nor the cluster client's own, which do not derive from
+    ``RedisError``), classified by :func:`rsc_redis.errors.classify` (type and error code, never the
+    message): unreachable, timed out or temporarily unable (a failover's ``CLUSTERDOWN``, ``TRYAGAIN``,
+    ``MASTERDOWN``, ``READONLY``, ``LOADING``, ``BUSY``, ...) is the retriable ``StoreUnavailable``;
+    any other error reply (a script that failed on unreadable data, an ACL refusal) the non-retriable
+    ``MetadataCorrupt``."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise StoreUnavailable(f"the metadata store is unreachable: {e}") from e
-    except redis.ResponseError as e:
-        if str(e).split(" ", 1)[0].upper() in TRANSIENT_REPLIES:
-            raise StoreUnavailable(f"the metadata store is temporarily unable to serve: {e}") from e
-        raise MetadataCorrupt(f"the metadata store refused the operation: {e}") from e
-    except redis.RedisError as e:
-        raise StoreUnavailable(f"the metadata store failed: {e}") from e
+    except (redis.RedisError, RedisClusterException) as e:
+        message = errors.describe(e)
+        kind = errors.classify(e)
+        if kind is errors.Kind.UNKNOWN_OUTCOME:
+            raise StoreUnavailable(f"the metadata store is unreachable: {message}") from e
+        if kind is errors.Kind.NOT_NOW:
+            raise StoreUnavailable(f"the metadata store is temporarily unable to serve: {message}") from e
+        raise MetadataCorrupt(f"the metadata store refused the operation: {message}") from e
 
 
 def text(value: Any) -> str:

@@ -32,6 +32,7 @@ class LocalCluster:
     masters: int = 3
     replicas_per_master: int = 0
     servers: list[RedisServer] = field(default_factory=list)
+    kill_to_promotion_s: list[float] = field(default_factory=list)  # of kill_and_wait_promotion
 
     # -------------------------------------------------------------------------------- lifecycle
 
@@ -181,6 +182,27 @@ class LocalCluster:
                 raise RuntimeError(f"{replica.port} did not take over")
             time.sleep(0.05)
         self.wait_healthy(timeout_s)
+
+    def kill_and_wait_promotion(
+        self, primary: RedisServer, replica: RedisServer, timeout_s: float = 30.0
+    ) -> int:
+        """SIGKILL ``primary`` (no hand-over: its replica takes over once the others mark it failed,
+        ``NODE_TIMEOUT_MS`` and an election later; meanwhile the nodes answer ``CLUSTERDOWN``), and
+        return ``time.monotonic_ns()`` at the first poll that finds ``replica`` a primary."""
+        killed_ns = time.monotonic_ns()
+        primary.kill()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.role_of(replica) == "master":
+                    promoted_ns = time.monotonic_ns()
+                    self.kill_to_promotion_s.append((promoted_ns - killed_ns) / 1e9)
+                    return promoted_ns
+            except redis.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{replica.port} did not take over from {primary.port}")
+            time.sleep(0.005)
 
     def node_id(self, server: RedisServer) -> str:
         with self.node(server) as client:

@@ -267,3 +267,38 @@ def test_a_member_waits_for_new_entries_on_the_primary_of_its_prefix(
             assert got == [[]]
         finally:
             wait.close()
+
+
+def test_after_a_connection_error_the_next_call_reads_the_slot_map_before_it_sends(
+    client: RedisCluster, local_cluster: LocalCluster, cluster_url: str
+) -> None:
+    """A failover as one client sees it: the node its slot map names for the prefix stops answering
+    (its proxy closed), and the slot is served elsewhere. The failed call marks the map stale; the next
+    one reads it afresh first and goes to the new node (redis-py's own refresh, right after the error,
+    would run before a promotion and still name the dead node)."""
+    (prefix,) = prefixes_on_every_primary(local_cluster, stem="f")[:1]
+    h = Harness(client, prefix=prefix)
+    h.create(shard_count=1)
+    a = h.join("a")
+    ids = h.produce(V1_0, 1, 3)
+    proxies = {s.port: LossyProxy(s.port) for s in local_cluster.servers}
+    remap = {("127.0.0.1", port): ("127.0.0.1", p.port) for port, p in proxies.items()}
+    flaky = redis_client(cluster_url, address_remap=lambda address: remap.get(address, address))
+    plane = DataPlane(flaky, prefix, GROUP)
+    slot = slot_of_prefix(prefix)
+    source = local_cluster.server_for_slot(slot)
+    target = next(s for s in local_cluster.primaries() if s.port != source.port)
+    try:
+        assert plane.read_own_pending("a", a.epoch, V1_0, 10).ok  # the slot map is learned
+        local_cluster.move_slot(slot, target)
+        proxies[source.port].close()  # the node the client's map names no longer answers
+        with pytest.raises(DataPlaneUnavailable) as caught:
+            plane.read("a", a.epoch, V1_0, 10)
+        assert isinstance(caught.value.__cause__, redis.ConnectionError)
+        result = plane.read("a", a.epoch, V1_0, 10)  # the map read afresh first: the new node
+        assert result.ok and [e.entry_id for e in result.entries] == ids
+    finally:
+        flaky.close()
+        for p in proxies.values():
+            p.close()
+        local_cluster.move_slot(slot, source)
