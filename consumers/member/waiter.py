@@ -22,9 +22,11 @@ then waits again on the new set.
 failover, a Redis user whose ACL profile predates it) loses nothing. Every parked ticket becomes due
 (the fetcher reads them as it always did), the fetches ask for no last id, so idle tickets go back to
 the polling backoff (``idle_backoff_min_ms`` .. ``idle_backoff_max_ms``), and this thread tries again
-after a backoff (0.1 s doubling up to 5 s; a refusal, up to 60 s). One WARNING per episode, one INFO
-when waiting works again. Before its first wait it checks, changing nothing, that the Redis user may
-wait at all (:meth:`EntryWait.probe`); until then the member polls.
+after a backoff (0.1 s doubling up to 1 s; a refusal, 60 s). Redis unreachable counts in the member's
+outage (:mod:`consumers.member.outage`: one WARNING per outage for all its units and this thread); a
+refusal logs one WARNING of its own, and one INFO when waiting works again. Before its first wait it
+checks, changing nothing, that the Redis user may wait at all (:meth:`EntryWait.probe`); until then
+the member polls.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumers.member")
 
 RETRY_FIRST_S = 0.1
-RETRY_MAX_S = 5.0  # Redis unreachable: how long at most between attempts to wait again
+RETRY_MAX_S = 1.0  # Redis unreachable: how long at most between attempts to wait again
 REFUSED_RETRY_S = 60.0  # the user may not wait (ACL): try again this rarely
 
 
@@ -87,6 +89,7 @@ class Waiter:
 
     def _run(self) -> None:
         label, delay, warned = self.fetcher.host.label, RETRY_FIRST_S, False
+        outage = getattr(self.fetcher.host, "outage", None)
         while not self._stop.is_set():
             try:
                 if not self.healthy:
@@ -101,10 +104,14 @@ class Waiter:
                 if keys is None:
                     return
                 delay = RETRY_FIRST_S
+                if outage is not None:
+                    outage.answered()  # Redis answers (ends the member's outage, if one is on)
             except (DataPlaneUnavailable, DataPlaneError) as e:
                 self._failed()
                 refused = not isinstance(e, DataPlaneUnavailable)
-                if not warned:
+                if not refused and outage is not None:
+                    outage.failed("the wait for new entries", e)  # the member's one line per outage
+                elif not warned:
                     advice = " (grant the rights in docs/redis-acl.md)" if refused else ""
                     log.warning(
                         "%s: cannot wait for new entries, polling idle shards: %s%s", label, e, advice
