@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from config.embedded_redis import FORBIDDEN_PORT, HOST, RedisServer
-from consumers.dataplane import DataPlane, library, redis_client
+from consumers.dataplane import DataPlane, ShardFetch, library, redis_client
 from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
 from consumers.errors import DataPlaneError, FunctionsNotLoaded
 from consumers.producer import Producer
@@ -215,6 +215,15 @@ def test_the_member_user_runs_every_data_plane_operation(
     assert dead.outcome is DeadLetterOutcome.DEAD_LETTERED
     assert plane.read("m-1", epoch, V1_1, 10).ok
     assert plane.read("intruder", 1, V1_0, 10).status is FenceStatus.MEMBER_FENCED  # the fence, as before
+    # The wake-up: an empty fetch reports the group's last-delivered id (XINFO GROUPS inside the
+    # function), and the member waits from it (XREAD, CLIENT ID, CLIENT UNBLOCK).
+    [idle] = plane.fetch("m-1", [ShardFetch(V1_1, epoch, token="0", wait=True)], 10)
+    assert idle.ok and idle.entries == [] and idle.last_id == "0-0"
+    wait = plane.entry_wait()
+    wait.probe()
+    wait.arm()
+    assert wait.wait({plane.stream_key(V1_1): idle.last_id}, 10) == []
+    wait.close()
     # The member's own lease renewal: its one write outside streams, to rsc:{P}:lr only.
     renewal = plane.renew_lease("m-1", epoch)
     assert renewal.renewed and renewal.ttl_ms == 10_000
