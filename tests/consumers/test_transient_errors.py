@@ -11,12 +11,13 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import redis
 
 from consumers.member.outage import UNAVAILABLE_PAUSE_MAX_S, pause_s
-from tests.consumers.harness import Cluster, Recorder, eventually
+from tests.consumers.harness import FAST, Cluster, Recorder, eventually
 
 # Busy for ARGV[1] microseconds by Redis's clock, then return.
 BUSY_LOOP = """
@@ -55,7 +56,9 @@ def test_a_busy_redis_stops_no_unit_and_logs_one_warning_per_outage(
 ) -> None:
     caplog.set_level(logging.INFO, logger="consumers")
     recorder = Recorder()
-    m = cluster.member(recorder)
+    # Polling, so that the units' fetches meet the BUSY replies: a member that waits for new entries
+    # sends nothing while Redis is busy and nothing is produced (consumers/member/waiter.py).
+    m = cluster.member(recorder, runtime=replace(FAST, wake_on_append=False))
     eventually(lambda: cluster.stable(m), what="joined")
     keys = [cluster.key_for(i) for i in range(cluster.shard_count)]
     sent = cluster.send_many(keys, per_key=2)
