@@ -44,9 +44,11 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"One private Redis {results.get('redis', '')}, a stream prefix of {settings['shards']} shards; "
         f"{settings['single_messages']:,} single sends and {settings['batches']:,} batches of {size} per "
-        f"side and repetition, {settings['repetitions']} repetitions, medians. Both sides encode the same "
-        "packed envelope (one field) inside the timed loop (the raw side with the standard library); the "
-        "two sides of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU "
+        f"side and repetition, {settings['repetitions']} repetitions, medians. The raw side is the limit: "
+        "its entries (the same packed envelope, one field) are encoded before the timed loop, which only "
+        "sends them; the producer's timed work is `send` / `send_batch` of keys and payload dicts built "
+        "before it (encoding, routing, the call, the results). The two sides of a comparison run in "
+        "alternating chunks. Client CPU is the benchmark process's CPU "
         "time; Redis CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is "
         "`INFO commandstats` of the top-level command (`FCALL` or `XADD`).",
         "",
