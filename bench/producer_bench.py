@@ -104,8 +104,7 @@ def raw_fields(i: int) -> dict[str, Any]:
     key = f"customer-{i % 1000}".encode()
     event_id = uuid.uuid4().hex.encode()
     payload = json.dumps(payload_for(i), separators=(",", ":"), ensure_ascii=False).encode()
-    envelope = b"1 %d %d %d %d 2\n%b%b%b{}%b" % (
-        int(time.time() * 1000),
+    envelope = b"1 0 %d %d %d 2\n%b%b%b{}%b" % (  # version 1, produced_at_ms not written (the id's ms)
         len(event_id),
         len(key),
         len(JSON),

@@ -64,7 +64,7 @@ from consumers.errors import (
     RoutingUnstable,
     StreamPrefixNotFound,
 )
-from coordinator.protocol.envelope import pack_producer_part
+from coordinator.protocol.envelope import head, pack_body
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import shard_index
 from rsc_redis.clients import run_functions
@@ -72,8 +72,9 @@ from rsc_redis.keys import meta_key, stream_key
 
 __all__ = ["Producer", "Route", "SendResult"]
 
-# One encoded event: its event_id, its partition key (routing) and produce.lua's value for it (the packed
-# envelope without the two numbers the script adds: coordinator/protocol/envelope.py).
+# One encoded event: its event_id, its partition key (routing) and its packed envelope from the third
+# number on (coordinator/protocol/envelope.py); the call puts the route's head (version, produced_at_ms
+# not written) in front of it.
 _Event = tuple[str, bytes, bytes]
 # One script call: (shard index, indices of its events) per stream, in the order they are appended.
 _Call = list[tuple[int, list[int]]]
@@ -118,7 +119,9 @@ class _Target:
     """A cached route with everything a send needs precomputed: the keys, shards and script arguments
     of every shard of the version (built once per route, not once per send)."""
 
-    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single", "version_arg")
+    __slots__ = (
+        "count_arg", "head", "index_args", "keys", "meta", "route", "shards", "single", "version_arg"
+    )  # fmt: skip
 
     def __init__(self, stream_prefix: str, route: Route) -> None:
         self.route = route
@@ -128,6 +131,8 @@ class _Target:
         self.version_arg = str(route.version)
         self.count_arg = str(route.shard_count)
         self.index_args = tuple(str(i) for i in range(route.shard_count))
+        # Every value of this route starts with it: "<version> 0 " (coordinator/protocol/envelope.py).
+        self.head = head(route.version)
         # A single send to each shard: the script's KEYS, and its ARGV before the event's value.
         self.single = tuple(
             ((self.meta, key), (self.version_arg, self.count_arg, index, 1))
@@ -184,9 +189,9 @@ class Producer:
         for _attempt in range(self.max_retries + 1):
             index = shard_index(event[1], target.route.shard_count)
             key = target.keys[index]
-            keys, head = target.single[index]
+            keys, args = target.single[index]
             try:
-                reply = self._hot(keys, (*head, event[2]))
+                reply = self._hot(keys, (*args, target.head + event[2]))
             except redis.RedisError as e:
                 with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
                     raise e
@@ -332,9 +337,10 @@ class Producer:
             flat: list[Any] = [len(call) + 1, target.meta]
             flat += (target.keys[index] for index, _ in call)
             flat += (target.version_arg, target.count_arg)
+            head = target.head
             for index, indices in call:
                 flat += (target.index_args[index], len(indices))
-                flat += (events[i][2] for i in indices)
+                flat += (head + events[i][2] for i in indices)
             return tuple(flat)
 
         if len(calls) == 1:
@@ -485,9 +491,9 @@ def _event_id() -> str:
 
 
 def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
-    """What ``encode_event`` makes, packed for ``produce.lua``. The common call (a ``str`` key, no
-    headers, no content type) is encoded here directly (``{}`` headers); everything else goes through
-    ``encode_event``. Both pack with :func:`coordinator.protocol.envelope.pack_producer_part`."""
+    """What ``encode_event`` makes, packed for ``produce.lua`` (but for the route's head). The common call
+    (a ``str`` key, no headers, no content type) is encoded here directly (``{}`` headers); everything
+    else goes through ``encode_event``. Both pack with :func:`coordinator.protocol.envelope.pack_body`."""
     if type(partition_key) is str and headers is None and content_type is None:
         if type(payload) is bytes:
             data, kind = payload, _OCTET_STREAM
@@ -497,9 +503,9 @@ def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -
             except (TypeError, ValueError) as e:
                 raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
         event_id, key = _event_id(), partition_key.encode()
-        return (event_id, key, pack_producer_part(event_id.encode(), key, kind, b"{}", data))
+        return (event_id, key, pack_body(event_id.encode(), key, kind, b"{}", data))
     e = encode_event(partition_key, payload, headers, content_type)
-    return (e.event_id, e.partition_key, e.producer_part())
+    return (e.event_id, e.partition_key, e.body())
 
 
 def _encode_item(item: Sequence[Any]) -> _Event:

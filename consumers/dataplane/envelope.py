@@ -6,8 +6,10 @@ An entry's envelope fields (each a byte string):
 =================  ==========================================================================
 ``event_id``       uuid4 hex, made by the producer; the same on a duplicate made by a retry
 ``partition_key``  the routing key, as UTF-8 bytes of a ``str`` key or the raw ``bytes`` key
-``routing_version``the routing version the entry was appended to (set by ``produce.lua``)
-``produced_at_ms`` Redis ``TIME`` in ms when it was appended (set by ``produce.lua``)
+``routing_version``the routing version the entry was appended to (written by the producer, checked by
+                   ``produce.lua`` against the active version in the append's own function)
+``produced_at_ms`` Redis's clock in ms at the append: the entry id's ms (the producer writes ``0``,
+                   "not written"; older entries carry Redis ``TIME`` from ``produce.lua``)
 ``content_type``   ``application/json`` by default, ``application/octet-stream`` for bytes
 ``payload``        the encoded payload
 ``headers``        a JSON object of string to string
@@ -141,6 +143,9 @@ class Entry:
 
     @property
     def produced_at_ms(self) -> int:
+        """Redis's clock in ms at the append: the entry id's ms, unless the entry carries its own (older
+        entries, replayed dead letters: Redis ``TIME`` in their function). Ahead of the real time when the
+        stream's last id was (docs/producer.md, "Envelope")."""
         return _int(self._get(b"produced_at_ms"), _int(self.entry_id.partition("-")[0], 0))
 
     @property
@@ -181,7 +186,7 @@ def is_text(content_type: str) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EncodedEvent:
-    """One event, ready for ``produce.lua`` (which adds ``routing_version`` and ``produced_at_ms``)."""
+    """One event, ready to be packed for ``produce.lua`` (:meth:`body`)."""
 
     partition_key: bytes
     event_id: str
@@ -189,10 +194,11 @@ class EncodedEvent:
     payload: bytes
     headers: str
 
-    def producer_part(self) -> bytes:
-        """``produce.lua``'s value for this event: the packed envelope without the two numbers the script
-        puts in front (:func:`coordinator.protocol.envelope.pack_producer_part`)."""
-        return packed.pack_producer_part(
+    def body(self) -> bytes:
+        """The packed envelope of this event from its third number on
+        (:func:`coordinator.protocol.envelope.pack_body`); the producer puts the routing version and
+        produced_at_ms (not written: the entry id's ms) in front when it sends it."""
+        return packed.pack_body(
             self.event_id.encode(),
             self.partition_key,
             self.content_type.encode(),
