@@ -41,7 +41,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -229,6 +229,37 @@ def encode_event(
     )
 
 
+def _compact_json() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, the same text, at about half
+    the cost: ``json.dumps`` builds a new encoder (and its C encoder) on every call, this builds the C
+    encoder once. It keeps no state between calls (no circular-reference markers: a value it cannot
+    encode, a cycle included, goes through ``json.dumps``'s own path, which raises its own error), so one
+    is shared by every thread. Where the C encoder is missing or takes other arguments (another Python),
+    it is the plain encoder. Tested equal to ``json.dumps`` (tests/dataplane/test_envelope.py)."""
+    plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    quote = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or quote is None:
+        return plain
+    try:
+        # markers, default, encoder, indent, key separator, item separator, sort_keys, skipkeys, allow_nan
+        chunks = make(None, None, quote, None, ":", ",", False, False, True)
+    except TypeError:
+        return plain
+
+    def dumps(value: Any) -> str:
+        try:
+            return "".join(chunks(value, 0))
+        except (TypeError, ValueError, RecursionError):
+            return plain(value)  # what json.dumps does with it: its text, or its error
+
+    return dumps
+
+
+# The payload encoding of every JSON content type (encode_event, and the producer's own fast path).
+dumps_json = _compact_json()
+
+
 def _is_bytes(value: Any) -> bool:
     return isinstance(value, bytes | bytearray | memoryview)
 
@@ -246,7 +277,7 @@ def _payload_bytes(payload: Any, content_type: str | None) -> bytes:
         return bytes(payload)
     if content_type is None or is_json(content_type):
         try:
-            return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return dumps_json(payload).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
     if isinstance(payload, str):

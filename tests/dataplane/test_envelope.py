@@ -5,12 +5,19 @@ entries written before it."""
 
 from __future__ import annotations
 
+import enum
+import json
 import logging
+import math
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from consumers.dataplane import Delivery, Entry
-from consumers.dataplane.envelope import decode_entries, decode_fetched, encode_event
+from consumers.dataplane.envelope import decode_entries, decode_fetched, dumps_json, encode_event
+from consumers.errors import InvalidRequest
 from coordinator.protocol import envelope
 from coordinator.protocol.model import Shard
 
@@ -211,3 +218,52 @@ def test_an_entry_written_another_way_gets_defaults() -> None:
         [raw_entry(b"1-0", content_type=b"text/plain", payload="é".encode())], V2_3, Delivery.NEW
     )
     assert text[0].payload == "é"
+
+
+def reference_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_the_payload_json_is_json_dumps_text(value: Any) -> None:
+    """dumps_json (one C encoder for every call) writes exactly what json.dumps writes."""
+    assert dumps_json(value) == reference_json(value)
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Tag(str):
+    pass
+
+
+def test_the_payload_json_is_json_dumps_text_and_errors_for_the_odd_values() -> None:
+    for value in (math.nan, -math.inf, Colour.RED, {Colour.RED: Tag("x")}, "\u2028\x7f\x00\ud800", 1e16):
+        assert dumps_json(value) == reference_json(value)
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    odd_values = (({1, 2}, TypeError), (object(), TypeError), (cycle, ValueError), ({(1,): 2}, TypeError))
+    for odd, error in odd_values:
+        with pytest.raises(error) as ours:
+            dumps_json(odd)
+        with pytest.raises(error) as theirs:
+            reference_json(odd)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(InvalidRequest):  # the producer's encoding refuses what json.dumps refuses
+        encode_event("k", {1, 2})
