@@ -392,6 +392,18 @@ def functions_vs_scripts(
     return result
 
 
+def code_state() -> str:
+    """The commit measured, and the product files changed on top of it (the tree may be in progress)."""
+    import subprocess
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True).stdout.rstrip("\n")
+
+    changed = git("status", "--porcelain", "--", "consumers", "coordinator", "rsc_redis", "config")
+    files = ", ".join(line[3:] for line in changed.splitlines())
+    return git("rev-parse", "--short", "HEAD") + (f" with uncommitted changes to {files}" if files else "")
+
+
 def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5_000) -> dict[str, Any]:
     names = (
         "single_producer",
@@ -400,6 +412,7 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         f"batch_{size}_raw_pipelined_xadd",
     )
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    code, started_at = code_state(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with RedisServer() as server:
         assert server.port != FORBIDDEN_PORT
         admin = redis.Redis.from_url(server.url)
@@ -449,6 +462,8 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
 
     single_ratios, batch_ratios = ratios(*names[:2]), ratios(*names[2:])
     return {
+        "code": code,
+        "run_at": started_at,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
