@@ -18,9 +18,12 @@ Three paths, one function:
   :class:`rsc_redis.clients.HotFunction` (connections kept out of the pool between calls: redis-py's
   command path costs more than the command itself): no batch planning, the stream keys and shards of
   the cached route precomputed once per route.
-* ``send_batch``: the entries are grouped by shard and packed into calls of at most
+* ``send_batch``: the items are encoded once, in one loop (:func:`_encode_items`: each key hashed once,
+  the event ids cut from one block of random bytes), grouped by shard and packed into calls of at most
   ``max_entries_per_call`` entries, several shards per call (``produce`` takes several streams of one
-  prefix: they share its hash tag). Up to 500 entries are one function call; more go in one pipeline.
+  prefix: they share its hash tag). Up to 500 entries are one function call, sent as a single send's
+  is; more go in one pipeline. In Redis each entry is then one ``XADD`` of its value as it came
+  (docs/producer.md, "Performance": what that costs against a pipelined ``XADD``).
 * ``send`` with ``linger_ms``: concurrent senders (threads) are gathered for up to ``linger_ms`` and
   sent together through the batch path; each sender gets its own result or error (:class:`_Linger`).
 
