@@ -9,13 +9,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench clean constraints
+.PHONY: help venv test lint run chaos bench bench-producer clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
 	@echo "make test   ruff, mypy --strict coordinator/protocol, pytest (without chaos tests)"
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
 	@echo "make bench  heartbeat, producer, end-to-end and slow-job benchmarks; rewrites docs/benchmarks.md"
+	@echo "make bench-producer  the producer benchmarks only; rewrites their section of docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
@@ -66,12 +67,19 @@ bench: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(BIN)/python bench/heartbeat_bench.py --out bench/results/heartbeat.json
 	$(BIN)/python bench/producer_bench.py --out bench/results/producer.json
+	$(BIN)/python bench/producer_instructions.py --out bench/results/producer_instructions.json
 	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
 	$(BIN)/python bench/latency_bench.py --out bench/results/latency.json
 	$(BIN)/python bench/store_bench.py --form-members 1000,10000 --out bench/results/store.json
 	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
 	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json
 	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
+
+bench-producer: $(BENCH_STAMP)
+	mkdir -p bench/results
+	$(BIN)/python bench/producer_bench.py --out bench/results/producer.json
+	$(BIN)/python bench/producer_instructions.py --out bench/results/producer_instructions.json
+	$(BIN)/python bench/report.py --producer-only bench/results/producer.json docs/benchmarks.md
 
 run: $(STAMP)
 	$(BIN)/python -m config.devstack $(RUN_ARGS)

@@ -280,12 +280,15 @@ def _reps(data: dict[str, Any]) -> int:
 
 
 def producer_section(path: Path) -> list[str]:
-    """bench/producer_bench.py's results, rendered by bench/report_producer.py."""
+    """bench/producer_bench.py's results, and bench/producer_instructions.py's beside them when there,
+    rendered by bench/report_producer.py."""
     if not path.exists():
         return []
     import report_producer  # type: ignore[import-not-found]  # beside this script, on sys.path
 
-    return [report_producer.render(json.loads(path.read_text())).rstrip("\n")]
+    instructions = path.parent / "producer_instructions.json"
+    counted = json.loads(instructions.read_text()) if instructions.exists() else None
+    return [report_producer.render(json.loads(path.read_text()), counted).rstrip("\n")]
 
 
 def store_section(path: Path) -> list[str]:
@@ -640,7 +643,26 @@ def _fast_handler_lines(fast: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def replace_section(page: str, heading: str, section: list[str]) -> str:
+    """``page`` with its section that starts with the line ``heading...`` (up to the next ``## ``
+    heading) replaced by ``section``; appended at the end when the page has none."""
+    lines = page.split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    if start is None:
+        return page.rstrip("\n") + "\n\n" + "\n".join(section) + "\n"
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join([*lines[:start], *section, "", *lines[end:]])
+
+
 def main() -> None:
+    if sys.argv[1] == "--producer-only":
+        # `python bench/report.py --producer-only bench/results/producer.json docs/benchmarks.md`: the
+        # producer section alone, rewritten from its results (after bench/producer_bench.py and
+        # bench/producer_instructions.py); every other section of the page is left as it was.
+        results, out = Path(sys.argv[2]), Path(sys.argv[3])
+        out.write_text(replace_section(out.read_text(), "## Producer (", producer_section(results)))
+        print(f"wrote the producer section of {out}")
+        return
     heartbeat_file, e2e_file, out = (Path(a) for a in sys.argv[1:4])
     redis_version = subprocess.run(
         ["redis-server", "--version"], capture_output=True, text=True

@@ -33,8 +33,16 @@ def _ratio_line(name: str, ratio: dict[str, Any], target: float | None) -> str:
     return f"- {name}: **{ratio['median']:.2f}x** median, runs {runs}{goal}"
 
 
-def render(results: dict[str, Any]) -> str:
-    """A markdown section: the medians of every case in one table, then the two ratios."""
+def _code_lines(results: dict[str, Any]) -> list[str]:
+    if "code" not in results:
+        return []
+    return [f"Code measured: {results['code']}, run {results.get('run_at', '')}.", ""]
+
+
+def render(results: dict[str, Any], instructions: dict[str, Any] | None = None) -> str:
+    """A markdown section: the medians of every case in one table, then the two ratios, what an entry
+    costs Redis against a bare XADD (CPU, and instructions from bench/producer_instructions.py's
+    ``instructions`` when given)."""
     settings = results["settings"]
     size = settings["batch_size"]
     medians = results["medians"]
@@ -44,12 +52,15 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"One private Redis {results.get('redis', '')}, a stream prefix of {settings['shards']} shards; "
         f"{settings['single_messages']:,} single sends and {settings['batches']:,} batches of {size} per "
-        f"side and repetition, {settings['repetitions']} repetitions, medians. Both sides encode the same "
-        "packed envelope (one field) inside the timed loop (the raw side with the standard library); the "
-        "two sides of a comparison run in alternating chunks. Client CPU is the benchmark process's CPU "
+        f"side and repetition, {settings['repetitions']} repetitions, medians. The raw side is the limit: "
+        "its entries (the same packed envelope, one field) are encoded before the timed loop, which only "
+        "sends them; the producer's timed work is `send` / `send_batch` of keys and payload dicts built "
+        "before it (encoding, routing, the call, the results). The two sides of a comparison run in "
+        "alternating chunks. Client CPU is the benchmark process's CPU "
         "time; Redis CPU is the server's `used_cpu_sys + used_cpu_user`; the command column is "
         "`INFO commandstats` of the top-level command (`FCALL` or `XADD`).",
         "",
+        *_code_lines(results),
         "| case | msgs/s | client CPU µs/msg | Redis CPU µs/msg | command µs/msg | command calls |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -79,9 +90,44 @@ def render(results: dict[str, Any]) -> str:
         ),
         _ratio_line(f"batch of {size} / pipelined XADD", ratios[batch_key], targets.get(batch_key)),
     ]
+    lines += _redis_cost_lines(medians, size, instructions)
     lines += _linger_lines(results.get("linger"))
     lines += _versus_lines(results.get("functions_vs_scripts"))
     return "\n".join(lines) + "\n"
+
+
+def _redis_cost_lines(medians: dict[str, Any], size: int, instructions: dict[str, Any] | None) -> list[str]:
+    """What an entry costs Redis against a bare XADD (docs/producer.md, "Performance"): the CPU medians
+    above side by side, and callgrind's instruction counts when bench/producer_instructions.py ran."""
+    pairs = (
+        (f"in `send_batch` of {size}", f"batch_{size}_producer", f"batch_{size}_raw_pipelined_xadd"),
+        ("in `send`", "single_producer", "single_raw_xadd"),
+    )
+    lines = ["", "What an entry costs Redis against a bare `XADD` (producer / raw):", ""]
+    for label, ours, raw in pairs:
+        a, b = medians.get(ours), medians.get(raw)
+        if not a or not b:
+            continue
+        cpu = a["redis_cpu_us_per_msg"], b["redis_cpu_us_per_msg"]
+        line = f"- {label}: {cpu[0]:.2f} against {cpu[1]:.2f} µs of Redis CPU ({cpu[0] / cpu[1]:.2f}x)"
+        counted = (instructions or {}).get("instructions_per_entry", {})
+        if ours in counted and raw in counted:
+            n = counted[ours], counted[raw]
+            line += f"; {n[0]:,} against {n[1]:,} instructions ({n[0] / n[1]:.2f}x)"
+        lines.append(line)
+    if instructions and "instructions_per_entry" in instructions:
+        lines += [
+            "",
+            "Instructions: `bench/producer_instructions.py`, Redis "
+            f"{instructions.get('redis', '')} under callgrind (the instructions its process ran: "
+            "parsing, the command or function, the reply; not the kernel's time in its socket calls, "
+            f"which the CPU figures include), {instructions['batches']} batches and "
+            f"{instructions['sends']:,} single sends per case after a warm-up, divided by the entries "
+            "appended: independent of the machine's load.",
+        ]
+    elif instructions and "skipped" in instructions:
+        lines += ["", f"Instructions: not counted ({instructions['skipped']})."]
+    return lines
 
 
 _VERSUS = (

@@ -18,9 +18,12 @@ Three paths, one function:
   :class:`rsc_redis.clients.HotFunction` (connections kept out of the pool between calls: redis-py's
   command path costs more than the command itself): no batch planning, the stream keys and shards of
   the cached route precomputed once per route.
-* ``send_batch``: the entries are grouped by shard and packed into calls of at most
+* ``send_batch``: the items are encoded once, in one loop (:func:`_encode_items`: each key hashed once,
+  the event ids cut from one block of random bytes), grouped by shard and packed into calls of at most
   ``max_entries_per_call`` entries, several shards per call (``produce`` takes several streams of one
-  prefix: they share its hash tag). Up to 500 entries are one function call; more go in one pipeline.
+  prefix: they share its hash tag). Up to 500 entries are one function call, sent as a single send's
+  is; more go in one pipeline. In Redis each entry is then one ``XADD`` of its value as it came
+  (docs/producer.md, "Performance": what that costs against a pipelined ``XADD``).
 * ``send`` with ``linger_ms``: concurrent senders (threads) are gathered for up to ``linger_ms`` and
   sent together through the batch path; each sender gets its own result or error (:class:`_Linger`).
 
@@ -46,7 +49,7 @@ Thread-safe: the route cache is a dict replaced under a lock (reads need none); 
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,7 +60,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from consumers.dataplane import checks, connection, library, scripts
-from consumers.dataplane.envelope import JSON, OCTET_STREAM, encode_event
+from consumers.dataplane.envelope import JSON, OCTET_STREAM, dumps_json, encode_event
 from consumers.errors import (
     ConsumersError,
     DataPlaneError,
@@ -66,9 +69,9 @@ from consumers.errors import (
     RoutingUnstable,
     StreamPrefixNotFound,
 )
-from coordinator.protocol.envelope import pack_producer_part
+from coordinator.protocol.envelope import head
 from coordinator.protocol.model import Shard
-from coordinator.protocol.routing import shard_index
+from coordinator.protocol.routing import murmur2, shard_index
 from rsc_redis.clients import run_functions, run_functions_replicated
 from rsc_redis.keys import meta_key, stream_key
 
@@ -78,9 +81,11 @@ __all__ = ["DURABILITY_LEVELS", "Producer", "Route", "SendResult"]
 # at least one replica has it too (WAIT 1 <replication_timeout_ms> on the connection that appended).
 DURABILITY_LEVELS = ("primary", "replicated")
 
-# One encoded event: its event_id, its partition key (routing) and produce.lua's value for it (the packed
-# envelope without the two numbers the script adds: coordinator/protocol/envelope.py).
-_Event = tuple[str, bytes, bytes]
+# One encoded event: its event_id, its key's hash (murmur2 & 0x7fffffff: its shard under any route is
+# hash % shard count, docs/protocol.md section 10) and its packed envelope from the third number on
+# (coordinator/protocol/envelope.py); the call puts the route's head (version, produced_at_ms not
+# written) in front of it. Nothing of it depends on the route, so a refused call is sent again as it is.
+_Event = tuple[str, int, bytes]
 # One script call: (shard index, indices of its events) per stream, in the order they are appended.
 _Call = list[tuple[int, list[int]]]
 
@@ -124,7 +129,9 @@ class _Target:
     """A cached route with everything a send needs precomputed: the keys, shards and script arguments
     of every shard of the version (built once per route, not once per send)."""
 
-    __slots__ = ("count_arg", "index_args", "keys", "meta", "route", "shards", "single", "version_arg")
+    __slots__ = (
+        "count_arg", "head", "index_args", "keys", "meta", "route", "shards", "single", "version_arg"
+    )  # fmt: skip
 
     def __init__(self, stream_prefix: str, route: Route) -> None:
         self.route = route
@@ -134,6 +141,8 @@ class _Target:
         self.version_arg = str(route.version)
         self.count_arg = str(route.shard_count)
         self.index_args = tuple(str(i) for i in range(route.shard_count))
+        # Every value of this route starts with it: "<version> 0 " (coordinator/protocol/envelope.py).
+        self.head = head(route.version)
         # A single send to each shard: the script's KEYS, and its ARGV before the event's value.
         self.single = tuple(
             ((self.meta, key), (self.version_arg, self.count_arg, index, 1))
@@ -181,7 +190,6 @@ class Producer:
         self.max_retries = max_retries
         self.linger_ms = linger_ms
         self._function = library.function_name("produce")
-        self._produce = scripts.function(client, "produce")
         self._hot = scripts.hot_function(client, "produce")  # the single send's call
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
@@ -222,22 +230,16 @@ class Producer:
         if target is None:
             target = self._load_target(stream_prefix)
         for _attempt in range(self.max_retries + 1):
-            index = shard_index(event[1], target.route.shard_count)
+            index = event[1] % target.route.shard_count
             key = target.keys[index]
-            keys, head = target.single[index]
+            keys, args = target.single[index]
             try:
-                reply = self._hot(keys, (*head, event[2]))
+                reply = self._hot(keys, (*args, target.head + event[2]))
             except (redis.RedisError, RedisClusterException) as e:
                 with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
                     raise e
             if reply[0] in _OK:
-                return SendResult(
-                    stream_key=key,
-                    entry_id=_text(reply[1][0]),
-                    event_id=event[0],
-                    routing_version=target.route.version,
-                    shard=target.shards[index],
-                )
+                return _result(key, _text(reply[1][0]), event[0], target.route.version, target.shards[index])
             target = self._refused(stream_prefix, target.shards[index], reply)
         raise _unstable(stream_prefix, self.max_retries, sent=0, total=1)
 
@@ -252,7 +254,7 @@ class Producer:
 
         If it raises, some entries may have been appended (at-least-once: a retry of the whole batch may
         duplicate those). ``durability`` as for :meth:`send`."""
-        events = [_encode_item(item) for item in items]
+        events = _encode_items(items)
         if not events:
             return []
         if durability is not None:
@@ -321,12 +323,6 @@ class Producer:
 
     # ------------------------------------------------------------------------------------------ calls
 
-    def _call(self, args: tuple[Any, ...], stream_prefix: str) -> Any:
-        """``FCALL produce`` with ``args`` (numkeys, keys, argv). No ``redis.*`` error leaves."""
-        numkeys = args[0]
-        with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
-            return self._produce(keys=args[1 : 1 + numkeys], args=args[1 + numkeys :])
-
     def _send_replicated(self, stream_prefix: str, events: list[_Event]) -> list[SendResult]:
         """The batch path, each call followed by ``WAIT 1`` on its connection; raises ``NotReplicated``
         (every entry appended) when a call was not acknowledged by a replica in time."""
@@ -354,7 +350,7 @@ class Producer:
         """The batch path: fill ``results`` (input order) or raise. ``RoutingUnstable`` leaves the slots
         of the entries that were appended filled and the others ``None``."""
         target = self._target(stream_prefix)
-        todo = list(range(len(events)))
+        todo: Sequence[int] = range(len(events))
         for _attempt in range(self.max_retries + 1):
             calls = self._plan(target.route, events, todo)
             replies = self._execute(stream_prefix, target, calls, events, acks=acks)
@@ -371,15 +367,22 @@ class Producer:
             target, todo = newer, sorted(refused)
         raise _unstable(stream_prefix, self.max_retries, sent=len(events) - len(todo), total=len(events))
 
-    def _plan(self, route: Route, events: list[_Event], todo: list[int]) -> list[_Call]:
+    def _plan(self, route: Route, events: list[_Event], todo: Sequence[int]) -> list[_Call]:
         """Group the entries by shard (input order kept within each), then pack the groups, in shard
         order, into calls of at most ``max_entries_per_call`` entries (a group larger than the room left
         continues in the next call)."""
         by_shard: dict[int, list[int]] = {}
         count = route.shard_count
         for i in todo:
-            by_shard.setdefault(shard_index(events[i][1], count), []).append(i)
+            index = events[i][1] % count
+            group = by_shard.get(index)
+            if group is None:
+                by_shard[index] = [i]
+            else:
+                group.append(i)
         size = self.max_entries_per_call
+        if len(todo) <= size:  # the common batch: one call, every shard in it
+            return [sorted(by_shard.items())]
         calls: list[_Call] = [[]]
         room = size
         for index in sorted(by_shard):
@@ -401,22 +404,24 @@ class Producer:
         *,
         acks: list[int | None] | None = None,
     ) -> list[Any]:
-        def args(call: _Call) -> tuple[Any, ...]:
-            flat: list[Any] = [len(call) + 1, target.meta]
-            flat += (target.keys[index] for index, _ in call)
-            flat += (target.version_arg, target.count_arg)
+        """One ``FCALL produce`` per call (one call: the hot call, as a single send's; more: one
+        pipeline); the replies in order. No ``redis.*`` error leaves."""
+        head = target.head
+        packed: list[tuple[list[str], list[Any]]] = []
+        for call in calls:
+            keys = [target.meta]
+            args: list[Any] = [target.version_arg, target.count_arg]
             for index, indices in call:
-                flat += (target.index_args[index], len(indices))
-                flat += (events[i][2] for i in indices)
-            return tuple(flat)
-
+                keys.append(target.keys[index])
+                args += (target.index_args[index], len(indices))
+                args += [head + events[i][2] for i in indices]
+            packed.append((keys, args))
         if acks is not None:
-            return self._replicated([args(call) for call in calls], stream_prefix, acks)
-        if len(calls) == 1:
-            return [self._call(args(calls[0]), stream_prefix)]
-        packed = [args(call) for call in calls]
+            return self._replicated([(len(k), *k, *a) for k, a in packed], stream_prefix, acks)
         with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
-            replies = self._pipelined(packed)
+            if len(packed) == 1:
+                return [self._hot(*packed[0])]
+            replies = self._pipelined([(len(keys), *keys, *args) for keys, args in packed])
         for reply in replies:
             if isinstance(reply, Exception):
                 raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
@@ -453,17 +458,21 @@ class Producer:
         results: list[SendResult | None],
     ) -> None:
         version = target.route.version
+        texts = [i.decode() for i in ids] if ids and type(ids[0]) is bytes else [_text(i) for i in ids]
+        new, fields = object.__new__, _RESULT_FIELDS
+        set_stream_key, set_entry_id, set_event_id, set_version, set_shard = fields
         position = 0
         for index, indices in call:
             key, shard = target.keys[index], target.shards[index]
             for i in indices:
-                results[i] = SendResult(
-                    stream_key=key,
-                    entry_id=_text(ids[position]),
-                    event_id=events[i][0],
-                    routing_version=version,
-                    shard=shard,
-                )
+                # _result, inlined: a batch makes one per entry
+                result = new(SendResult)
+                set_stream_key(result, key)
+                set_entry_id(result, texts[position])
+                set_event_id(result, events[i][0])
+                set_version(result, version)
+                set_shard(result, shard)
+                results[i] = result
                 position += 1
 
 
@@ -573,13 +582,18 @@ class _Linger:
 
 # ---------------------------------------------------------------------------------------------- encoding
 
-# json.dumps(value, separators=(",", ":"), ensure_ascii=False) builds a new encoder on every call; one
-# encoder with the same options gives the same bytes (envelope.encode_event's encoding).
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _VERSION_4_MASK = ~((0xF000 << 64) | (0xC000 << 48))
 _VERSION_4_BITS = (0x4000 << 64) | (0x8000 << 48)
+# The same two, for 16 random bytes: byte 6's high nibble is the version (4), byte 8's two high bits the
+# variant (10).
+_ID_MASK = bytes(0x0F if i == 6 else 0x3F if i == 8 else 0xFF for i in range(16))
+_ID_BITS = bytes(0x40 if i == 6 else 0x80 if i == 8 else 0 for i in range(16))
 _JSON = JSON.encode()
 _OCTET_STREAM = OCTET_STREAM.encode()
+_POSITIVE = 0x7FFFFFFF
+# The common event's body (coordinator/protocol/envelope.py, pack_body): a 32-character event_id, no
+# headers ("{}"); the key's and the content type's lengths, then event_id, key, content type, payload.
+_COMMON_BODY = b"32 %d %d 2\n%b%b%b{}%b"
 
 
 def _check_durability(durability: Any) -> None:
@@ -592,28 +606,86 @@ def _event_id() -> str:
     return "%032x" % ((int.from_bytes(os.urandom(16)) & _VERSION_4_MASK) | _VERSION_4_BITS)
 
 
+def _event_ids(count: int) -> str:
+    """``count`` event ids (as :func:`_event_id` makes them) back to back, 32 hex digits each: one read of
+    random bytes and one formatting for a whole batch."""
+    random = int.from_bytes(os.urandom(16 * count))
+    return (
+        ((random & int.from_bytes(_ID_MASK * count)) | int.from_bytes(_ID_BITS * count))
+        .to_bytes(16 * count)
+        .hex()
+    )
+
+
+def _json_bytes(payload: Any) -> bytes:
+    try:
+        return dumps_json(payload).encode()
+    except (TypeError, ValueError) as e:
+        raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
+
+
 def _encode(partition_key: Any, payload: Any, headers: Any, content_type: Any) -> _Event:
-    """What ``encode_event`` makes, packed for ``produce.lua``. The common call (a ``str`` key, no
-    headers, no content type) is encoded here directly (``{}`` headers); everything else goes through
-    ``encode_event``. Both pack with :func:`coordinator.protocol.envelope.pack_producer_part`."""
+    """What ``encode_event`` makes, packed for ``produce.lua`` (but for the route's head). The common call
+    (a ``str`` key, no headers, no content type) is encoded here directly; everything else goes through
+    ``encode_event``. Both pack as :func:`coordinator.protocol.envelope.pack_body` does."""
     if type(partition_key) is str and headers is None and content_type is None:
+        key = partition_key.encode()
         if type(payload) is bytes:
             data, kind = payload, _OCTET_STREAM
         else:
-            try:
-                data, kind = _dumps(payload).encode(), _JSON
-            except (TypeError, ValueError) as e:
-                raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
-        event_id, key = _event_id(), partition_key.encode()
-        return (event_id, key, pack_producer_part(event_id.encode(), key, kind, b"{}", data))
+            data, kind = _json_bytes(payload), _JSON
+        event_id = _event_id()
+        body = _COMMON_BODY % (len(key), len(kind), event_id.encode(), key, kind, data)
+        return (event_id, murmur2(key) & _POSITIVE, body)
     e = encode_event(partition_key, payload, headers, content_type)
-    return (e.event_id, e.partition_key, e.producer_part())
+    return (e.event_id, murmur2(e.partition_key) & _POSITIVE, e.body())
+
+
+def _encode_items(items: Iterable[Any]) -> list[_Event]:
+    """A batch's items as events, in order: :func:`_encode` of each, with the common item (``(str key,
+    payload)``) encoded in this loop, its event id cut from one :func:`_event_ids` for the batch. A batch
+    pays per entry only for its own bytes: the JSON, the key's hash and one formatting."""
+    items = items if type(items) is list else list(items)
+    ids = _event_ids(len(items)) if items else ""
+    id_bytes = ids.encode()
+    events: list[_Event] = []
+    append = events.append
+    for at, item in enumerate(items):
+        if type(item) is tuple and len(item) == 2 and type(item[0]) is str:
+            key, payload = item[0].encode(), item[1]
+            if type(payload) is bytes:
+                data, kind = payload, _OCTET_STREAM
+            else:
+                data, kind = _json_bytes(payload), _JSON
+            a = 32 * at
+            body = _COMMON_BODY % (len(key), len(kind), id_bytes[a : a + 32], key, kind, data)
+            append((ids[a : a + 32], murmur2(key) & _POSITIVE, body))
+        else:
+            append(_encode_item(item))
+    return events
 
 
 def _encode_item(item: Sequence[Any]) -> _Event:
     if not isinstance(item, tuple | list) or len(item) not in (2, 3):
         raise InvalidRequest("batch items are (key, payload) or (key, payload, headers) tuples")
     return _encode(item[0], item[1], item[2] if len(item) == 3 else None, None)
+
+
+# SendResult's fields' slot setters, in its fields' order: a batch makes one result per entry, and the
+# frozen dataclass's __init__ (object.__setattr__ per field) costs about three times these.
+_RESULT_FIELDS = tuple(getattr(SendResult, f.name).__set__ for f in dataclasses.fields(SendResult))
+
+
+def _result(stream_key: str, entry_id: str, event_id: str, routing_version: int, shard: Shard) -> SendResult:
+    """``SendResult(...)`` of these, made as :meth:`Producer._record` makes one."""
+    set_stream_key, set_entry_id, set_event_id, set_version, set_shard = _RESULT_FIELDS
+    result = object.__new__(SendResult)
+    set_stream_key(result, stream_key)
+    set_entry_id(result, entry_id)
+    set_event_id(result, event_id)
+    set_version(result, routing_version)
+    set_shard(result, shard)
+    return result
 
 
 def _unstable(stream_prefix: str, max_retries: int, *, sent: int, total: int) -> RoutingUnstable:

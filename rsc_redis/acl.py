@@ -161,7 +161,8 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
     scope = ["*"] if prefixes is None else _checked(prefixes)
     meta, shards = keys.META, keys.SHARD_STREAMS
     if kind == PRODUCER:
-        # produce (produce.lua), and the route read of Producer.route().
+        # produce (produce.lua), and the route read of Producer.route(). TIME: produce.lua of earlier
+        # versions read it (a rolling upgrade runs them beside this one); this version's does not.
         return (
             "resetchannels",
             *_patterns(meta, scope),

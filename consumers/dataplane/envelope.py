@@ -6,8 +6,10 @@ An entry's envelope fields (each a byte string):
 =================  ==========================================================================
 ``event_id``       uuid4 hex, made by the producer; the same on a duplicate made by a retry
 ``partition_key``  the routing key, as UTF-8 bytes of a ``str`` key or the raw ``bytes`` key
-``routing_version``the routing version the entry was appended to (set by ``produce.lua``)
-``produced_at_ms`` Redis ``TIME`` in ms when it was appended (set by ``produce.lua``)
+``routing_version``the routing version the entry was appended to (written by the producer, checked by
+                   ``produce.lua`` against the active version in the append's own function)
+``produced_at_ms`` Redis's clock in ms at the append: the entry id's ms (the producer writes ``0``,
+                   "not written"; older entries carry Redis ``TIME`` from ``produce.lua``)
 ``content_type``   ``application/json`` by default, ``application/octet-stream`` for bytes
 ``payload``        the encoded payload
 ``headers``        a JSON object of string to string
@@ -39,7 +41,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -141,6 +143,9 @@ class Entry:
 
     @property
     def produced_at_ms(self) -> int:
+        """Redis's clock in ms at the append: the entry id's ms, unless the entry carries its own (older
+        entries, replayed dead letters: Redis ``TIME`` in their function). Ahead of the real time when the
+        stream's last id was (docs/producer.md, "Envelope")."""
         return _int(self._get(b"produced_at_ms"), _int(self.entry_id.partition("-")[0], 0))
 
     @property
@@ -181,7 +186,7 @@ def is_text(content_type: str) -> bool:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EncodedEvent:
-    """One event, ready for ``produce.lua`` (which adds ``routing_version`` and ``produced_at_ms``)."""
+    """One event, ready to be packed for ``produce.lua`` (:meth:`body`)."""
 
     partition_key: bytes
     event_id: str
@@ -189,10 +194,11 @@ class EncodedEvent:
     payload: bytes
     headers: str
 
-    def producer_part(self) -> bytes:
-        """``produce.lua``'s value for this event: the packed envelope without the two numbers the script
-        puts in front (:func:`coordinator.protocol.envelope.pack_producer_part`)."""
-        return packed.pack_producer_part(
+    def body(self) -> bytes:
+        """The packed envelope of this event from its third number on
+        (:func:`coordinator.protocol.envelope.pack_body`); the producer puts the routing version and
+        produced_at_ms (not written: the entry id's ms) in front when it sends it."""
+        return packed.pack_body(
             self.event_id.encode(),
             self.partition_key,
             self.content_type.encode(),
@@ -223,6 +229,37 @@ def encode_event(
     )
 
 
+def _compact_json() -> Callable[[Any], str]:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``, the same text, at about half
+    the cost: ``json.dumps`` builds a new encoder (and its C encoder) on every call, this builds the C
+    encoder once. It keeps no state between calls (no circular-reference markers: a value it cannot
+    encode, a cycle included, goes through ``json.dumps``'s own path, which raises its own error), so one
+    is shared by every thread. Where the C encoder is missing or takes other arguments (another Python),
+    it is the plain encoder. Tested equal to ``json.dumps`` (tests/dataplane/test_envelope.py)."""
+    plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    quote = getattr(json.encoder, "c_encode_basestring", None)
+    if make is None or quote is None:
+        return plain
+    try:
+        # markers, default, encoder, indent, key separator, item separator, sort_keys, skipkeys, allow_nan
+        chunks = make(None, None, quote, None, ":", ",", False, False, True)
+    except TypeError:
+        return plain
+
+    def dumps(value: Any) -> str:
+        try:
+            return "".join(chunks(value, 0))
+        except (TypeError, ValueError, RecursionError):
+            return plain(value)  # what json.dumps does with it: its text, or its error
+
+    return dumps
+
+
+# The payload encoding of every JSON content type (encode_event, and the producer's own fast path).
+dumps_json = _compact_json()
+
+
 def _is_bytes(value: Any) -> bool:
     return isinstance(value, bytes | bytearray | memoryview)
 
@@ -240,7 +277,7 @@ def _payload_bytes(payload: Any, content_type: str | None) -> bytes:
         return bytes(payload)
     if content_type is None or is_json(content_type):
         try:
-            return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return dumps_json(payload).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise InvalidRequest(f"payload is not JSON-serializable: {e}") from e
     if isinstance(payload, str):

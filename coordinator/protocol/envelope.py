@@ -13,9 +13,18 @@ Layout of the value (bytes)::
     <event_id><partition_key><content_type><headers><payload>
 
 one line of six decimal numbers separated by single spaces, a newline, then the five byte strings back
-to back (the payload is the rest, so it needs no length). The producer writes the part from the third
-number on (:func:`pack_producer_part`); ``produce.lua`` puts ``"<routing_version> <produced_at_ms> "``
-in front of it inside Redis, atomically with its route check, as it set those two fields before.
+to back (the payload is the rest, so it needs no length). The producer writes the whole value
+(:func:`pack`: :func:`head`, then :func:`pack_body`) and ``produce.lua`` appends it as it came, after
+checking the routing version the producer used (the first number) against the active one, in the same
+function.
+
+``produced_at_ms`` is ``0`` in what this producer writes: **not written**, the time is the entry id's
+milliseconds, Redis's clock at the append (the entry id is made from it), so Lua builds no string per
+entry. Values written before carry Redis ``TIME`` in ms there (``produce.lua`` used to put the first
+two numbers in front, inside Redis), and so do dead letters replayed by ``replay_dead_letter.lua``: a
+reader takes a non-zero number as it is and reads a ``0`` as "the entry id's ms"
+(:func:`unpack` leaves the field out then). A reader of an older version reads ``0`` as it is (only its
+``produced_at_ms`` is off; every other field decodes), which is why the number stays in the line.
 
 Entries written before this layout have seven fields of their own (``event_id``, ``partition_key``,
 ``routing_version``, ``produced_at_ms``, ``content_type``, ``payload``, ``headers``) and are still read:
@@ -28,6 +37,8 @@ from collections.abc import Mapping
 from typing import Any
 
 FIELD = b"envelope"  # the stream field that holds the packed envelope
+# produced_at_ms as the producer writes it: not written, the entry id's ms is the time (module docstring).
+NOT_WRITTEN = 0
 FIELD_NAMES = (
     b"event_id",
     b"partition_key",
@@ -43,10 +54,11 @@ class MalformedEnvelope(ValueError):
     """An ``envelope`` value that does not follow the layout in this module's docstring."""
 
 
-def pack_producer_part(
+def pack_body(
     event_id: bytes, partition_key: bytes, content_type: bytes, headers: bytes, payload: bytes
 ) -> bytes:
-    """What the producer sends ``produce.lua`` for one event: the value without its first two numbers."""
+    """The value from its third number on: what the producer encodes once per event, before it knows the
+    routing version it will be appended to (a refused call is sent again to a newer one)."""
     return b"%d %d %d %d\n%b%b%b%b%b" % (
         len(event_id),
         len(partition_key),
@@ -60,9 +72,16 @@ def pack_producer_part(
     )
 
 
-def pack(routing_version: int, produced_at_ms: int, producer_part: bytes) -> bytes:
-    """The whole value, as ``produce.lua`` writes it (for tests and for benchmarks' raw sides)."""
-    return b"%d %d %b" % (routing_version, produced_at_ms, producer_part)
+def head(routing_version: int, produced_at_ms: int = NOT_WRITTEN) -> bytes:
+    """The value's first two numbers, each followed by its space: ``b"<routing_version> 0 "`` as the
+    producer writes it (produced_at_ms :data:`NOT_WRITTEN`)."""
+    return b"%d %d " % (routing_version, produced_at_ms)
+
+
+def pack(routing_version: int, body: bytes, produced_at_ms: int = NOT_WRITTEN) -> bytes:
+    """The whole value, as the producer writes it (``produced_at_ms`` left :data:`NOT_WRITTEN`: the entry
+    id's ms). Given a time, it is the value an older producer's ``produce.lua`` wrote (for tests)."""
+    return head(routing_version, produced_at_ms) + body
 
 
 def partition_key_of(value: bytes) -> bytes | None:
@@ -77,7 +96,8 @@ def partition_key_of(value: bytes) -> bytes | None:
 
 
 def unpack(value: bytes) -> dict[bytes, bytes]:
-    """The seven envelope fields of a packed value, by name; :class:`MalformedEnvelope` if it is not one."""
+    """The envelope fields of a packed value, by name: the seven, less ``produced_at_ms`` when it was not
+    written (then the entry id's ms is the time); :class:`MalformedEnvelope` if it is not one."""
     head, newline, body = value.partition(b"\n")
     parts = head.split(b" ")
     if not newline or len(parts) != 6 or not all(p.isdigit() for p in parts):
@@ -89,7 +109,7 @@ def unpack(value: bytes) -> dict[bytes, bytes]:
     k += e
     c += k
     h += c
-    return {
+    fields = {
         b"event_id": body[:e],
         b"partition_key": body[e:k],
         b"routing_version": routing_version,
@@ -98,6 +118,9 @@ def unpack(value: bytes) -> dict[bytes, bytes]:
         b"payload": body[h:],
         b"headers": body[c:h],
     }
+    if int(produced_at_ms) == NOT_WRITTEN:
+        del fields[b"produced_at_ms"]  # the entry id's ms is the time (module docstring)
+    return fields
 
 
 def fields_of(raw: Any) -> dict[bytes, Any]:

@@ -7,33 +7,39 @@ Kafka client can route identically. Keys are encoded as UTF-8 when given as ``st
 
 from __future__ import annotations
 
+import struct
+
 from .errors import InvalidRequest
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
+# The little-endian 32-bit words of a key of 4n to 4n + 3 bytes, in one C call (a key of up to 255
+# bytes takes a prepared one).
+_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(64)]
 
 
 def murmur2(data: bytes) -> int:
-    """Kafka's murmur2, returned as a signed 32-bit int like Java's."""
+    """Kafka's murmur2, returned as a signed 32-bit int like Java's.
+
+    Written for CPython, where every operation costs more than its arithmetic: the words are unpacked in
+    one call, and each word's two multiplications into ``h`` are folded into one mask, since
+    ``(a & m) ^ (b & m) == (a ^ b) & m``. About half the time of the byte-by-byte loop (a producer
+    routes every entry it sends). Kafka's test vectors: tests/protocol/test_routing.py."""
     length = len(data)
-    h = (_SEED ^ length) & _MASK32
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+    h = _SEED ^ length
+    n = length >> 2
+    for k in (_WORDS[n] if n < 64 else struct.Struct(f"<{n}I").unpack_from)(data):
         k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = (h * _M) & _MASK32
-        h ^= k
-    tail = length % 4
-    if tail == 3:
-        h ^= data[whole + 2] << 16
-    if tail >= 2:
-        h ^= data[whole + 1] << 8
-    if tail >= 1:
-        h ^= data[whole]
-        h = (h * _M) & _MASK32
+        h = ((h * _M) ^ ((k ^ (k >> 24)) * _M)) & _MASK32
+    tail = length & 3
+    if tail:
+        whole = n << 2
+        if tail == 3:
+            h ^= data[whole + 2] << 16
+        if tail >= 2:
+            h ^= data[whole + 1] << 8
+        h = ((h ^ data[whole]) * _M) & _MASK32
     h ^= h >> 13
     h = (h * _M) & _MASK32
     h ^= h >> 15

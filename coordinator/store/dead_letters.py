@@ -23,7 +23,7 @@ that does not verify), and a replay refuses, changing nothing, any dead letter t
 Replay puts the original event back in front of consumers: the store routes each dead letter's
 ``partition_key`` with the producer's partitioner over the ACTIVE version (Lua has no murmur2), and
 ``replay_dead_letter.lua`` checks that route against the ``route`` field, appends the envelope fields
-(``event_id`` kept; ``routing_version`` and ``produced_at_ms`` set anew, as ``produce.lua`` does) and
+(``event_id`` kept; ``routing_version`` and ``produced_at_ms``, Redis ``TIME``, set anew) and
 deletes the dead letters, all in one script: a replay is never lost between the two streams, never
 appended to a sealed version, and a refused one changes nothing. A route that changed meanwhile is
 re-read and the batch routed again, a few times. The replayed entry reaches every group of the prefix:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from coordinator.protocol.model import Migration, OrderingMode, RoutingVersion, Shard, Topology, VersionState
@@ -23,6 +23,45 @@ KAFKA_VECTORS = {
 @pytest.mark.parametrize(("data", "expected"), KAFKA_VECTORS.items())
 def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
     assert murmur2(data) == expected
+
+
+def kafka_murmur2(data: bytes) -> int:
+    """Kafka's Utils.murmur2 transliterated byte by byte (what routing.murmur2 computes faster)."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    whole, tail = length - length % 4, length % 4
+    if tail == 3:
+        h ^= data[whole + 2] << 16
+    if tail >= 2:
+        h ^= data[whole + 1] << 8
+    if tail >= 1:
+        h ^= data[whole]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@pytest.mark.parametrize(("data", "expected"), KAFKA_VECTORS.items())
+def test_the_reference_matches_kafka_too(data: bytes, expected: int) -> None:
+    assert kafka_murmur2(data) == expected
+
+
+@given(data=st.binary(max_size=300))  # every tail length
+@example(data=bytes(range(252)) + b"\xff\x00\x80")  # 255 bytes: the last prepared word unpacker
+@example(data=bytes(range(256)) + b"\x01")  # past the prepared ones
+@example(data=b"\xfe" * 1001)
+def test_murmur2_is_the_byte_by_byte_algorithm(data: bytes) -> None:
+    assert murmur2(data) == kafka_murmur2(data)
 
 
 def test_shard_index_is_positive_modulo_and_strings_are_utf8() -> None:

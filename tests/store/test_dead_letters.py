@@ -78,10 +78,18 @@ BOOKKEEPING = [
 ]
 
 
-def packed_dead_letter(store: Any, key: bytes, *, event_id: bytes = b"ev-9", payload: bytes = b"{}") -> str:
-    """XADD one dead letter of an entry the producer packed (its one field, then the bookkeeping)."""
-    part = envelope.pack_producer_part(event_id, key, b"application/json", b'{"trace":"t-9"}', payload)
-    fields = [("envelope", envelope.pack(1, 1700000000000, part)), *BOOKKEEPING]
+def packed_dead_letter(
+    store: Any,
+    key: bytes,
+    *,
+    event_id: bytes = b"ev-9",
+    payload: bytes = b"{}",
+    produced_at_ms: int = envelope.NOT_WRITTEN,
+) -> str:
+    """XADD one dead letter of an entry the producer packed (its one field, then the bookkeeping); with a
+    ``produced_at_ms``, as an older producer's function packed it."""
+    body = envelope.pack_body(event_id, key, b"application/json", b'{"trace":"t-9"}', payload)
+    fields = [("envelope", envelope.pack(1, body, produced_at_ms)), *BOOKKEEPING]
     dlq = rkeys.dead_letter_key(PREFIX, GROUP)
     return str(store.client.xadd(dlq, signed(dlq, dict(fields))).decode())
 
@@ -135,9 +143,20 @@ def test_list_pages_through_dead_letters_oldest_first(dl_store: Any) -> None:
     assert dl_store.dead_letter(PREFIX, GROUP, ids[1]) == page["entries"][1]
 
 
-def test_a_packed_dead_letter_shows_the_envelopes_fields(dl_store: Any) -> None:
+@pytest.mark.parametrize(
+    ("produced_at_ms", "shown"),
+    [
+        (1700000000000, {"produced_at_ms": "1700000000000"}),  # an older producer's: Redis TIME in it
+        (envelope.NOT_WRITTEN, {}),  # this producer's: not written (the source entry id's ms is the time)
+    ],
+)
+def test_a_packed_dead_letter_shows_the_envelopes_fields(
+    dl_store: Any, produced_at_ms: int, shown: dict[str, str]
+) -> None:
     create(dl_store, shard_count=1)
-    letter = packed_dead_letter(dl_store, b"customer 42\n", payload=b'{"order":9}')
+    letter = packed_dead_letter(
+        dl_store, b"customer 42\n", payload=b'{"order":9}', produced_at_ms=produced_at_ms
+    )
 
     view = dl_store.dead_letter(PREFIX, GROUP, letter)
 
@@ -146,7 +165,7 @@ def test_a_packed_dead_letter_shows_the_envelopes_fields(dl_store: Any) -> None:
         "event_id": "ev-9",
         "partition_key": "customer 42\n",
         "routing_version": "1",
-        "produced_at_ms": "1700000000000",
+        **shown,
         "content_type": "application/json",
         "payload": '{"order":9}',
         "headers": '{"trace":"t-9"}',
@@ -207,11 +226,14 @@ def test_replay_appends_the_original_event_to_the_active_shard_and_removes_the_d
         assert [e[1][b"event_id"] for e in got[0][1]] == [b"ev-1"]
 
 
-def test_replay_of_a_packed_dead_letter_appends_its_envelope_with_a_new_head(dl_store: Any) -> None:
+@pytest.mark.parametrize("produced_at_ms", [envelope.NOT_WRITTEN, 1700000000000])  # this producer, an older
+def test_replay_of_a_packed_dead_letter_appends_its_envelope_with_a_new_head(
+    dl_store: Any, produced_at_ms: int
+) -> None:
     create(dl_store, shard_count=4)
     dl_store.change_shard_count(PREFIX, 8, OrderingMode.STRICT)  # version 2 is the active one
     key = b"customer \xff 7"
-    letter = packed_dead_letter(dl_store, key, payload=b"\x00 raw\n")
+    letter = packed_dead_letter(dl_store, key, payload=b"\x00 raw\n", produced_at_ms=produced_at_ms)
     ((_, dead),) = dl_store.client.xrange(rkeys.dead_letter_key(PREFIX, GROUP))
 
     (replayed,) = dl_store.replay_dead_letters(PREFIX, GROUP, [letter])["replayed"]

@@ -37,6 +37,22 @@ def test_a_call_answers_as_redis_pys_script_does_and_keeps_its_connection(redis_
     assert len(hot._free) == 1  # one caller at a time: one connection, used again and again
 
 
+def test_the_hot_call_sends_the_bytes_redis_pys_packer_sends(redis_url: str) -> None:
+    """The hot calls pack with hiredis directly (rsc_redis/clients.py, _HotCall): for what they send
+    (str, bytes and int arguments, a value past redis-py's 6,000-byte buffer cut included) that is
+    byte for byte redis-py's own packing."""
+    client = make(redis_url)
+    connection = client.connection_pool.get_connection()
+    command = ("FCALL", "rsc_0123456789ab_produce", 2, "rsc:{p}:meta", "rsc:{p}:v1:0", "1", "8", "0", 2)
+    command += (b"1 0 \xff\x00 \r\n", b"x" * 10_000)
+    sent: list[bytes] = []
+    connection.send_packed_command = lambda packed, check_health=True: sent.append(b"".join(packed))
+    HotScript._command(connection, *command)
+    assert sent == [b"".join(connection.pack_command(*command))]
+    client.connection_pool.release(connection)
+    client.close()
+
+
 def test_an_error_reply_raises_and_leaves_the_connection_in_step(redis_url: str) -> None:
     client = make(redis_url)
     failing, echo = HotScript(client, FAIL), HotScript(client, ECHO)
