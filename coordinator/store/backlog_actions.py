@@ -114,7 +114,7 @@ class BacklogActions:
                 "id": text(entry_id),
                 "consumer": text(consumer),
                 "deliveries": int(deliveries),
-                "fields": decode_fields(flat or ()),  # {} for an entry trimmed while pending
+                "fields": decode_fields(flat or (), entry_id),  # {} for an entry trimmed while pending
             }
             for entry_id, consumer, _idle, deliveries, flat in rows
         ]
@@ -149,7 +149,7 @@ class BacklogActions:
                 "deliveries": int(deliveries),
                 "idle_ms": int(idle),
                 "age_ms": max(0, now_ms - entry_id_key(text(entry_id))[0]),
-                "fields": None if flat is None else decode_fields(flat),
+                "fields": None if flat is None else decode_fields(flat, entry_id),
             }
             for entry_id, consumer, idle, deliveries, flat in rows
         ]

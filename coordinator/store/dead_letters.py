@@ -86,7 +86,8 @@ def dead_letter_view(entry_id: Any, raw: dict[Any, Any], verdict: Verdict) -> di
     """A dead letter for operators: its bookkeeping, the original event's id and key, the original
     fields (decoded for reading; ``decode_fields``) and whether the dead-letter function wrote it
     (``verdict``, ``verdict_reason``)."""
-    fields = decode_fields(raw.items())
+    source_id = raw.get(b"dlq_source_id", raw.get("dlq_source_id"))
+    fields = decode_fields(raw.items(), source_id)  # the original entry's time, from its id
     view: dict[str, Any] = {"id": text(entry_id)}
     for name, key in _BOOKKEEPING.items():
         view[key] = fields.pop(name, None)

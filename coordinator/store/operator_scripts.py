@@ -16,7 +16,14 @@ from redis.commands.core import Script
 
 from coordinator.protocol import envelope
 from coordinator.protocol.errors import GroupNotFound, InvalidRequest, MetadataCorrupt, UnknownShard
-from coordinator.protocol.model import Group, PrefixState, Shard, VersionState, validate_identifier
+from coordinator.protocol.model import (
+    Group,
+    PrefixState,
+    Shard,
+    VersionState,
+    entry_id_key,
+    validate_identifier,
+)
 from rsc_redis import lua
 
 from .reading import Reader
@@ -46,14 +53,25 @@ class OperatorScripts:
         return script
 
 
-def decode_fields(flat_or_pairs: Iterable[Any]) -> dict[str, str]:
+def decode_fields(flat_or_pairs: Iterable[Any], entry_id: Any = None) -> dict[str, str]:
     """Entry fields for people: a packed ``envelope`` field unpacked into the envelope's fields (left as it
-    is if it does not unpack), UTF-8 with replacement characters, each value cut at 4096 characters."""
+    is if it does not unpack), UTF-8 with replacement characters, each value cut at 4096 characters.
+    An envelope whose ``produced_at_ms`` was not written (the producer's, coordinator/protocol/envelope.py)
+    shows the ms of ``entry_id``, the entry's own id, when it is given: the time Redis appended it."""
     items = list(flat_or_pairs)
     pairs = zip(items[0::2], items[1::2], strict=True) if items and not isinstance(items[0], tuple) else items
     fields = dict(pairs)
     with contextlib.suppress(envelope.MalformedEnvelope):
         fields = envelope.fields_of(fields)
+        if b"produced_at_ms" not in fields and b"routing_version" in fields and entry_id is not None:
+            with contextlib.suppress(ValueError):
+                at = str(entry_id_key(text(entry_id))[0])
+                shown: dict[Any, Any] = {}
+                for name, value in fields.items():  # in its place, after routing_version
+                    shown[name] = value
+                    if name == b"routing_version":
+                        shown[b"produced_at_ms"] = at
+                fields = shown
     return {text(k): text(v)[:MAX_FIELD_CHARS] for k, v in fields.items()}
 
 

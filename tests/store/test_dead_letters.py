@@ -146,8 +146,9 @@ def test_list_pages_through_dead_letters_oldest_first(dl_store: Any) -> None:
 @pytest.mark.parametrize(
     ("produced_at_ms", "shown"),
     [
-        (1700000000000, {"produced_at_ms": "1700000000000"}),  # an older producer's: Redis TIME in it
-        (envelope.NOT_WRITTEN, {}),  # this producer's: not written (the source entry id's ms is the time)
+        (1699999999000, {"produced_at_ms": "1699999999000"}),  # an older producer's: Redis TIME in it
+        # this producer's: not written; shown as the source entry id's ms (dlq_source_id 1700000000000-0)
+        (envelope.NOT_WRITTEN, {"produced_at_ms": "1700000000000"}),
     ],
 )
 def test_a_packed_dead_letter_shows_the_envelopes_fields(

@@ -49,8 +49,9 @@ def test_skip_by_ids_acks_exactly_those_and_returns_their_fields(store: Metadata
     assert (skipped[ids[0]]["consumer"], skipped[ids[0]]["deliveries"]) == ("a", 2)
     assert (skipped[ids[2]]["consumer"], skipped[ids[2]]["deliveries"]) == ("ghost", 1)
     fields = skipped[ids[0]]["fields"]
-    # decoded, in order; produced_at_ms is not written by the producer (the entry id's ms is the time)
-    assert list(fields) == [name.decode() for name in envelope.FIELD_NAMES if name != b"produced_at_ms"]
+    assert list(fields) == [name.decode() for name in envelope.FIELD_NAMES]  # decoded, in order
+    # not written by the producer: shown as the entry id's ms, the time Redis appended it
+    assert fields["produced_at_ms"] == ids[0].split("-")[0]
     assert json.loads(fields["payload"]) == {"n": 0}
     assert (fields["routing_version"], fields["headers"]) == ("1", "{}")
     length, _groups, pending = stream_state(store, "v1:1")
