@@ -93,6 +93,7 @@ def render(results: dict[str, Any], instructions: dict[str, Any] | None = None) 
     lines += _redis_cost_lines(medians, size, instructions)
     lines += _linger_lines(results.get("linger"))
     lines += _versus_lines(results.get("functions_vs_scripts"))
+    lines += _durability_lines(results.get("durability"))
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +182,30 @@ def _versus_lines(versus: dict[str, Any] | None) -> list[str]:
             f"{ratio['command_us_per_op']:.2f}x",
         )
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _durability_lines(durability: dict[str, Any] | None) -> list[str]:
+    """Each durability level (docs/producer.md, "Durability"): entries/s and one call's latency."""
+    if not durability:
+        return []
+    levels = durability["levels"]
+    batch = next(k for k in next(iter(levels.values())) if k.startswith("batch_"))
+    lines = [
+        "",
+        f"Durability (`Producer(durability=...)`): {durability['setting']}, Redis {durability['redis']}.",
+        "",
+        f"| level | single entries/s | single p50 ms | single p99 ms | {batch} entries/s | {batch} p50 ms "
+        f"| {batch} p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for level, row in levels.items():
+        single, many = row["single"], row[batch]
+        lines.append(
+            f"| {level} | {_num(single['entries_per_s'], 0)} | {single['p50_ms']:.2f} | "
+            f"{single['p99_ms']:.2f} | {_num(many['entries_per_s'], 0)} | {many['p50_ms']:.2f} | "
+            f"{many['p99_ms']:.2f} |"
+        )
     return lines
 
 
