@@ -288,10 +288,14 @@ def bench_signal_cost(stack: Stack, reps: int, appends: int = 20_000) -> dict[st
     key, channel, value = "signal-bench:{s}:v1:0", "signal-bench:{s}:wake", b"x" * 100
     subscribers = [stack.client().pubsub(ignore_subscribe_messages=True) for _ in range(4)]
     stop = threading.Event()
+    readers = []
     for sub in subscribers:
         sub.subscribe(channel)
-        threading.Thread(target=lambda s=sub: [s.get_message(timeout=0.1) for _ in iter(stop.is_set, True)],
-                         daemon=True).start()  # fmt: skip
+        reader = threading.Thread(
+            target=lambda s=sub: [s.get_message(timeout=0.1) for _ in iter(stop.is_set, True)], daemon=True
+        )
+        reader.start()
+        readers.append(reader)
     runs: dict[str, list[float]] = {"xadd": [], "xadd_and_publish": []}
     try:
         for _ in range(reps):
@@ -307,6 +311,8 @@ def bench_signal_cost(stack: Stack, reps: int, appends: int = 20_000) -> dict[st
                 runs[mode].append((redis_cpu_s(client) - cpu0) * 1e6 / appends)
     finally:
         stop.set()
+        for reader in readers:
+            reader.join(5)  # before its subscriber is closed under it
         for sub in subscribers:
             sub.close()
         client.delete(key)

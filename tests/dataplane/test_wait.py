@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -81,49 +82,48 @@ def test_a_wait_from_that_id_wakes_on_the_next_append_only(harness: Harness) -> 
         wait.close()
 
 
+@pytest.fixture
+def one_stream(harness: Harness) -> Iterator[tuple[dict[str, str], EntryWait]]:
+    """A group of one shard with nothing in it: the wait's streams and ids, and the wait (closed after)."""
+    harness.create(shard_count=1)
+    wait = harness.plane.entry_wait()
+    try:
+        yield {harness.plane.stream_key(V1_0): "0-0"}, wait
+    finally:
+        wait.close()
+
+
 @pytest.mark.parametrize("when", ["blocked", "before the XREAD"])
-def test_an_interrupt_ends_the_wait(harness: Harness, when: str) -> None:
-    h = harness
-    h.create(shard_count=1)
-    after = {h.plane.stream_key(V1_0): "0-0"}
-    wait = h.plane.entry_wait()
-    try:
-        wait.arm()
-        if when == "before the XREAD":
-            assert wait.interrupt()  # armed, its CLIENT ID not known yet: ended as soon as it is
-            thread, out = _in_thread(lambda: wait.wait(after, 10_000))
-        else:
-            thread, out = _in_thread(lambda: wait.wait(after, 10_000))
-            deadline = time.monotonic() + 5
-            while not wait.interrupt():  # False until its XREAD is blocked in Redis
-                assert time.monotonic() < deadline
-                time.sleep(0.001)
-        thread.join(5)
-        assert out["value"] == [] and out["took_s"] < 5
-        assert not wait.interrupt()  # nothing armed: nothing to interrupt
-        # the connection is still good for the next wait
-        wait.arm()
-        assert wait.wait(after, 50) == []
-    finally:
-        wait.close()
+def test_an_interrupt_ends_the_wait(one_stream: tuple[dict[str, str], EntryWait], when: str) -> None:
+    after, wait = one_stream
+    wait.arm()
+    if when == "before the XREAD":
+        assert wait.interrupt()  # armed, its CLIENT ID not known yet: ended as soon as it is
+        thread, out = _in_thread(lambda: wait.wait(after, 10_000))
+    else:
+        thread, out = _in_thread(lambda: wait.wait(after, 10_000))
+        deadline = time.monotonic() + 5
+        while not wait.interrupt():  # False until its XREAD is blocked in Redis
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    thread.join(5)
+    assert out["value"] == [] and out["took_s"] < 5
+    assert not wait.interrupt()  # nothing armed: nothing to interrupt
+    # the connection is still good for the next wait
+    wait.arm()
+    assert wait.wait(after, 50) == []
 
 
-def test_an_interrupt_is_aimed_at_one_wait_only(harness: Harness) -> None:
+def test_an_interrupt_is_aimed_at_one_wait_only(one_stream: tuple[dict[str, str], EntryWait]) -> None:
     """An interrupt that comes after its wait ended by itself does not end the next one."""
-    h = harness
-    h.create(shard_count=1)
-    after = {h.plane.stream_key(V1_0): "0-0"}
-    wait = h.plane.entry_wait()
-    try:
-        wait.arm()
-        assert wait.wait(after, 20) == []
-        assert not wait.interrupt()
-        wait.arm()
-        started = time.monotonic()
-        assert wait.wait(after, 200) == []
-        assert time.monotonic() - started >= 0.19
-    finally:
-        wait.close()
+    after, wait = one_stream
+    wait.arm()
+    assert wait.wait(after, 20) == []
+    assert not wait.interrupt()
+    wait.arm()
+    started = time.monotonic()
+    assert wait.wait(after, 200) == []
+    assert time.monotonic() - started >= 0.19
 
 
 def test_the_probe_passes_for_a_user_with_every_right(harness: Harness) -> None:
