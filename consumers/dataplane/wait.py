@@ -39,6 +39,7 @@ import redis
 from rsc_redis import clients
 
 from . import scripts
+from .envelope import _text
 
 UNBLOCK_ATTEMPTS = 50  # the XREAD may still be on its way when CLIENT UNBLOCK arrives: try again
 UNBLOCK_PAUSE_S = 0.0005
@@ -177,7 +178,3 @@ def _unblock(node: Any, client_id: int, over: Any) -> bool:
     except redis.RedisError:
         pass
     return False
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
