@@ -138,7 +138,9 @@ def _member_view(group: Group, member: Member, now_ms: int) -> dict[str, object]
         "current_assignment": [
             {"shard": str(s), "assignment_epoch": e} for s, e in sorted(member.assigned.items())
         ],
-        "target_assignment": [str(s) for s in sorted(target)] if member.state.is_live else [],
+        "target_assignment": (
+            [str(s) for s in sorted(target)] if member.state.is_live or member.held_until_ms is not None else []
+        ),
         "revoking": [str(s) for s in sorted(member.revoking)],
         "revocation_deadline_ms": member.revocation_deadline_ms,
         "client": {
@@ -152,6 +154,8 @@ def _member_view(group: Group, member: Member, now_ms: int) -> dict[str, object]
         "ended_at_ms": member.ended_at_ms,
         "end_reason": member.end_reason.value if member.end_reason else None,
         "owner": member.owner,
+        "instance_id": member.instance_id,
+        "held_until_ms": member.held_until_ms,
     }
 
 
@@ -261,6 +265,7 @@ def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict
     """Everything an operator needs: epochs, both assignments, revocation and migration progress."""
     group = state.groups[consumer_group]
     owners = group.owners()
+    held = {m.member_id: m for m in group.held_members()}
     pending = [
         {"shard": str(s), "revoked_by": m.member_id, "deadline_ms": m.revocation_deadline_ms}
         for m in group.live_members()
@@ -296,9 +301,22 @@ def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict
         },
         "pending_revocations": pending,
         "unreleased_shards": unreleased,
-        # In a member's target, owned by nobody: it is granted on that member's next heartbeat.
+        # In a live member's target, owned by nobody: it is granted on that member's next heartbeat.
         "awaiting_pickup": [
-            str(s) for s in sorted(s for t in group.target.values() for s in t if s not in owners)
+            str(s)
+            for s in sorted(
+                s for m, t in group.target.items() if m not in held for s in t if s not in owners
+            )
+        ],
+        # Static members whose target is held for their instance id (docs/protocol.md section 3).
+        "held_instances": [
+            {
+                "instance_id": m.instance_id,
+                "member_id": m.member_id,
+                "held_until_ms": m.held_until_ms,
+                "shards": [str(s) for s in sorted(group.target.get(m.member_id, ()))],
+            }
+            for m in sorted(held.values(), key=lambda m: m.member_id)
         ],
         "migration": _migration_view(state.topology.migration, state),
     }

@@ -41,6 +41,8 @@ class ErrorCode(StrEnum):
     MEMBER_ID_NOT_OWNED = "MEMBER_ID_NOT_OWNED"
     HEARTBEAT_TOO_FREQUENT = "HEARTBEAT_TOO_FREQUENT"
     STALE_JOIN = "STALE_JOIN"
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"
+    FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
     JOINS_THROTTLED = "JOINS_THROTTLED"
     CREDENTIAL_JOINS_TOO_FREQUENT = "CREDENTIAL_JOINS_TOO_FREQUENT"
     CREDENTIAL_MEMBER_LIMIT_REACHED = "CREDENTIAL_MEMBER_LIMIT_REACHED"
@@ -158,6 +160,17 @@ class StaleJoin(CoordinatorError):
     code = ErrorCode.STALE_JOIN
 
 
+class UnreleasedInstanceId(CoordinatorError):
+    """A join with an ``instance_id`` that a live member of another id holds, its lease still running
+    (docs/protocol.md section 3, "Static membership"): two processes were given one instance id, or the
+    previous incarnation has not left yet. Nothing was changed; the holder is not fenced. Retriable: the
+    join is accepted once the holder leaves or its lease ends. ``details``: ``instance_id``,
+    ``member_id`` (the holder), ``lease_deadline_ms`` (the holder's lease, Redis clock)."""
+
+    code = ErrorCode.UNRELEASED_INSTANCE_ID
+    retriable = True
+
+
 class UnknownMemberId(CoordinatorError):
     """The member id is not in the group: the member must drop all its shards and rejoin with epoch 0."""
 
@@ -171,6 +184,14 @@ class FencedMemberEpoch(CoordinatorError):
     """
 
     code = ErrorCode.FENCED_MEMBER_EPOCH
+
+
+class FencedInstanceId(FencedMemberEpoch):
+    """A heartbeat of a member id whose static ``instance_id`` another member id has taken over
+    (docs/protocol.md section 3, "Static membership"): a fence like FENCED_MEMBER_EPOCH. A rejoin with
+    that instance id is refused (UNRELEASED_INSTANCE_ID) for as long as the new holder is live."""
+
+    code = ErrorCode.FENCED_INSTANCE_ID
 
 
 class GroupMaxSizeReached(CoordinatorError):

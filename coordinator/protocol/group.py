@@ -8,11 +8,13 @@ it is given (changes.py): the store writes what those records name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .assignor import assign
 from .changes import Change, GroupBumped, LeaseExpired, LeaseSet, MemberChanged, MemberRemoved
 from .errors import (
+    FencedInstanceId,
     FencedMemberEpoch,
     GroupMaxSizeReached,
     InvalidRequest,
@@ -31,13 +33,18 @@ from .model import (
     Shard,
     Topology,
     require_int_in_range,
+    validate_instance_id,
     validate_member_id,
 )
 from .reconciliation import reconcile
 from .states import MemberEvent, allowed_next, check_transition
+from .static import hold, raise_if_unreleased, release_due_holds, replaced_by, take_over
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
+# A static member's temporary leave (KIP-848's -2): it ends, and its target is held for its instance id
+# (static.py). From a member without an instance id it is a plain leave.
+TEMPORARY_LEAVE_EPOCH = -2
 # MemberState.is_live inlined where every member of a large group is looked at (bump): a property call
 # per member costs about as much as the rest of the scan.
 _EXPIRED, _LEFT = MemberState.EXPIRED, MemberState.LEFT
@@ -57,10 +64,14 @@ class Heartbeat:
     # Joins only: the member's count of its own joins (a retried join sends the same number, a rejoin
     # after a fence the next). None: not sent (a join then always starts a new incarnation).
     join_seq: int | None = None
+    # Joins only: the static member's instance id (docs/protocol.md section 3, "Static membership").
+    instance_id: str | None = None
 
     def validated(self) -> Heartbeat:
         validate_member_id(self.member_id)
-        require_int_in_range(self.member_epoch, "member_epoch", LEAVE_EPOCH, 2**53)
+        require_int_in_range(self.member_epoch, "member_epoch", TEMPORARY_LEAVE_EPOCH, 2**53)
+        if self.instance_id is not None:  # read by joins only; ignored on every other heartbeat
+            validate_instance_id(self.instance_id)
         if self.capacity is not None:
             require_int_in_range(self.capacity, "capacity", 1, MAX_CAPACITY)
         elif self.member_epoch == JOIN_EPOCH:
@@ -88,17 +99,32 @@ def readable(group: Group, topology: Topology, shard: Shard) -> bool:
     return not (topology.blocked_by(shard) - group.drained)
 
 
-def bump(group: Group, topology: Topology, *, changes: list[Change], joining: str | None = None) -> Group:
+def bump(
+    group: Group,
+    topology: Topology,
+    *,
+    changes: list[Change],
+    joining: str | None = None,
+    was: Mapping[str, frozenset[Shard]] | None = None,
+) -> Group:
     """A change of the assignor's inputs: next group epoch and a target computed at it.
 
     ``joining`` names a member being added in this step (it is not live until it has reconciled).
+    ``was``: the target the record of the bump compares with, when the step changed the target before
+    the bump (a static member's take-over moved a held target to the joining id); the group's own else.
+    The assignor divides the shards among the live members and the held ones (static.py).
     """
     epoch = group.group_epoch + 1
-    live = [mid for mid, m in group.members.items() if m.state is not _EXPIRED and m.state is not _LEFT]
+    live = [
+        mid
+        for mid, m in group.members.items()
+        if (m.state is not _EXPIRED and m.state is not _LEFT) or m.held_until_ms is not None
+    ]
     if joining is not None:
         live.append(joining)
-    was = group.target
-    target = assign(live, assignable_shards(group, topology), was)
+    if was is None:
+        was = group.target
+    target = assign(live, assignable_shards(group, topology), group.target)
     # The target lists only the members with shards (model.Group.target): this is in proportion to the
     # shards, not to the members.
     moved = frozenset(m for m in was.keys() | target.keys() if was.get(m) != target.get(m))
@@ -140,8 +166,8 @@ def heartbeat(
     to ``changes`` by then is to be dropped with the group it was deciding."""
     hb = hb.validated()
     _raise_if_not_owner(group, hb)
-    if hb.member_epoch == LEAVE_EPOCH:
-        return _leave(group, topology, hb.member_id, now_ms, changes)
+    if hb.member_epoch in (LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH):
+        return _leave(group, topology, hb, now_ms, changes)
     if hb.member_epoch == JOIN_EPOCH:
         return _join(group, topology, hb, now_ms, changes)
     member = _raise_if_fenced(group, hb, now_ms)
@@ -188,6 +214,14 @@ def _raise_if_not_owner(group: Group, hb: Heartbeat) -> None:
 
 def _raise_if_fenced(group: Group, hb: Heartbeat, now_ms: int) -> Member:
     member = group.members.get(hb.member_id)
+    if member is not None and (holder := replaced_by(group, member)) is not None:
+        raise FencedInstanceId(
+            f"member {hb.member_id!r} was replaced by member {holder.member_id!r}, which joined with its "
+            f"instance_id {member.instance_id!r}: it must drop all its shards (its rejoin with that "
+            "instance id is refused while the other is live)",
+            member_id=hb.member_id,
+            instance_id=member.instance_id,
+        )
     if member is None:
         raise UnknownMemberId(
             f"member {hb.member_id!r} is not in group {group.consumer_group!r}: it must drop all its "
@@ -233,6 +267,17 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int, changes:
             )
         if hb.join_seq == existing.join_seq and existing.state.is_live:
             return group  # the same join again (its response was lost): the member as it is now
+    if hb.instance_id is not None:
+        # Refused (UNRELEASED_INSTANCE_ID, nothing changed) while another live member holds it; a holder
+        # whose lease has ended is expired here and held, so that the join takes its target over.
+        lapsed = raise_if_unreleased(group, hb.instance_id, hb.member_id, now_ms)
+        if lapsed is not None:
+            mid = lapsed.member_id
+            group = end_member(
+                group, mid, MemberEvent.LEASE_EXPIRED, EndReason.LEASE_EXPIRED, now_ms, changes=changes
+            )
+            changes.append(LeaseExpired(consumer_group=group.consumer_group, member_id=mid))
+            group = hold(group, mid, now_ms, changes=changes)
     if existing is not None and existing.state.is_live:
         # A new incarnation (or a join whose response was lost) uses a live member's id: fence the old
         # one first, so that nothing it still reads with its old epoch is accepted any more.
@@ -240,6 +285,10 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int, changes:
             group, hb.member_id, MemberEvent.FENCE, EndReason.REJOINED, now_ms, changes=changes
         )
         existing = group.members[hb.member_id]
+    was = group.target
+    holder = group.instance_holder(hb.instance_id) if hb.instance_id is not None else None
+    if holder is not None and holder.held_until_ms is not None:
+        group = take_over(group, holder, hb.member_id, changes=changes)
     # Counted only when it may matter: the members kept (ended ones too, for a while) are not fewer.
     maximum = group.config.max_members
     if len(group.members) >= maximum and (live_count := sum(1 for _ in group.live_members())) >= maximum:
@@ -262,18 +311,23 @@ def _join(group: Group, topology: Topology, hb: Heartbeat, now_ms: int, changes:
         last_heartbeat_ms=now_ms,
         owner=hb.owner or (existing.owner if existing is not None else ""),
         join_seq=hb.join_seq,
+        instance_id=hb.instance_id,
     )
     group = replace(group, members={**group.members, hb.member_id: member})
     _record_member(group, member, changes)
-    group = bump(group, topology, changes=changes, joining=hb.member_id)
+    group = bump(group, topology, changes=changes, joining=hb.member_id, was=was)
     return _reconcile_member(group, hb.member_id, MemberEvent.JOIN, frozenset(), now_ms, changes)
 
 
-def _leave(group: Group, topology: Topology, member_id: str, now_ms: int, changes: list[Change]) -> Group:
+def _leave(group: Group, topology: Topology, hb: Heartbeat, now_ms: int, changes: list[Change]) -> Group:
+    member_id = hb.member_id
     member = group.members.get(member_id)
     if member is None or not member.state.is_live:
         return group  # leaving twice, or after being fenced, is a no-op
     group = end_member(group, member_id, MemberEvent.LEAVE, EndReason.LEFT, now_ms, changes=changes)
+    if hb.member_epoch == TEMPORARY_LEAVE_EPOCH and member.instance_id is not None:
+        # A static member's temporary leave: its target is held for its instance id (no bump).
+        return hold(group, member_id, now_ms, changes=changes)
     return bump(group, topology, changes=changes)
 
 
@@ -354,10 +408,11 @@ class TickSchedule:
 
 def revocation_schedule_ms(group: Group, member: Member) -> int | None:
     """When a tick must next look at this member for its revocation: 0 when its revocation clock must
-    start or stop (now), its revocation deadline when it has one, None when neither (or not live). It
-    depends on the member and the group's target only."""
+    start or stop (now), its revocation deadline when it has one, None when neither; for an ended member,
+    when its hold ends if it is held (static.py), else None. It depends on the member and the group's
+    target only."""
     if not member.state.is_live:
-        return None
+        return member.held_until_ms  # a held static member: when its hold ends (static.py)
     if _revocation_clock_moves(group, member):
         return 0
     return member.revocation_deadline_ms
@@ -371,7 +426,10 @@ def tick_schedule(group: Group) -> TickSchedule:
 def ended_schedule(group: Group) -> TickSchedule:
     """:func:`tick_schedule` without the revocation deadlines (``next_deadline_ms`` None): what it says
     of the ended members only. The store keeps the deadlines per member, apart (docs/store.md)."""
-    ended = [m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None]
+    # Held static members are not forgotten while held: their hold ends first (revocation_schedule_ms).
+    ended = [
+        m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None and m.held_until_ms is None
+    ]
     return TickSchedule(next_deadline_ms=None, ended=len(ended), oldest_ended_ms=min(ended, default=None))
 
 
@@ -399,21 +457,28 @@ def tick_due(
 def expire_members(
     group: Group, topology: Topology, now_ms: int, *, changes: list[Change]
 ) -> tuple[Group, list[str]]:
-    """Fence members whose lease ended or whose revocation timed out; one bump if any was fenced."""
+    """Fence members whose lease ended or whose revocation timed out, and end the holds of static members
+    that have reached their time; one bump if any of that moves a target. A static member whose lease
+    ended is held (static.py): its target does not move, so it alone does not bump."""
     group = start_revocation_clocks(group, now_ms, changes=changes)
     fenced: list[str] = []
+    moves = False
     for member in list(group.live_members()):
         mid = member.member_id
         if member.lease_deadline_ms <= now_ms:
             event, reason = MemberEvent.LEASE_EXPIRED, EndReason.LEASE_EXPIRED
             group = end_member(group, mid, event, reason, now_ms, changes=changes)
             changes.append(LeaseExpired(consumer_group=group.consumer_group, member_id=mid))
+            group = hold(group, mid, now_ms, changes=changes)
+            moves = moves or member.instance_id is None
             fenced.append(mid)
         elif member.revocation_deadline_ms is not None and member.revocation_deadline_ms <= now_ms:
             event, reason = MemberEvent.REVOCATION_TIMEOUT, EndReason.REVOCATION_TIMEOUT
             group = end_member(group, mid, event, reason, now_ms, changes=changes)
+            moves = True
             fenced.append(mid)
-    if fenced:
+    group, released = release_due_holds(group, now_ms, changes=changes)
+    if moves or released:
         group = bump(group, topology, changes=changes)
     return group, fenced
 
@@ -431,7 +496,8 @@ def collect_garbage(
     fenced member is answered FENCED_MEMBER_EPOCH). The count cap bounds the group document under join /
     leave churn, which the age limit alone does not: 2,500 cycles within ten minutes are 2,500 members.
     """
-    ended = [m for m in group.members.values() if m.ended_at_ms is not None]
+    # A held static member is kept until its hold ends, whatever its age and the count (static.py).
+    ended = [m for m in group.members.values() if m.ended_at_ms is not None and m.held_until_ms is None]
     gone = {
         m.member_id for m in ended if m.ended_at_ms is not None and m.ended_at_ms + retention_ms <= now_ms
     }

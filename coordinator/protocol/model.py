@@ -52,6 +52,18 @@ def validate_member_id(value: object) -> str:
     return value
 
 
+def validate_instance_id(value: object) -> str:
+    """A static member's ``instance_id`` (docs/protocol.md section 3, "Static membership"): the
+    member id's rule, 1-128 characters of ``[A-Za-z0-9._-]`` starting with a letter or digit."""
+    if not isinstance(value, str) or not MEMBER_ID_RE.fullmatch(value):
+        raise InvalidIdentifier(
+            "instance_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
+            f"letter or digit; got {value!r}",
+            field="instance_id",
+        )
+    return value
+
+
 def require_int_in_range(value: object, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidRequest(f"{what} must be an integer in [{low}, {high}]; got {value!r}", field=what)
@@ -306,6 +318,12 @@ class Member:
     owner: str = ""
     # The join_seq of the join that made this incarnation (None: not sent). docs/protocol.md section 3.
     join_seq: int | None = None
+    # Static membership (docs/protocol.md section 3): the instance id it joined with (None: dynamic).
+    instance_id: str | None = None
+    # An ended static member whose target is held for its instance id until this time (Redis clock):
+    # the assignor keeps its target, nobody else is given those shards, and a join with the same
+    # instance id takes them over. None: not held (every live member, most ended ones).
+    held_until_ms: int | None = None
 
     @property
     def owned(self) -> frozenset[Shard]:
@@ -329,6 +347,21 @@ class Group:
 
     def live_members(self) -> Iterable[Member]:
         return (m for m in self.members.values() if m.state.is_live)
+
+    def held_members(self) -> Iterable[Member]:
+        """Ended static members whose target is held for their instance id (``Member.held_until_ms``)."""
+        return (m for m in self.members.values() if m.held_until_ms is not None)
+
+    def instance_holder(self, instance_id: str) -> Member | None:
+        """The live or held member with this instance id (at most one: docs/protocol.md section 11)."""
+        return next(
+            (
+                m
+                for m in self.members.values()
+                if m.instance_id == instance_id and (m.held_until_ms is not None or m.state.is_live)
+            ),
+            None,
+        )
 
     def owners(self) -> dict[Shard, str]:
         """shard -> the live member that owns it (assigned or still revoking)."""

@@ -79,14 +79,17 @@ class Context:
         epoch: int,
         owned: frozenset[Shard] | None = None,
         capacity: int | None = None,
+        instance_id: str | None = None,
     ) -> HeartbeatResponse:
-        hb = Heartbeat(member_id=member_id, member_epoch=epoch, owned=owned, capacity=capacity)
+        hb = Heartbeat(
+            member_id=member_id, member_epoch=epoch, owned=owned, capacity=capacity, instance_id=instance_id
+        )
         result = self.run(MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb))
         assert isinstance(result, HeartbeatResponse)
         return result
 
-    def join(self, member_id: str, capacity: int = 4) -> HeartbeatResponse:
-        return self.heartbeat(member_id, 0, frozenset(), capacity)
+    def join(self, member_id: str, capacity: int = 4, instance_id: str | None = None) -> HeartbeatResponse:
+        return self.heartbeat(member_id, 0, frozenset(), capacity, instance_id)
 
     def ack(self, response: HeartbeatResponse) -> HeartbeatResponse:
         """Heartbeat reporting exactly the shards of ``response`` (acknowledging any revocation)."""

@@ -428,7 +428,7 @@ def test_join_must_report_capacity_and_identifiers_are_validated() -> None:
         with pytest.raises(InvalidIdentifier):
             ctx.join(bad)
     with pytest.raises(InvalidRequest):
-        ctx.heartbeat("a", -2)
+        ctx.heartbeat("a", -3)  # -2 is a static member's temporary leave (test_static.py)
     with pytest.raises(InvalidRequest):
         ctx.join("a", capacity=0)
 

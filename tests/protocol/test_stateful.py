@@ -5,6 +5,9 @@ what they own, acknowledge revocations (or dawdle), lose responses, go silent, l
 every step the invariants of docs/protocol.md ("Invariants") are checked against the coordinator state
 *and* against what the members believe: no shard is ever readable by two members at once. Operators
 release the group from a drain (refused while it has live members), and the tick caps ended members.
+Some members are static (an instance id, docs/protocol.md section 3): they leave temporarily, die and
+come back under another member id; a takeover moves no other member's target, and a second live process
+with one instance id is refused without fencing anybody.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from coordinator.protocol.assignor import assign
 from coordinator.protocol.commands import (
     ChangeShardCount,
     Command,
@@ -35,6 +39,7 @@ from coordinator.protocol.errors import (
     MigrationInProgress,
     MigrationNotActive,
     UnknownMemberId,
+    UnreleasedInstanceId,
 )
 from coordinator.protocol.group import Heartbeat, assignable_shards, tick_due, tick_schedule
 from coordinator.protocol.model import (
@@ -46,10 +51,12 @@ from coordinator.protocol.model import (
     VersionState,
 )
 from coordinator.protocol.resharding import undrained_shards
+from coordinator.protocol.static import assignor_members
 
 PREFIX, GROUP = "orders", "billing"
 LEASE_TTL_MS, HB_MS, REVOKE_MS = 10_000, 1_000, 30_000
 MEMBER_IDS = [f"m{i}" for i in range(7)]
+INSTANCE_IDS = ["pod-a", "pod-b", "pod-c"]
 
 
 @dataclass
@@ -61,6 +68,7 @@ class SimMember:
     revoking: set[Shard] = field(default_factory=set)  # still holding, must release
     joined: bool = False
     capacity: int = 2
+    instance: str | None = None  # the instance id it joins with (kept across fences)
 
 
 def can_read(state: PrefixState, member_id: str, shard: Shard, epoch: int, now_ms: int) -> bool:
@@ -106,19 +114,34 @@ class CoordinatorMachine(RuleBasedStateMachine):
         lose: bool = False,
     ) -> None:
         sim = self.sims[member_id]
-        hb = Heartbeat(member_id=member_id, member_epoch=epoch, owned=owned, capacity=capacity)
+        hb = Heartbeat(
+            member_id=member_id,
+            member_epoch=epoch,
+            owned=owned,
+            capacity=capacity,
+            instance_id=sim.instance if epoch == 0 else None,
+        )
         try:
             outcome = self.decide(
                 self.state, MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=hb)
             )
         except (FencedMemberEpoch, UnknownMemberId):
             # The runtime drops every shard at once and rejoins later.
-            self.sims[member_id] = SimMember(capacity=sim.capacity)
+            self.sims[member_id] = SimMember(capacity=sim.capacity, instance=sim.instance)
+            return
+        except UnreleasedInstanceId as refused:
+            # Another live member, its lease running, holds the instance id: nothing changed, nobody
+            # was fenced; the runtime backs off and joins again later.
+            holder = self.state.groups[GROUP].members[refused.details["member_id"]]
+            assert holder.member_id != member_id and holder.instance_id == sim.instance
+            assert holder.state.is_live and holder.lease_deadline_ms > self.now
+            self.sims[member_id] = SimMember(capacity=sim.capacity, instance=sim.instance)
+            event("static: join refused, instance id held by a live member")
             return
         assert outcome.state is not None
         self.state = outcome.state
-        if epoch == -1:
-            self.sims[member_id] = SimMember(capacity=sim.capacity)
+        if epoch < 0:
+            self.sims[member_id] = SimMember(capacity=sim.capacity, instance=sim.instance)
             return
         if lose:
             return
@@ -143,9 +166,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules
 
-    @rule(member_id=st.sampled_from(MEMBER_IDS), capacity=st.integers(1, 8), lose=st.booleans())
-    def join(self, member_id: str, capacity: int, lose: bool) -> None:
-        self.sims[member_id] = SimMember(capacity=capacity)
+    @rule(
+        member_id=st.sampled_from(MEMBER_IDS),
+        capacity=st.integers(1, 8),
+        lose=st.booleans(),
+        instance=st.sampled_from([None, *INSTANCE_IDS]),
+    )
+    def join(self, member_id: str, capacity: int, lose: bool, instance: str | None) -> None:
+        self.sims[member_id] = SimMember(capacity=capacity, instance=instance)
         self.last_seen.pop(member_id, None)  # a new incarnation (possibly at the same instant)
         self.send(member_id, 0, frozenset(), capacity=capacity, lose=lose)
 
@@ -168,9 +196,44 @@ class CoordinatorMachine(RuleBasedStateMachine):
             # Capacity is never an assignment weight: the target is exactly what it was.
             assert dict(self.state.groups[GROUP].target) == before
 
-    @rule(member_id=st.sampled_from(MEMBER_IDS))
-    def leave(self, member_id: str) -> None:
-        self.send(member_id, -1, None)
+    @rule(member_id=st.sampled_from(MEMBER_IDS), temporary=st.booleans())
+    def leave(self, member_id: str, temporary: bool) -> None:
+        self.send(member_id, -2 if temporary else -1, None)
+
+    @precondition(lambda self: any(True for _ in self.state.groups[GROUP].held_members()))
+    @rule(data=st.data(), capacity=st.integers(1, 8))
+    def static_restart(self, data: st.DataObject, capacity: int) -> None:
+        """A held static member's instance comes back under a member id that is neither live nor held:
+        it gets exactly the held target, and no other member's target moves (when the target was the
+        assignor's answer for the group as it is, which a takeover does not change)."""
+        group = self.state.groups[GROUP]
+        held = data.draw(st.sampled_from(sorted(m.member_id for m in group.held_members())))
+        holder = group.members[held]
+        free = [
+            m
+            for m in MEMBER_IDS
+            if m not in group.members
+            or not (group.members[m].state.is_live or group.members[m].held_until_ms is not None)
+        ]
+        if not free:
+            return
+        new_id = data.draw(st.sampled_from(free))
+        fixed_point = (
+            assign(assignor_members(group), assignable_shards(group, self.state.topology), group.target)
+            == group.target
+        )
+        before = dict(group.target)
+        self.sims[new_id] = SimMember(capacity=capacity, instance=holder.instance_id)
+        self.last_seen.pop(new_id, None)
+        self.send(new_id, 0, frozenset(), capacity=capacity)
+        after = self.state.groups[GROUP]
+        assert after.members[new_id].state.is_live and after.members[held].held_until_ms is None
+        if fixed_point:
+            expected = {m: t for m, t in before.items() if m != held}
+            if before.get(held):
+                expected[new_id] = before[held]
+            assert dict(after.target) == expected
+            event("static: takeover moved no other member")
 
     @rule(ms=st.sampled_from([100, 1_000, 5_000, 11_000, 31_000]), cap=st.sampled_from([0, 1, 3, 100]))
     def advance_time_and_tick(self, ms: int, cap: int) -> None:
@@ -179,8 +242,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = self.state.groups[GROUP]
         self.state = self.decide(self.state, tick).state  # type: ignore[assignment]
         group = self.state.groups[GROUP]
-        ended = [m for m in group.members.values() if not m.state.is_live]
+        ended = [m for m in group.members.values() if not m.state.is_live and m.held_until_ms is None]
         assert len(ended) <= cap
+        # A hold ends when its time comes (the tick), not before.
+        assert all(m.held_until_ms > self.now for m in group.held_members())  # type: ignore[operator]
         # Only ended members are forgotten (some may have ended in this very tick), never a live one.
         survivors = {
             m.member_id
@@ -250,7 +315,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if len(live) != sum(1 for _ in group.live_members()):
             return  # a member that lost its join response is still unaware; nothing to check yet
         owners = group.owners()
-        assert set(owners) == set(assignable_shards(group, self.state.topology)) if live else not owners
+        held = {s for m in group.held_members() for s in group.target.get(m.member_id, ())}
+        assignable = set(assignable_shards(group, self.state.topology))
+        assert set(owners) == assignable - held if live else not owners
         counts = [len(m.assigned) for m in live]
         assert not counts or max(counts) - min(counts) <= 1
         # Settled: every member STABLE, owning exactly its target (its epoch moves only with its own
@@ -316,13 +383,30 @@ class CoordinatorMachine(RuleBasedStateMachine):
         only members that get shards (model.Group.target): every other live member's target is empty,
         so the group's header is the size of its shard count, not of its members."""
         group = self.state.groups[GROUP]
-        assert set(group.target) <= {m.member_id for m in group.live_members()}
+        assert set(group.target) <= set(assignor_members(group))  # live, or held for an instance id
         assert all(group.target.values())
+
+    @invariant()
+    def one_holder_per_instance_id_and_held_shards_given_to_nobody_else(self) -> None:
+        group = self.state.groups[GROUP]
+        holders = [
+            m.instance_id for m in group.members.values() if m.member_id in set(assignor_members(group))
+        ]
+        named = [i for i in holders if i is not None]
+        assert len(named) == len(set(named)), named
+        owners = group.owners()
+        for member in group.held_members():
+            assert not member.state.is_live and member.instance_id is not None and not member.owned
+            # Another member may still own one of its shards (it has not heard of the rebalance that gave
+            # it to the held member yet), never as part of its own target: it is giving it up.
+            for shard in group.target.get(member.member_id, frozenset()):
+                owner = owners.get(shard)
+                assert owner is None or shard not in group.target.get(owner, frozenset())
 
     @invariant()
     def target_is_balanced_and_complete(self) -> None:
         group = self.state.groups[GROUP]
-        live = {m.member_id for m in group.live_members()}
+        live = set(assignor_members(group))  # the live members and the held ones
         target = {m: group.target.get(m, frozenset()) for m in live}
         every = [s for t in target.values() for s in t]
         assert len(every) == len(set(every)), "a shard in two targets"
