@@ -165,6 +165,7 @@ def shard_rows(view: View) -> list[ShardRow]:
     epochs = {a["shard"]: a["assignment_epoch"] for m in live for a in m["current_assignment"]}
     target_of = {s: member for member, shards in view["target_assignment"].items() for s in shards}
     deadlines = {p["shard"]: p["deadline_ms"] for p in view["pending_revocations"]}
+    held_for = {s: h for h in view.get("held_instances", ()) for s in h["shards"]}
     rows = []
     for b in view["backlog"]:
         row = ShardRow(
@@ -178,6 +179,13 @@ def shard_rows(view: View) -> list[ShardRow]:
         )
         row.status, row.css = _STATUS[row.assignment]
         _add_notes(row, topology, drained, deadlines.get(row.shard), view["now_ms"])
+        if not row.owner and (held := held_for.get(row.shard)) is not None:
+            # Static membership (docs/protocol.md section 3): kept for the instance's next process.
+            row.status, row.css = "held for restart", "info"
+            row.notes.append(
+                f"held for instance {held['instance_id']} (member {held['member_id']} ended) "
+                f"{until(held['held_until_ms'], view['now_ms'])}, then reassigned"
+            )
         rows.append(row)
     return rows
 
@@ -222,6 +230,8 @@ def member_rows(view: View) -> list[dict[str, Any]]:
                 "ended": ""
                 if m["ended_at_ms"] is None
                 else f"{m['end_reason']} {ago(m['ended_at_ms'], now_ms)}",
+                # Static membership: its target is held for its instance id until then (or None).
+                "held_until": None if m.get("held_until_ms") is None else until(m["held_until_ms"], now_ms),
             }
         )
     return rows
@@ -307,6 +317,9 @@ def group_detail(
         "totals": backlog_totals(view["backlog"]),
         "members": [m for m in members if m["live"]],
         "ended_members": [m for m in members if not m["live"]],
+        "held_instances": [
+            {**h, "until": until(h["held_until_ms"], view["now_ms"])} for h in view.get("held_instances", ())
+        ],
         "shards": shards,
         "matrix": matrix.member_shard_matrix(view, shards, backlog),
         # Shards with something to show first; the idle ones (nothing undelivered or pending) folded.

@@ -273,6 +273,7 @@ class StoreCoordinatorClient:
             capacity=request.capacity,
             client=None if client is None else ClientInfo(**dict(client)),
             join_seq=request.join_seq,
+            instance_id=request.instance_id,
         )
         try:
             return self.store.heartbeat(stream_prefix, consumer_group, hb)  # type: ignore[no-any-return]

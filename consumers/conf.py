@@ -40,6 +40,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Members: starts every member id (for a credential scoped with `--member-id-prefix`)",
     ),
     Setting(
+        "RSC_INSTANCE_ID",
+        str,
+        "",
+        "Members: static membership: the name of the place this process runs (a pod name; "
+        "`run_member --instance-id`); member i of listener L joins with instance id `<it>.<L>.<i>` and "
+        "gets its shards back after a restart within one lease TTL. Empty: dynamic members",
+    ),
+    Setting(
         "RSC_MEMBER_METRICS_PORT",
         int,
         0,

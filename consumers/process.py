@@ -57,7 +57,12 @@ class ConsumerProcess:
         runtime: Runtime | None = None,
         concurrency: Mapping[str, int | str] | None = None,
         batch_hooks: Sequence[Callable[[], None]] = (),
+        instance: str | None = None,
+        leave_group: bool = False,
     ) -> None:
+        """``instance``: static membership (docs/consumers.md): the name of the place this process runs
+        (a pod name); member ``i`` of listener ``L`` joins with instance id ``<instance>.<L>.<i>``, and
+        a clean stop leaves for now (epoch -2) unless ``leave_group``. None: dynamic members."""
         self.runtime = runtime or Runtime()
         self.listeners = apply_concurrency_overrides(listeners, concurrency)
         if not self.listeners:
@@ -74,6 +79,8 @@ class ConsumerProcess:
                         dataplane=dataplane,
                         runtime=self.runtime,
                         batch_hooks=batch_hooks,
+                        instance=instance,
+                        leave_group=leave_group,
                     )
                 )
         self._stop_requested = threading.Event()

@@ -67,6 +67,23 @@ def make_member_id(
     return member_id
 
 
+def make_instance_id(instance: str, listener: str, index: int) -> str:
+    """The static instance id of member ``index`` of ``listener`` in a process given ``instance`` (a
+    pod name: ``run_member --instance-id`` or ``RSC_INSTANCE_ID``; docs/consumers.md, "Static
+    membership"): ``<instance>.<listener>.<index>``, so that a listener's N members, and the listeners of
+    one process, have distinct instance ids, and the next process given the same ``instance`` has the
+    same ones. ``ValueError`` when that is not a valid instance id (1-128 of ``[A-Za-z0-9._-]``, starting
+    with a letter or digit)."""
+    instance_id = f"{instance}.{sanitize(listener)}.{index}"
+    if not MEMBER_ID_RE.fullmatch(instance_id):
+        raise ValueError(
+            f"instance id {instance_id!r} (from {instance!r}, listener {listener!r}, member {index}) is not "
+            "1-128 characters of letters, digits, '.', '_' or '-' starting with a letter or digit: give "
+            "a shorter instance id of those characters"
+        )
+    return instance_id
+
+
 def _configured_prefix() -> str:
     from django.conf import settings
 

@@ -40,7 +40,7 @@ from consumers.errors import DataPlaneUnavailable
 from consumers.listener import DEFAULT_MAX_IN_FLIGHT, ErrorPolicy, Ordering
 from consumers.member.concurrent import ConcurrentUnit
 from consumers.member.fetcher import Fetcher
-from consumers.member.ids import host_address, make_member_id
+from consumers.member.ids import host_address, make_instance_id, make_member_id
 from consumers.member.outage import Outage
 from consumers.member.pool import WorkerPool
 from consumers.member.shard import ShardUnit
@@ -100,12 +100,17 @@ class Member:
         dataplane: Any,
         runtime: Runtime,
         member_id: str | None = None,
+        instance: str | None = None,
+        leave_group: bool = False,
         batch_hooks: Sequence[Callable[[], None]] = (),
         clock_ms: Callable[[], int] = _monotonic_ms,
     ) -> None:
         self.listener = listener
         self.index = index
         self.member_id = member_id or make_member_id(listener.name, index)
+        # Static membership (docs/consumers.md): ``instance`` is the process's (a pod name); each member
+        # joins with its own instance id derived from it.
+        self.instance_id = make_instance_id(instance, listener.name, index) if instance else None
         self.stream_prefix = listener.stream_prefix
         self.consumer_group = listener.consumer_group
         # The listener's on_error / max_deliveries / dead_letter options, applied by every shard unit.
@@ -147,6 +152,8 @@ class Member:
             capacity=runtime.max_concurrency,
             client=client_info,
             retry_backoff_max_ms=runtime.retry_backoff_max_ms,
+            instance_id=self.instance_id,
+            leave_group=leave_group,
         )
         self._sm = MemberStateMachine(config, clock_ms())
         self._incarnation = self._sm.incarnation
@@ -168,9 +175,10 @@ class Member:
 
     def start(self) -> None:
         log.info(
-            "%s: starting member %s of %s/%s (runtime max concurrency %d, on_error %s, ordering %s)",
+            "%s: starting member %s%s of %s/%s (runtime max concurrency %d, on_error %s, ordering %s)",
             self.label,
             self.member_id,
+            f" (instance id {self.instance_id})" if self.instance_id else "",
             self.stream_prefix,
             self.consumer_group,
             self.runtime.max_concurrency,

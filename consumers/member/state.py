@@ -82,6 +82,8 @@ from .values import (
     MEMBER_FENCED,
     RENEWED,
     STALE_JOIN,
+    TEMPORARY_LEAVE_EPOCH,
+    UNRELEASED_INSTANCE_ID,
     Decisions,
     Grant,
     HeartbeatRequest,
@@ -104,7 +106,9 @@ __all__ = [
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
     "STALE_JOIN",
+    "TEMPORARY_LEAVE_EPOCH",
     "TRANSITIONS",
+    "UNRELEASED_INSTANCE_ID",
     "Decisions",
     "Grant",
     "HeartbeatRequest",
@@ -193,6 +197,8 @@ class MemberStateMachine:
         self.incarnation = 1
         # Sent with every attempt of this incarnation's join; the next number after each fence.
         self.join_seq = 1
+        # Joins refused UNRELEASED_INSTANCE_ID in a row (the first logs an ERROR, the others DEBUG).
+        self._instance_refusals = 0
         self.member_epoch = JOIN_EPOCH
         self.member_state = ""  # the coordinator's view (STABLE, UNREVOKED_SHARDS, ...), for logs
         self.assigned: dict[Shard, Grant] = {}
@@ -372,11 +378,12 @@ class MemberStateMachine:
                 capacity=self.config.capacity,
                 client=self.config.client,
                 join_seq=self.join_seq,
+                instance_id=self.config.instance_id,
                 **common,
             )
             self._may_be_member = True
         elif self.phase is Phase.LEAVING:
-            request = HeartbeatRequest(member_epoch=LEAVE_EPOCH, **common)
+            request = HeartbeatRequest(member_epoch=self._leave_epoch(), **common)
         else:
             owned = self.owned()
             request = HeartbeatRequest(
@@ -392,8 +399,8 @@ class MemberStateMachine:
     ) -> Decisions:
         if not self._complete(request):
             return self._decide(now_ms)
-        if request.member_epoch == LEAVE_EPOCH:
-            self._note(logging.INFO, "left the group")
+        if request.member_epoch < 0:
+            self._note(logging.INFO, _LEFT_NOTES[request.member_epoch])
             self._transition(PhaseInput.LEFT)
             return self._decide(now_ms)
         if self.phase is Phase.LEAVING:
@@ -442,7 +449,7 @@ class MemberStateMachine:
         ``details`` are the problem's structured fields (``current_join_seq`` of a ``STALE_JOIN``)."""
         if not self._complete(request):
             return self._decide(now_ms)
-        if request.member_epoch == LEAVE_EPOCH:
+        if request.member_epoch < 0:
             if code in FENCING_CODES or not retriable:
                 self._note(logging.WARNING, f"leave refused ({code}: {message}); not retrying it")
                 self._transition(PhaseInput.LEFT)
@@ -452,6 +459,8 @@ class MemberStateMachine:
             return self._fence(now_ms, f"heartbeat refused with {code}: {message}")
         if code == STALE_JOIN and request.member_epoch == JOIN_EPOCH:
             return self._stale_join(request, now_ms, message, details or {}, jitter)
+        if code == UNRELEASED_INSTANCE_ID and request.member_epoch == JOIN_EPOCH:
+            return self._unreleased_instance(now_ms, message, retry_after_ms, jitter)
         if request.member_epoch == JOIN_EPOCH and not _ambiguous(code):
             self._may_be_member = False  # the coordinator answered, and the answer was no
         join = request.member_epoch == JOIN_EPOCH
@@ -538,6 +547,13 @@ class MemberStateMachine:
     def _apply_response(self, request: HeartbeatRequest, r: Response) -> None:
         if request.member_epoch == JOIN_EPOCH:
             self._note(logging.INFO, f"joined at epoch {r.member_epoch} (group epoch {r.group_epoch})")
+            if self._instance_refusals:
+                self._note(
+                    logging.INFO,
+                    f"instance id {self.config.instance_id!r} released after {self._instance_refusals} "
+                    "refused join(s)",
+                )
+                self._instance_refusals = 0
             self._transition(PhaseInput.JOINED)
         elif r.member_epoch != self.member_epoch:
             self._note(logging.INFO, f"epoch {self.member_epoch} -> {r.member_epoch} ({r.member_state})")
@@ -583,6 +599,36 @@ class MemberStateMachine:
         self._failures = 1 if retry_in_ms else 0
         self._due_ms = now_ms + retry_in_ms
         self._transition(PhaseInput.FENCED)
+        return self._decide(now_ms)
+
+    def _leave_epoch(self) -> int:
+        if self.config.instance_id is not None and not self.config.leave_group:
+            return TEMPORARY_LEAVE_EPOCH
+        return LEAVE_EPOCH
+
+    def _unreleased_instance(
+        self, now_ms: int, message: str, retry_after_ms: int | None, jitter: float
+    ) -> Decisions:
+        """Our join was refused with ``UNRELEASED_INSTANCE_ID``: a live member of another id holds our
+        instance id (its previous process, not yet gone, or another process given the same id). Nothing
+        changed and nobody was fenced. Join again after the join backoff (growing to its cap); one ERROR
+        says so, the later refusals of the same wait log at DEBUG, and the join that succeeds at INFO."""
+        self._may_be_member = False
+        self._instance_refusals += 1
+        self._failures += 1
+        delay = join_retry_delay_ms(self._failures, self.config, retry_after_ms, jitter)
+        self._due_ms = now_ms + delay
+        if self._instance_refusals == 1:
+            self._note(
+                logging.ERROR,
+                f"join refused: instance id {self.config.instance_id!r} is held by a live member "
+                f"({message}). Either the previous process with this instance id is still running (this "
+                "join succeeds once it stops or its lease ends), or two processes were given the same "
+                "instance id (give each its own: --instance-id / RSC_INSTANCE_ID). Joining again with "
+                "backoff",
+            )
+        else:
+            self._note(logging.DEBUG, f"join refused again ({UNRELEASED_INSTANCE_ID}); retry in {delay} ms")
         return self._decide(now_ms)
 
     def _stale_join(
@@ -730,6 +776,12 @@ class MemberStateMachine:
             if now_ms >= self._leave_deadline_ms and self._in_flight is None:
                 self._note(logging.WARNING, "could not leave in time; the lease will expire instead")
                 self._transition(PhaseInput.GAVE_UP)
+
+
+_LEFT_NOTES = {
+    LEAVE_EPOCH: "left the group",
+    TEMPORARY_LEAVE_EPOCH: "left the group for now: its shards wait one lease TTL for its instance id",
+}
 
 
 def _ambiguous(code: str) -> bool:

@@ -12,9 +12,14 @@ from coordinator.protocol.model import Shard
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
+# A static member's clean stop: it leaves for now, its shards held for its instance id (section 3).
+TEMPORARY_LEAVE_EPOCH = -2
 
 # Heartbeat error codes that mean "you are not a member any more": drop everything, rejoin with 0.
-FENCING_CODES = frozenset({"FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID"})
+FENCING_CODES = frozenset({"FENCED_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID"})
+# A join with our instance id while a live member of another id holds it (docs/protocol.md section 3,
+# "Static membership"): nothing changed; join again after a backoff.
+UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"
 # A join whose join_seq is below the one the coordinator recorded for our id (docs/protocol.md section 3).
 STALE_JOIN = "STALE_JOIN"
 # Codes the member side makes up (the coordinator's are docs/protocol.md section 12).
@@ -110,6 +115,7 @@ class HeartbeatRequest:
     sent_ms: int = 0  # when it was built (the member's clock): the earliest moment it could renew the lease
     # Joins only: the member's count of its own joins, the same for every retry of one join (section 3).
     join_seq: int | None = None
+    instance_id: str | None = None  # joins only: a static member's instance id
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"member_id": self.member_id, "member_epoch": self.member_epoch}
@@ -121,6 +127,8 @@ class HeartbeatRequest:
             body["client"] = dict(self.client)
         if self.join_seq is not None:
             body["join_seq"] = self.join_seq
+        if self.instance_id is not None:
+            body["instance_id"] = self.instance_id
         return body
 
 
@@ -178,6 +186,11 @@ class MemberConfig:
     member_id: str
     capacity: int  # the runtime's max concurrency: reported on join, caps the worker count
     client: Mapping[str, Any] | None = None  # {host, pid, listener, version}, sent on join
+    # Static membership (docs/consumers.md): sent on every join. With it, a clean stop is a temporary
+    # leave (epoch -2: the shards wait one lease TTL for the next process with this instance id) unless
+    # ``leave_group`` (epoch -1: they move at once, for a scale-in).
+    instance_id: str | None = None
+    leave_group: bool = False
     initial_heartbeat_interval_ms: int = 3_000  # until the first response says otherwise
     retry_backoff_initial_ms: int = 100
     retry_backoff_max_ms: int = 5_000

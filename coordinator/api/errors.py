@@ -97,6 +97,8 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ErrorCode.UNKNOWN_MEMBER_ID: (409, "Unknown member id"),
     ErrorCode.FENCED_MEMBER_EPOCH: (409, "Fenced member epoch"),
     ErrorCode.STALE_JOIN: (409, "Stale join"),
+    ErrorCode.UNRELEASED_INSTANCE_ID: (409, "Instance id held by a live member"),
+    ErrorCode.FENCED_INSTANCE_ID: (409, "Fenced instance id"),
     ErrorCode.GROUP_MAX_SIZE_REACHED: (409, "Group is full"),
     ErrorCode.GROUP_HAS_LIVE_MEMBERS: (409, "Group has live members"),
     ErrorCode.MIGRATION_NOT_ACTIVE: (409, "No migration to release from"),

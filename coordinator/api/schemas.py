@@ -350,6 +350,20 @@ class MemberViewSerializer(serializers.Serializer):
         help_text="The credential identity that joined the member (database:<pk>, environment:<digest>, "
         "session:<user pk>); only it may heartbeat, leave or rejoin the id. Empty: not recorded.",
     )
+    instance_id = serializers.CharField(
+        allow_null=True,
+        help_text="The static member's instance id (docs/protocol.md section 3); null: dynamic.",
+    )
+    held_until_ms = _nullable_int(
+        help_text="An ended static member whose target is held for its instance id until then (Redis clock)."
+    )
+
+
+class HeldInstanceSerializer(serializers.Serializer):
+    instance_id = serializers.CharField()
+    member_id = serializers.CharField(help_text="The ended member whose target is held.")
+    held_until_ms = serializers.IntegerField()
+    shards = _shards(help_text="The held target: read by nobody until the instance comes back.")
 
 
 class PendingRevocationSerializer(serializers.Serializer):
@@ -404,7 +418,11 @@ class GroupDescriptionSerializer(serializers.Serializer):
     target_assignment = serializers.DictField(child=_shards(), help_text="Member id -> its target.")
     pending_revocations = PendingRevocationSerializer(many=True)
     unreleased_shards = UnreleasedShardSerializer(many=True)
-    awaiting_pickup = _shards(help_text="In a member's target, owned by nobody yet.")
+    awaiting_pickup = _shards(help_text="In a live member's target, owned by nobody yet.")
+    held_instances = HeldInstanceSerializer(
+        many=True,
+        help_text="Static members' targets held for their instance ids (docs/protocol.md section 3).",
+    )
     migration = GroupMigrationSerializer(allow_null=True)
     backlog = BacklogRowSerializer(many=True)
     dead_letters = DeadLetterStreamSerializer()

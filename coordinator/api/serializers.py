@@ -27,7 +27,7 @@ from rest_framework import serializers
 from coordinator import conf, operations
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, InvalidIdentifier
-from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, Heartbeat
+from coordinator.protocol.group import JOIN_EPOCH, LEAVE_EPOCH, TEMPORARY_LEAVE_EPOCH, Heartbeat
 from coordinator.protocol.limits import GROUP_CONFIG_RANGES, require_lease_above_tick
 from coordinator.protocol.model import (
     IDENTIFIER_RE,
@@ -44,6 +44,7 @@ from coordinator.protocol.model import (
     RetentionPolicy,
     Shard,
     validate_identifier,
+    validate_instance_id,
     validate_member_id,
 )
 from coordinator.store.redis_store import START_FROM, default_config_from_settings
@@ -85,10 +86,11 @@ class IdentifierField(StrictCharField):
 
     def __init__(self, what: str, **kwargs: Any) -> None:
         self.what = what
-        max_length = 128 if what == "member_id" else 64
+        long = what in _LONG_IDENTIFIERS
+        max_length = 128 if long else 64
         kwargs.setdefault("help_text", _IDENTIFIER_HELP.format(max_length=max_length))
         # The pattern documents the core's rule in the schema; the core's validator is what enforces it.
-        pattern = whole((MEMBER_ID_RE if what == "member_id" else IDENTIFIER_RE).pattern)
+        pattern = whole((MEMBER_ID_RE if long else IDENTIFIER_RE).pattern)
         super().__init__(max_length=max_length, validators=[RegexValidator(pattern)], **kwargs)
 
     def run_validation(self, data: Any = serializers.empty) -> Any:
@@ -102,11 +104,15 @@ class IdentifierField(StrictCharField):
         try:
             if self.what == "member_id":
                 return validate_member_id(data)
+            if self.what == "instance_id":
+                return validate_instance_id(data)
             return validate_identifier(data, self.what)
         except InvalidIdentifier as e:
             raise serializers.ValidationError(e.message, code=IDENTIFIER_ERROR_CODE) from e
 
 
+# Identifiers with the member id's rule (1-128 characters).
+_LONG_IDENTIFIERS = frozenset({"member_id", "instance_id"})
 _IDENTIFIER_HELP = (
     "1-{max_length} characters of letters, digits, '.', '_' or '-', starting with a letter or digit."
 )
@@ -188,9 +194,11 @@ class HeartbeatSerializer(StrictSerializer):
 
     member_id = IdentifierField("member_id")
     member_epoch = StrictIntegerField(
-        min_value=LEAVE_EPOCH,
+        min_value=TEMPORARY_LEAVE_EPOCH,
         max_value=MAX_MEMBER_EPOCH,
-        help_text=f"{JOIN_EPOCH} joins, {LEAVE_EPOCH} leaves, otherwise the member's current epoch.",
+        help_text=f"{JOIN_EPOCH} joins, {LEAVE_EPOCH} leaves, {TEMPORARY_LEAVE_EPOCH} leaves for now (a "
+        "static member: its shards are held for its instance_id for one lease TTL), otherwise the member's "
+        "current epoch.",
     )
     owned_shards = serializers.ListField(
         child=ShardField(),
@@ -220,6 +228,18 @@ class HeartbeatSerializer(StrictSerializer):
         "fencing it.",
     )
 
+    instance_id = IdentifierField(
+        "instance_id",
+        required=False,
+        allow_null=True,
+        help_text="Read by joins only (ignored otherwise): the static member's instance id (a pod name; "
+        "1-128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit). A later "
+        "join with the same instance id, under any member id, gets the shards back if it comes within one "
+        "lease TTL of this member's temporary leave (member_epoch -2) or lease end. A join with an instance "
+        "id a live member of another id holds is refused (409 UNRELEASED_INSTANCE_ID, retriable) and "
+        "fences nobody.",
+    )
+
     def to_heartbeat(self) -> Heartbeat:
         data = self.validated_data
         owned = data.get("owned_shards")
@@ -231,6 +251,7 @@ class HeartbeatSerializer(StrictSerializer):
             capacity=data.get("capacity"),
             client=None if client is None else ClientInfo(**client),
             join_seq=data.get("join_seq"),
+            instance_id=data.get("instance_id"),
         )
 
 

@@ -222,7 +222,7 @@ class HeartbeatView(ApiView):
             with admit_join(), admit_credential_join(self.store, owner, prefix, group, heartbeat.member_id):
                 return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
         answer = self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor())
-        if heartbeat.member_epoch == -1:  # left: no longer one of its credential's live members
+        if heartbeat.member_epoch < 0:  # left, for good or for now: not one of its credential's live members
             forget_left_member(self.store, owner, prefix, group, heartbeat.member_id)
         return Response(answer)
 

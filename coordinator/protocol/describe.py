@@ -139,7 +139,9 @@ def _member_view(group: Group, member: Member, now_ms: int) -> dict[str, object]
             {"shard": str(s), "assignment_epoch": e} for s, e in sorted(member.assigned.items())
         ],
         "target_assignment": (
-            [str(s) for s in sorted(target)] if member.state.is_live or member.held_until_ms is not None else []
+            [str(s) for s in sorted(target)]
+            if member.state.is_live or member.held_until_ms is not None
+            else []
         ),
         "revoking": [str(s) for s in sorted(member.revoking)],
         "revocation_deadline_ms": member.revocation_deadline_ms,
@@ -304,9 +306,7 @@ def describe_group(state: PrefixState, consumer_group: str, now_ms: int) -> dict
         # In a live member's target, owned by nobody: it is granted on that member's next heartbeat.
         "awaiting_pickup": [
             str(s)
-            for s in sorted(
-                s for m, t in group.target.items() if m not in held for s in t if s not in owners
-            )
+            for s in sorted(s for m, t in group.target.items() if m not in held for s in t if s not in owners)
         ],
         # Static members whose target is held for their instance id (docs/protocol.md section 3).
         "held_instances": [

@@ -399,8 +399,8 @@ class TickSchedule:
     """What a tick must know of a group to tell, without reading it, that it has nothing to do yet
     (leases apart: the store indexes them by deadline). See :func:`tick_due`."""
 
-    # The earliest revocation deadline of a live member; 0 when the next tick must start or stop a
-    # revocation clock; None when neither.
+    # The earliest revocation deadline of a live member or end of a static member's hold (static.py);
+    # 0 when the next tick must start or stop a revocation clock; None when none of these.
     next_deadline_ms: int | None
     ended: int  # ended members still kept (the tick forgets them by age and beyond a count)
     oldest_ended_ms: int | None
@@ -408,11 +408,10 @@ class TickSchedule:
 
 def revocation_schedule_ms(group: Group, member: Member) -> int | None:
     """When a tick must next look at this member for its revocation: 0 when its revocation clock must
-    start or stop (now), its revocation deadline when it has one, None when neither; for an ended member,
-    when its hold ends if it is held (static.py), else None. It depends on the member and the group's
-    target only."""
+    start or stop (now), its revocation deadline when it has one, None when neither (or not live). It
+    depends on the member and the group's target only."""
     if not member.state.is_live:
-        return member.held_until_ms  # a held static member: when its hold ends (static.py)
+        return None
     if _revocation_clock_moves(group, member):
         return 0
     return member.revocation_deadline_ms
@@ -420,17 +419,25 @@ def revocation_schedule_ms(group: Group, member: Member) -> int | None:
 
 def tick_schedule(group: Group) -> TickSchedule:
     at = [t for m in group.members.values() if (t := revocation_schedule_ms(group, m)) is not None]
-    return replace(ended_schedule(group), next_deadline_ms=min(at, default=None))
+    ended = ended_schedule(group)
+    if ended.next_deadline_ms is not None:
+        at.append(ended.next_deadline_ms)
+    return replace(ended, next_deadline_ms=min(at, default=None))
 
 
 def ended_schedule(group: Group) -> TickSchedule:
-    """:func:`tick_schedule` without the revocation deadlines (``next_deadline_ms`` None): what it says
-    of the ended members only. The store keeps the deadlines per member, apart (docs/store.md)."""
-    # Held static members are not forgotten while held: their hold ends first (revocation_schedule_ms).
+    """:func:`tick_schedule` without the revocation deadlines: what it says of the ended members only
+    (their count and oldest end, and as ``next_deadline_ms`` when the first hold of a static member
+    ends, None if none is held). The store keeps the revocation deadlines per member, apart
+    (docs/store.md), and this in the group's ``ts:`` field."""
+    # Held static members are not forgotten while held: their hold ends first.
     ended = [
         m.ended_at_ms for m in group.members.values() if m.ended_at_ms is not None and m.held_until_ms is None
     ]
-    return TickSchedule(next_deadline_ms=None, ended=len(ended), oldest_ended_ms=min(ended, default=None))
+    holds = [m.held_until_ms for m in group.members.values() if m.held_until_ms is not None]
+    return TickSchedule(
+        next_deadline_ms=min(holds, default=None), ended=len(ended), oldest_ended_ms=min(ended, default=None)
+    )
 
 
 def tick_due(

@@ -184,7 +184,19 @@ def _encode_member(m: Member) -> dict[str, Any]:
         "end_reason": m.end_reason.value if m.end_reason else None,
         "owner": m.owner,
         "join_seq": m.join_seq,
+        **_static_fields(m),
     }
+
+
+def _static_fields(m: Member) -> dict[str, Any]:
+    """A static member's instance id and hold (docs/protocol.md section 3, "Static membership"): written
+    only when set, so that the records of dynamic members stay as they were."""
+    fields: dict[str, Any] = {}
+    if m.instance_id is not None:
+        fields["instance_id"] = m.instance_id
+    if m.held_until_ms is not None:
+        fields["held_until_ms"] = m.held_until_ms
+    return fields
 
 
 def encode_member(member: Member) -> bytes:
@@ -216,6 +228,8 @@ def _decode_member(member_id: str, d: Mapping[str, Any], lease_deadline_ms: int,
         end_reason=EndReason(d["end_reason"]) if d["end_reason"] else None,
         owner=d.get("owner", ""),  # absent in documents written before ownership was recorded
         join_seq=d.get("join_seq"),  # likewise before join_seq
+        instance_id=d.get("instance_id"),  # written only for static members
+        held_until_ms=d.get("held_until_ms"),
     )
 
 

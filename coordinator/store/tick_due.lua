@@ -16,8 +16,8 @@
 --   * a member's schedule index entry has come (a revocation deadline, or a revocation clock to start
 --     or stop; an entry of a member that is not live is dropped);
 --   * its ts: says it keeps more ended members than the cap, or its oldest ended member is past the
---     retention, or (format 1 only, whose ts: holds it) a revocation deadline has come or a revocation
---     clock must start or stop;
+--     retention, or its deadline has come: a static member's hold ends (docs/protocol.md section 3),
+--     or (format 1 only) a revocation deadline has come or a revocation clock must start or stop;
 --   * a live member's lease deadline has come. An index entry past its deadline is first checked: a
 --     member that renewed its lease itself (a record at its live epoch) or whose l: moved on is
 --     re-indexed at its real deadline, and an entry of a member that is not live is dropped; only a

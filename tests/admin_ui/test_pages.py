@@ -10,6 +10,8 @@ from django.test import Client
 
 from config.embedded_redis import RedisServer
 from coordinator.protocol.commands import CreateGroup
+from coordinator.protocol.group import Heartbeat
+from coordinator.protocol.model import Shard
 from coordinator.store import MetadataStore, reset_store
 from rsc_redis import keys as rkeys
 
@@ -239,3 +241,32 @@ def test_group_identifiers_are_escaped(viewer: Client, store: MetadataStore) -> 
     assert r.status_code == 200
     assert "a<b" not in r.content.decode() and "a&lt;b" in r.content.decode()
     assert [m.rsplit(" ", 1)[1] for m in messages_of(r)] == ["[INVALID_IDENTIFIER]"]
+
+
+def test_static_members_show_their_instance_id_and_a_held_target(
+    viewer: Client, store: MetadataStore
+) -> None:
+    """Static membership (docs/protocol.md section 3): the members table names each member's instance
+    id; after a temporary leave the page lists the held target and marks its shards held for restart."""
+
+    create(store, shard_count=2)
+
+    def send(member: str, epoch: int, **kw: Any) -> dict[str, Any]:
+        return store.heartbeat(PREFIX, GROUP, Heartbeat(member_id=member, member_epoch=epoch, **kw))
+
+    a = send("a1", 0, capacity=1, instance_id="pod-a.ship.0")
+    b = send("b1", 0, capacity=1, instance_id="pod-b.ship.0")
+    for _ in range(2):
+        a = send("a1", a["member_epoch"], owned=frozenset(Shard.parse(s["shard"]) for s in a["shards"]))
+        b = send("b1", b["member_epoch"], owned=frozenset(Shard.parse(s["shard"]) for s in b["shards"]))
+    (b_shard,) = [s["shard"] for s in b["shards"]]
+    r = viewer.get(url("group_detail"))
+    rows = {row[0].split()[0]: row for row in table_rows(r, "members")}
+    assert "instance id pod-a.ship.0" in rows["a1"][0] and "instance id pod-b.ship.0" in rows["b1"][0]
+    send("b1", -2)
+    r = viewer.get(url("group_detail"))
+    (held,) = table_rows(r, "held-instances")
+    assert held[:3] == ["pod-b.ship.0", "b1", b_shard]
+    (ended,) = table_rows(r, "ended-members-table")
+    assert "ended: LEFT" in ended[0] and "target held" in ended[0]
+    assert "held for restart" in text(r) and "held for instance pod-b.ship.0" in text(r)

@@ -48,7 +48,7 @@ def fields_of(problem: dict[str, Any]) -> dict[str | None, str]:
         ({**JOIN, "member_epoch": True}, {"member_epoch": "invalid"}),
         ({**JOIN, "member_epoch": "0"}, {"member_epoch": "invalid"}),
         ({**JOIN, "member_epoch": 0.0}, {"member_epoch": "invalid"}),
-        ({**JOIN, "member_epoch": -2}, {"member_epoch": "min_value"}),
+        ({**JOIN, "member_epoch": -3}, {"member_epoch": "min_value"}),
         ({**JOIN, "member_epoch": 2**53 + 1}, {"member_epoch": "max_value"}),
         ({**JOIN, "capacity": 0}, {"capacity": "min_value"}),
         ({**JOIN, "capacity": 1025}, {"capacity": "max_value"}),

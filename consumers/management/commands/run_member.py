@@ -7,7 +7,12 @@ listener by ``RSC_LISTENER_CONCURRENCY``), each with ``RSC_RUNTIME``'s max concu
 Settings: ``RSC_COORDINATOR_URL`` (the coordinator's HTTP API, or ``inprocess`` to call the metadata store
 directly, for deployments next to it; plain ``http://`` only to this machine unless
 ``RSC_ALLOW_INSECURE_COORDINATOR_URL``), ``RSC_MEMBER_TOKEN``, ``REDIS_URL`` (the stream data plane),
-``RSC_RUNTIME``, ``RSC_LISTENER_CONCURRENCY``, ``RSC_SHUTDOWN_TIMEOUT_S``.
+``RSC_RUNTIME``, ``RSC_LISTENER_CONCURRENCY``, ``RSC_SHUTDOWN_TIMEOUT_S``, ``RSC_INSTANCE_ID``.
+
+``--instance-id`` (or ``RSC_INSTANCE_ID``; e.g. the pod name): static membership. Member ``i`` of
+listener ``L`` joins with instance id ``<instance id>.<L>.<i>``; a clean stop leaves for now (the shards
+wait one lease TTL for the next process with that instance id) unless ``--leave-group``
+(docs/consumers.md, "Static membership").
 
 SIGTERM / SIGINT: every member stops reading, finishes its in-flight entries, acks them and leaves its
 group, bounded by ``--shutdown-timeout``; a second signal exits at once. Between batches each worker
@@ -33,6 +38,7 @@ from consumers.conf import IN_PROCESS
 from consumers.dbconnections import close_old_connections
 from consumers.errors import ConsumersError
 from consumers.listener import Listener, apply_concurrency_overrides, autodiscover_listeners
+from consumers.member.ids import make_instance_id
 from consumers.process import ConsumerProcess, dataplane_factory_for, redis_client_for, require_functions
 from consumers.runtime import Runtime, load_runtime
 
@@ -62,6 +68,20 @@ class Command(BaseCommand):
             default=None,
             help="the address the metrics listen on (default: RSC_MEMBER_METRICS_ADDR, 127.0.0.1: this "
             "machine only; 0.0.0.0 for every interface, then set RSC_MEMBER_METRICS_TOKEN)",
+        )
+        parser.add_argument(
+            "--instance-id",
+            default=None,
+            help="static membership: the name of the place this process runs, e.g. the pod name "
+            "(default: RSC_INSTANCE_ID; empty: dynamic members). Member i of listener L joins with instance "
+            "id <INSTANCE_ID>.<L>.<i>; a clean stop leaves for now, and the next process with the same "
+            "instance id gets the same shards back within one lease TTL. docs/consumers.md",
+        )
+        parser.add_argument(
+            "--leave-group",
+            action="store_true",
+            help="with an instance id: on stop, leave the group for good (the shards move at once), as for "
+            "a scale-in, instead of leaving for now",
         )
         parser.add_argument("--list", action="store_true", help="print the discovered listeners and exit")
 
@@ -101,6 +121,15 @@ class Command(BaseCommand):
                 consumers_metrics.serve(metrics_port, addr, str(current.RSC_MEMBER_METRICS_TOKEN or ""))
             except OSError as e:
                 raise CommandError(f"cannot serve metrics on {addr} port {metrics_port}: {e}") from e
+        instance = options.get("instance_id")
+        if instance is None:
+            instance = str(current.RSC_INSTANCE_ID or "")
+        if instance:
+            try:
+                for item in selected:
+                    make_instance_id(instance, item.name, item.concurrency - 1)
+            except ValueError as e:
+                raise CommandError(f"--instance-id / RSC_INSTANCE_ID: {e}") from e
         coordinator = _coordinator_factory(current, runtime)  # in-process: its store loads the library first
         redis_client = redis_client_for(_redis_url())
         try:
@@ -113,6 +142,8 @@ class Command(BaseCommand):
             dataplane_factory=dataplane_factory_for(redis_client),
             runtime=runtime,
             batch_hooks=(close_old_connections,),
+            instance=instance or None,
+            leave_group=bool(options.get("leave_group")),
         )
         _describe(selected, runtime)
         close_old_connections()
