@@ -134,3 +134,20 @@ def test_create_is_audited_and_if_not_exists_makes_it_idempotent(store: Metadata
         ("create_group", "SHARD_COUNT_CONFLICT"),
         ("create_group", "ok"),
     ]
+
+
+def test_describe_shows_instance_ids_and_the_targets_held_for_restart(store: MetadataStore) -> None:
+    """Static membership (docs/protocol.md section 3): a member's instance id, and a held target."""
+    store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="m1", member_epoch=-1))
+    joined = store.heartbeat(
+        PREFIX, GROUP, Heartbeat(member_id="s1", member_epoch=0, capacity=1, instance_id="pod-0.ship.0")
+    )
+    lines = run("describe", PREFIX, GROUP).splitlines()
+    (member,) = [line.split() for line in lines if line.startswith("s1 ")]
+    assert member[-1] == "pod-0.ship.0"
+    assert "Held for restart:" not in lines
+    store.heartbeat(PREFIX, GROUP, Heartbeat(member_id="s1", member_epoch=-2))
+    lines = run("describe", PREFIX, GROUP).splitlines()
+    held = lines[lines.index("Held for restart:") + 2].split()
+    assert held[:3] == ["pod-0.ship.0", "s1", ",".join(s["shard"] for s in joined["shards"])]
+    assert held[3].endswith("s") and 0 < float(held[3][:-1]) <= 60

@@ -94,15 +94,43 @@ def describe_lines(view: dict[str, Any]) -> list[str]:
                 ",".join(m["revoking"]) or None,
                 _age(m["lease_remaining_ms"]),
                 f"{m['client']['host']}:{m['client']['pid']}",
+                m.get("instance_id"),
             )
             for m in live
         ]
         lines += [
             "",
             table(
-                ("MEMBER", "STATE", "EPOCH", "CONCURRENCY", "SHARDS", "REVOKING", "LEASE-LEFT", "CLIENT"),
+                (
+                    "MEMBER",
+                    "STATE",
+                    "EPOCH",
+                    "CONCURRENCY",
+                    "SHARDS",
+                    "REVOKING",
+                    "LEASE-LEFT",
+                    "CLIENT",
+                    "INSTANCE-ID",
+                ),
                 member_rows,
             ),
+        ]
+    held = view.get("held_instances") or []
+    if held:  # static members' targets kept for their instance ids (docs/protocol.md section 3)
+        now_ms = int(view.get("now_ms") or 0)
+        held_rows = [
+            (
+                h["instance_id"],
+                h["member_id"],
+                ",".join(h["shards"]) or None,
+                _age(max(0, h["held_until_ms"] - now_ms)),
+            )
+            for h in held
+        ]
+        lines += [
+            "",
+            "Held for restart:",
+            table(("INSTANCE-ID", "ENDED-MEMBER", "SHARDS", "HELD-FOR"), held_rows),
         ]
     migration = view.get("migration")
     if isinstance(migration, dict) and migration.get("active"):
