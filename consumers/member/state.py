@@ -621,7 +621,8 @@ class MemberStateMachine:
         if self._instance_refusals == 1:
             self._note(
                 logging.ERROR,
-                f"join refused: instance id {self.config.instance_id!r} is held by a live member "
+                f"join refused with {UNRELEASED_INSTANCE_ID}: instance id {self.config.instance_id!r} is "
+                "held by a live member "
                 f"({message}). Either the previous process with this instance id is still running (this "
                 "join succeeds once it stops or its lease ends), or two processes were given the same "
                 "instance id (give each its own: --instance-id / RSC_INSTANCE_ID). Joining again with "

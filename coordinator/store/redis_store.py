@@ -80,6 +80,7 @@ from .operator_scripts import OperatorScripts
 from .reading import Loaded, Reader
 from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
+from .static_membership import leases_to_read
 from .ticking import StoreTickReport, Ticker
 from .turns import Turns
 
@@ -226,8 +227,9 @@ class MetadataStore:
         self, stream_prefix: str, consumer_group: str, heartbeats: list[Heartbeat]
     ) -> Sequence[HeartbeatResponse | CoordinatorError]:
         """One decision on full-path heartbeats of one group (batching.py): each heartbeat decides on its
-        member's own lease only, so only those leases are read."""
-        ids = [hb.member_id for hb in heartbeats]
+        member's own lease only, so only those leases are read (every lease for a static member's join:
+        static_membership.py)."""
+        ids = leases_to_read(heartbeats)
         if len(heartbeats) == 1:
             hb = heartbeats[0]
             one = MemberHeartbeat(stream_prefix=stream_prefix, consumer_group=consumer_group, heartbeat=hb)

@@ -140,11 +140,16 @@ class Cluster:
         client: redis.Redis | None = None,
         dataplane: DataPlane | None = None,
         start: bool = True,
+        instance: str | None = None,
+        index: int | None = None,
         **listener_options: Any,
     ) -> Member:
-        """A member of the group; ``listener_options`` (``on_error=...``, ...) go to its Listener."""
-        index = self._next
-        self._next += 1
+        """A member of the group; ``listener_options`` (``on_error=...``, ...) go to its Listener.
+        ``instance``: static membership (its instance id is ``<instance>.bill.<index>``); ``index``: the
+        member's index in its listener (default: the next one)."""
+        if index is None:
+            index = self._next
+            self._next += 1
         item = Listener(handler, stream_prefix=PREFIX, consumer_group=GROUP, name="bill", **listener_options)
         m = Member(
             listener=item,
@@ -152,6 +157,7 @@ class Cluster:
             coordinator=coordinator or StoreCoordinatorClient(self.store),
             dataplane=dataplane or DataPlane(client or self.client, PREFIX, GROUP),
             runtime=runtime,
+            instance=instance,
         )
         self.members.append(m)
         if start:

@@ -106,3 +106,31 @@ def test_a_second_process_with_the_instance_id_is_refused_and_nothing_is_written
     assert refused.value.details["member_id"] == "a1"
     assert store.client.hgetall(rkeys.meta_key(PREFIX)) == before
     assert send(store, "a1", a["member_epoch"], shards_of(a))["member_state"] == "STABLE"
+
+
+def test_a_static_join_decides_on_the_holders_lease_as_it_is_in_redis(store: MetadataStore) -> None:
+    """A heartbeat's load reads its own lease only; a static join reads the holder's too (renewals in
+    Redis included: static_membership.py). Here the holder's lease, as this store last saw it, has
+    ended, but the holder renewed it itself in Redis (the API out of its reach): the join is refused,
+    at once, not taken for a take-over that every commit then refuses."""
+    create(store, shard_count=2, lease_ttl_ms=1_000, heartbeat_interval_ms=100)
+    a = send(store, "a1", 0, [], instance_id="pod-a")
+    epoch = store.client.hget(rkeys.meta_key(PREFIX), f"m:{GROUP}:a1")
+    assert epoch is not None
+    deadline = int(fields(store)[f"l:{GROUP}:a1"])
+    while redis_ms(store) <= deadline:
+        time.sleep(0.05)  # the coordinator's deadline passes ...
+    until = redis_ms(store) + 900  # ... and the member's own renewal in Redis holds the lease
+    store.client.hset(rkeys.lease_records_key(PREFIX), f"{GROUP}:a1", f"{epoch.decode()} {until}")
+    with pytest.raises(UnreleasedInstanceId) as refused:
+        send(store, "x1", 0, [], instance_id="pod-a")
+    assert refused.value.details["lease_deadline_ms"] == until
+    # Once that renewal has ended too, the same join takes over at once (no tick needed).
+    store.client.hset(rkeys.lease_records_key(PREFIX), f"{GROUP}:a1", f"{epoch.decode()} {redis_ms(store)}")
+    time.sleep(0.01)
+    r = send(store, "x1", 0, [], instance_id="pod-a")
+    assert shards_of(r) == shards_of(a)
+    view = store.describe_group(PREFIX, GROUP)
+    members = {m["member_id"]: m for m in view["members"]}
+    assert (members["a1"]["state"], members["a1"]["end_reason"]) == ("EXPIRED", "LEASE_EXPIRED")
+    assert_derived_fields_consistent(store)
