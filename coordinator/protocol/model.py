@@ -43,23 +43,22 @@ def validate_identifier(value: object, what: str) -> str:
 
 
 def validate_member_id(value: object) -> str:
-    if not isinstance(value, str) or not MEMBER_ID_RE.fullmatch(value):
-        raise InvalidIdentifier(
-            "member_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
-            f"letter or digit; got {value!r}",
-            field="member_id",
-        )
-    return value
+    return _validate_long_identifier(value, "member_id")
 
 
 def validate_instance_id(value: object) -> str:
     """A static member's ``instance_id`` (docs/protocol.md section 3, "Static membership"): the
-    member id's rule, 1-128 characters of ``[A-Za-z0-9._-]`` starting with a letter or digit."""
+    member id's rule."""
+    return _validate_long_identifier(value, "instance_id")
+
+
+def _validate_long_identifier(value: object, what: str) -> str:
+    """1-128 characters of ``[A-Za-z0-9._-]`` starting with a letter or digit (member and instance ids)."""
     if not isinstance(value, str) or not MEMBER_ID_RE.fullmatch(value):
         raise InvalidIdentifier(
-            "instance_id must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
+            f"{what} must be 1-128 characters of letters, digits, '.', '_' or '-', starting with a "
             f"letter or digit; got {value!r}",
-            field="instance_id",
+            field=what,
         )
     return value
 
