@@ -222,8 +222,8 @@ def test_skipping_on_an_unknown_shard_is_an_error_message(operator: Client, stor
     create(store, shard_count=2)
     confirm = {"entry_ids": "1-0", "reason": "r", "confirm": "yes"}
     r = operator.post(shard_action("skip_entries", "v1:9"), confirm, follow=True)
-    assert messages_of(r)[0].endswith("[UNKNOWN_SHARD]")
-    assert trail() == [("operator", "skip_entries", "admin_ui", GROUP, "UNKNOWN_SHARD")]
+    assert messages_of(r)[0].endswith("[SHARD_NOT_FOUND]")
+    assert trail() == [("operator", "skip_entries", "admin_ui", GROUP, "SHARD_NOT_FOUND")]
 
 
 # ------------------------------------------------------------------------------------------ redeliver
