@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,62 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     again.signal(signal.SIGINT)
     assert again.process.wait(timeout=30) == 0, again.output()
     assert _processes_with(database_url) == []
+
+
+def test_without_the_demo_the_stack_runs_on_and_manage_py_beside_it_needs_no_variable(
+    tmp_path: Path, spawn: Any
+) -> None:
+    """`RSC_DEMO=false make run` runs web, worker and beat and keeps running (issue 31: it stopped 3 s after
+    start); `manage.py consumer_groups ...` beside it works with none of REDIS_URL, DEBUG or the tokens
+    set (it reads the stack's devstack.env while the stack runs), and says in one line what to set once
+    the stack is gone. Ctrl-C stops it without granian's "Unexpected exit from worker"."""
+    port = free_port()
+    data_dir = tmp_path / "run"
+    database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_"))}
+    base.pop("DJANGO_SETTINGS_MODULE", None)
+    for name in ("REDIS_URL", "DEBUG", "DEVELOPMENT", "SECRET_KEY", "DATABASE_URL", "DEVSTACK_DIR"):
+        base.pop(name, None)
+    env = {**base, "REDIS_URL": "", "CELERY_BROKER_URL": "", "DATABASE_URL": database_url}
+    env.update(PYTHONUNBUFFERED="1", RSC_DEMO="false")
+    argv = [sys.executable, "-m", "config.devstack", "--addr", f"127.0.0.1:{port}"]
+    stack = spawn("devstack", [*argv, "--data-dir", str(data_dir)], env)
+
+    def output() -> str:
+        assert stack.process.poll() is None, stack.output()
+        return stack.output()
+
+    wait_until(output, lambda out: "web is up" in out, timeout_s=90, what="the web server up")
+    out = stack.output()
+    assert "RSC_DEMO is off: no demo group, demo members or demo producer" in out
+    assert "starting demo-members" not in out and "starting demo-producer" not in out
+    assert f"DEVSTACK_DIR={data_dir} .venv/bin/python manage.py consumer_groups list" in out
+
+    # Beside it: only where its settings are (the default .run/ needs not even that).
+    beside = {**base, "DEVSTACK_DIR": str(data_dir)}
+
+    def manage(*args: str, environment: dict[str, str] = beside) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=environment,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    created = manage("consumer_groups", "create", "orders", "billing", "--shards", "2")
+    assert created.returncode == 0, created.stderr
+    described = manage("consumer_groups", "describe", "orders", "billing")
+    assert described.returncode == 0 and "v1:1" in described.stdout, described.stderr
+    status, body = _get(port, "/api/v1/admin/groups", token="dev-admin-token")  # the same Redis, tokens
+    assert status == 200 and b'"billing"' in body, body
+
+    time.sleep(5)  # the demo-less stack keeps running (it stopped 3 s after start)
+    assert stack.process.poll() is None, stack.output()
+    stack.signal(signal.SIGINT)
+    assert stack.process.wait(timeout=30) == 0, stack.output()
+    assert "Unexpected exit from worker" not in stack.output(), stack.output()
+    assert not (data_dir / "devstack.env").exists()
+
+    # The stack is gone: one line saying what to set, no traceback.
+    after = manage("consumer_groups", "list")
+    assert after.returncode == 1 and "Traceback" not in after.stderr, after.stderr
+    assert after.stderr.startswith("manage.py: SECRET_KEY is not set, and DEBUG is off"), after.stderr
+    gone = manage("consumer_groups", "list", environment={**beside, "DEBUG": "true", "REDIS_URL": ""})
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1, gone.stderr
+    assert "STORE_UNAVAILABLE: REDIS_URL is not set" in gone.stderr
