@@ -128,6 +128,22 @@ def _post_readme_curl(port: int) -> tuple[int, Any]:
     return response.status, json.loads(response.read())
 
 
+def _readme_producer(data_dir: Path, apps: Path) -> subprocess.CompletedProcess[str]:
+    """The README's producer snippet as written, in `manage.py shell` beside the stack in ``data_dir``:
+    no REDIS_URL, DEBUG or token in the environment, only where the stack is (the default .run/ needs
+    not even that) and where the user's app is importable from (the README's is at the repository root)."""
+    snippet = _readme_block("python", "Produce an order")
+    assert "redis_client(settings.REDIS_URL)" in snippet
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_", "DJANGO_"))}
+    for name in ("REDIS_URL", "DEBUG", "DEVELOPMENT", "SECRET_KEY", "DATABASE_URL"):
+        env.pop(name, None)
+    env.update(DEVSTACK_DIR=str(data_dir), PYTHONPATH=str(apps))
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", snippet], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
 def _acked_entries(redis_url: str, prefix: str, group: str) -> tuple[int, int]:
     """(entries the consumer group has read, entries pending) over every stream of ``prefix``."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -241,6 +257,30 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
         timeout_s=60,
         what="the README listener's members reading and acking 12 entries",
     )
+    # The README's producer snippet, pasted into a `manage.py shell` beside the stack (its settings,
+    # REDIS_URL included, from the stack's devstack.env: nothing set here), and the README listener's
+    # log line for it (issue 31: the listener's body was `...` and the snippet had no client).
+    produced = _readme_producer(data_dir, tmp_path / "apps")
+    assert produced.returncode == 0 and "SendResult(" in produced.stdout, produced.stderr
+    wait_until(
+        output,
+        lambda out: "billing.listeners: billed {'order': 1001, 'cents': 1250} for customer-42" in out,
+        timeout_s=45,
+        what="the README listener logging the README producer's order",
+    )
+    # An edit of the app restarts its members, which then run the new code (issue 31 item 5).
+    listeners = app / "listeners.py"
+    listeners.write_text(listeners.read_text().replace('"billed ', '"charged '))
+    wait_until(
+        output, lambda out: "app-members: " in out and "changed; restarting it" in out, timeout_s=30,
+        what="the app's members restarted after the edit",
+    )  # fmt: skip
+    wait_until(
+        lambda: (_readme_producer(data_dir, tmp_path / "apps"), output())[1],
+        lambda out: "billing.listeners: charged {'order': 1001" in out,
+        timeout_s=90,
+        what="the edited listener handling the next order",
+    )
     store = MetadataStore.from_url(redis_url)
     try:
         assert store.describe_group("demo", "demo-workers")["topology"]["shard_count"] == 4
@@ -264,6 +304,7 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
 
     assert stack.process.wait(timeout=30) == 0, stack.output()
     assert "embedded Redis stopped" in stack.output()
+    assert "Unexpected exit from worker" not in stack.output()  # issue 31: granian's, at every stop
     # The members were stopped first and left through the web server, which still answered.
     assert "COORDINATOR_UNREACHABLE" not in stack.output() and "could not leave" not in stack.output()
     assert not _accepts(port) and not _accepts(redis_port)
