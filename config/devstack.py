@@ -3,28 +3,34 @@
     python -m config.devstack [--addr 127.0.0.1:8000] [--data-dir .run]
                                                       (make run RUN_ARGS="--addr 127.0.0.1:8001")
 
-1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts the embedded Redis
-   (config.embedded_redis) with its data in `<data dir>/redis/` (append-only file: groups survive a
-   restart) on a stable port: the one it used last time (`<data dir>/redis/port`), at first
-   DEFAULT_REDIS_PORT; if another program holds it, a free one, said in the log and remembered. A lock
-   file keeps a second `make run` off the same data dir. Its URL goes to every child process; the
-   Celery broker uses database 1 of the same server (CELERY_BROKER_URL, unless set).
-2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
+1. Reads `.env` like the settings do. Holds `<data dir>/lock` (a second `make run` on the same data dir
+   is refused). If REDIS_URL is still unset, starts the embedded Redis (config.embedded_redis) with its
+   data in `<data dir>/redis/` (append-only file: groups survive a restart) on a stable port: the one it
+   used last time (`<data dir>/redis/port`), at first DEFAULT_REDIS_PORT; if another program holds it, a
+   free one, said in the log and remembered. Its URL goes to every child process; the Celery broker
+   uses database 1 of the same server (CELERY_BROKER_URL, unless set).
+2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset, and
+   writes what commands beside the stack need (REDIS_URL, DEBUG, the tokens, ...) to
+   `<data dir>/devstack.env`, which config/settings.py reads while this process holds the lock
+   (config/devstack_env.py); removed at the stop.
 3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
    DEV ONLY superuser admin/admin. Then loads the data plane's Redis Functions library (`manage.py
    redis_functions load`: members and producers call it and send no Lua; docs/redis-acl.md), creates
-   the demo group `demo` / `demo-workers` (4 shards) unless it exists, through coordinator.operations
-   like a management command (authorized, audited), and finds the listeners of the apps in
-   RSC_EXTRA_APPS. The embedded Redis runs with `busy-reply-threshold` 1000 ms
+   the demo group `demo` / `demo-workers` (4 shards) unless it exists or RSC_DEMO is off, through
+   coordinator.operations like a management command (authorized, audited), and finds the listeners of
+   the apps in RSC_EXTRA_APPS. The embedded Redis runs with `busy-reply-threshold` 1000 ms
    (config/embedded_redis.py says why).
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
    the API and admin pages on granian (`python -m config.serve`, the production server,
    docs/benchmarks.md "The HTTP server"; with `--reload`, so code changes restart its workers as
    runserver would), a Celery worker and Celery
    beat; then, once the web server answers HTTP (so
-   no member meets a refused connection), the demo members, the demo producer and `run_member` for the
-   RSC_EXTRA_APPS listeners. Ctrl-C, SIGTERM or any child exiting stops all of them, then the embedded
-   Redis. Beat's schedule file lives in a temporary directory that is removed on exit.
+   no member meets a refused connection), the demo members and the demo producer (unless RSC_DEMO is
+   off) and `run_member` for the RSC_EXTRA_APPS listeners, restarted when a Python file of those apps
+   changes (checked every WATCH_INTERVAL_S; if it exits, a broken edit say, it waits for the next
+   change). Ctrl-C, SIGTERM or any other child exiting stops all of them (SIGTERM to each one's own
+   process, then what is left of its group), then the embedded Redis. Beat's schedule file lives in a
+   temporary directory that is removed on exit.
 
 To add a process, append a `Service` in `services()` (demo members: `demo_member_services()`).
 """
