@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import environ
-from django.core.exceptions import ImproperlyConfigured
 
+from config.devstack_env import read_running as read_running_devstack
+from config.errors import SettingsError
 from consumers import conf as member_conf
 from coordinator import conf as coordinator_conf
 from coordinator.celery import beat_schedule
@@ -21,6 +22,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")  # a missing file is fine
+# While `make run` runs: the settings it chose (its Redis, DEBUG, the DEV ONLY tokens), so that
+# `manage.py ...` beside it needs no variable (config/devstack_env.py). The environment and .env win.
+DEVSTACK_ENV_FILE = read_running_devstack(BASE_DIR)
 
 # --- core ------------------------------------------------------------------------------------------
 
@@ -64,14 +68,15 @@ SECRET_KEY_FALLBACKS = [k for k in os.environ.get("SECRET_KEY_FALLBACKS", "").sp
 
 
 def refuse_insecure_secret_keys(keys: dict[str, str]) -> None:
-    """Raise ImproperlyConfigured naming the first key (setting name -> value) that may not be used."""
+    """Raise SettingsError naming the first key (setting name -> value) that may not be used."""
     for name, key in keys.items():
         if (problem := secret_key_problem(key)) is not None:
-            raise ImproperlyConfigured(
+            raise SettingsError(
                 f"{name} {problem}, and DEBUG is off: refusing to start. Set {name} to a random value of "
                 f"at least {SECRET_KEY_MIN_LENGTH} characters, e.g. the output of `python -c 'from "
                 "django.core.management.utils import get_random_secret_key as k; print(k())'` "
-                "(or DEBUG=true, for local development only)."
+                "(or DEBUG=true, for local development only; commands beside a running `make run` take "
+                "its settings and need neither)."
             )
 
 
@@ -95,7 +100,7 @@ SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[])
 # over HTTPS. Unset by default: trusting a header that no proxy strips lets any client claim HTTPS.
 _proxy_ssl_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
 if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
-    raise ImproperlyConfigured(
+    raise SettingsError(
         f"SECURE_PROXY_SSL_HEADER must be 'HEADER,value' (e.g. HTTP_X_FORWARDED_PROTO,https), "
         f"got {','.join(_proxy_ssl_header)!r}."
     )
@@ -222,7 +227,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 if LOG_FORMAT not in ("plain", "json"):
-    raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}.")
+    raise SettingsError(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -299,7 +304,7 @@ globals().update(_package_settings)
 if not re.fullmatch(
     r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _package_settings["RSC_ADMIN_API_RATE"]
 ):
-    raise ImproperlyConfigured(
+    raise SettingsError(
         f"RSC_ADMIN_API_RATE must be '<count>/<second|minute|hour|day>' (e.g. 600/min), "
         f"got {_package_settings['RSC_ADMIN_API_RATE']!r}."
     )

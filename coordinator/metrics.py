@@ -177,31 +177,47 @@ def registry() -> CollectorRegistry:
     return reg
 
 
-def _authorized(request: HttpRequest) -> bool:
+MISSING_TOKEN = "metrics need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or an admin one\n"
+WRONG_TOKEN = (
+    "this bearer token is neither an RSC_METRICS_TOKENS token nor an API credential: check the scrape "
+    "configuration's token\n"
+)
+MEMBER_TOKEN = "a member token cannot read metrics: use an RSC_METRICS_TOKENS token or an admin one\n"
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the request may read the metrics, else the answer saying why not: no token (401), a
+    token nobody issued (401, ``error="invalid_token"``), a member credential's (403,
+    ``insufficient_scope``, RFC 6750 section 3.1), or the credentials cannot be read now (503)."""
     scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        return False
+        return _text(MISSING_TOKEN, 401, 'Bearer realm="metrics"')
     presented = token_digest(token)
     scrape = [t for t in conf.settings().RSC_METRICS_TOKENS or () if t]
     if any(hmac.compare_digest(token_digest(t), presented) for t in scrape):
-        return True
+        return None
     try:
         principal = match_token(token)
-    except CoordinatorError:
-        return False
-    return principal is not None and principal.role is Role.ADMIN
+    except CoordinatorError as e:
+        return _text(f"cannot check the token now: {e.message}\n", 503)
+    if principal is None:
+        return _text(WRONG_TOKEN, 401, 'Bearer realm="metrics", error="invalid_token"')
+    if principal.role is not Role.ADMIN:
+        return _text(MEMBER_TOKEN, 403, 'Bearer realm="metrics", error="insufficient_scope"')
+    return None
+
+
+def _text(body: str, status: int, authenticate: str = "") -> HttpResponse:
+    response = HttpResponse(body, status=status, content_type="text/plain; charset=utf-8")
+    if authenticate:
+        response["WWW-Authenticate"] = authenticate
+    return response
 
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: Prometheus text format, for an admin credential or an RSC_METRICS_TOKENS token."""
-    if not _authorized(request):
-        response = HttpResponse(
-            "metrics need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or an admin one\n",
-            status=401,
-            content_type="text/plain; charset=utf-8",
-        )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
+    if (refusal := _refusal(request)) is not None:
+        return refusal
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from config.embedded_redis import free_port
 from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
@@ -134,3 +135,24 @@ def test_create_is_audited_and_if_not_exists_makes_it_idempotent(store: Metadata
         ("create_group", "SHARD_COUNT_CONFLICT"),
         ("create_group", "ok"),
     ]
+
+
+@pytest.mark.parametrize("action", [("list",), ("describe", "orders", "billing")])
+def test_no_or_an_unreachable_redis_is_one_line_saying_what_to_set(
+    settings: Any, action: tuple[str, ...], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31: `STORE_UNAVAILABLE: REDIS_URL is not configured`, or a store error after the store's own
+    ERROR log, said nothing of what to set. Now one line naming REDIS_URL, and nothing logged before it."""
+    reset_store()
+    settings.REDIS_URL = ""
+    with pytest.raises(CommandError) as missing:
+        run(*action)
+    assert str(missing.value).startswith("STORE_UNAVAILABLE: REDIS_URL is not set: set it to")
+    settings.REDIS_URL = f"redis://user:hunter2@127.0.0.1:{free_port()}/0"
+    with pytest.raises(CommandError) as unreachable:
+        run(*action)
+    message = str(unreachable.value)
+    assert message.startswith("STORE_UNAVAILABLE: cannot reach the coordinator's Redis at REDIS_URL=redis://")
+    assert "set REDIS_URL" in message and "hunter2" not in message and "\n" not in message
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    reset_store()
