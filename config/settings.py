@@ -12,6 +12,7 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config.extras import require
 from consumers import conf as member_conf
 from coordinator import conf as coordinator_conf
 from coordinator.celery import beat_schedule
@@ -192,6 +193,8 @@ DATABASES = {
         "CONN_HEALTH_CHECKS": True,
     },
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # psycopg: the [postgres] extra
+    require("psycopg", "DATABASE_URL=postgres://...")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -217,8 +220,9 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # Django's request errors (5xx) reach the console whatever DEBUG and ADMINS say (Django's default sends
 # them only to mail_admins when DEBUG is off, so without ADMINS a 500 left no trace); mail_admins
 # still gets them where ADMINS is set.
-# Celery's per-task lines ("received", "succeeded", beat's "sending due task": three lines per tick
-# every second) are kept at WARNING: the tick logs what it changed, and nothing when it changed nothing.
+# Celery's per-task lines of the tick ("received", "succeeded", beat's "sending due task": three lines per
+# tick every second) are left out by the coordinator app (RSC_BEAT_TASK_LOGS, docs/plugin.md section 5):
+# the tick logs what it changed, and nothing when it changed nothing.
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 if LOG_FORMAT not in ("plain", "json"):
@@ -257,7 +261,7 @@ LOGGING = {
         **{
             name: {"level": "WARNING"}
             # axes.apps: a start-up banner in every process (API workers, Celery, each run_member).
-            for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat", "axes.apps")
+            for name in ("axes.apps",)
         },
     },
 }
