@@ -212,9 +212,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Logging of this project (a host project that installs the apps keeps its own LOGGING: the apps
-# configure nothing). One console handler on the root logger at LOG_LEVEL, so the project's loggers, a
-# listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
+# Logging of this project (a host project that installs the apps keeps its own LOGGING; the apps' default
+# when it has none: docs/plugin.md section 8). One console handler on the root logger at LOG_LEVEL, so the
+# project's loggers, a listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
 # LOG_FORMAT=json writes one JSON object per line (python-json-logger), with the record's extra fields
 # (member_id, consumer_group, shard, incident_id, ...) as keys.
 # Django's request errors (5xx) reach the console whatever DEBUG and ADMINS say (Django's default sends
