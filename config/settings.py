@@ -13,6 +13,7 @@ import environ
 
 from config.devstack_env import read_running as read_running_devstack
 from config.errors import SettingsError
+from config.extras import require
 from consumers import conf as member_conf
 from coordinator import conf as coordinator_conf
 from coordinator.celery import beat_schedule
@@ -197,6 +198,8 @@ DATABASES = {
         "CONN_HEALTH_CHECKS": True,
     },
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # psycopg: the [postgres] extra
+    require("psycopg", "DATABASE_URL=postgres://...")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -214,16 +217,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Logging of this project (a host project that installs the apps keeps its own LOGGING: the apps
-# configure nothing). One console handler on the root logger at LOG_LEVEL, so the project's loggers, a
-# listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
+# Logging of this project (a host project that installs the apps keeps its own LOGGING; the apps' default
+# when it has none: docs/plugin.md section 8). One console handler on the root logger at LOG_LEVEL, so the
+# project's loggers, a listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
 # LOG_FORMAT=json writes one JSON object per line (python-json-logger), with the record's extra fields
 # (member_id, consumer_group, shard, incident_id, ...) as keys.
 # Django's request errors (5xx) reach the console whatever DEBUG and ADMINS say (Django's default sends
 # them only to mail_admins when DEBUG is off, so without ADMINS a 500 left no trace); mail_admins
 # still gets them where ADMINS is set.
-# Celery's per-task lines ("received", "succeeded", beat's "sending due task": three lines per tick
-# every second) are kept at WARNING: the tick logs what it changed, and nothing when it changed nothing.
+# Celery's per-task lines of the tick ("received", "succeeded", beat's "sending due task": three lines per
+# tick every second) are left out by the coordinator app (RSC_BEAT_TASK_LOGS, docs/plugin.md section 5):
+# the tick logs what it changed, and nothing when it changed nothing.
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 if LOG_FORMAT not in ("plain", "json"):
@@ -262,7 +266,7 @@ LOGGING = {
         **{
             name: {"level": "WARNING"}
             # axes.apps: a start-up banner in every process (API workers, Celery, each run_member).
-            for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat", "axes.apps")
+            for name in ("axes.apps",)
         },
     },
 }
