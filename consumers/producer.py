@@ -36,9 +36,12 @@ which says nothing was written.
 Guarantee: **at-least-once**. A send that raises :class:`~consumers.errors.DataPlaneUnavailable` may or
 may not have been appended (the reply was lost after the append), so a caller that retries may write the
 event twice. Each call appends with a fresh ``event_id``; consumers that must de-duplicate use their own
-business keys. A connection error is never retried here. Nor should the client re-send on its own:
-build it with :func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a
-warning, see :mod:`consumers.dataplane.connection`).
+business keys. **Enqueue once** is opt-in per send: with an ``idempotency_key`` the call goes through
+``idempotent_produce`` instead, which appends a key at most once per prefix and window and answers a
+retry with the first append (:mod:`consumers.idempotency`, docs/producer.md "Enqueue once"). A
+connection error is never retried here. Nor should the client re-send on its own: build it with
+:func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a warning, see
+:mod:`consumers.dataplane.connection`).
 
 Entries of one partition key keep their order within a batch: they go to one shard, in input order, in
 calls sent in order; a refused call appended nothing, and once a route is stale every later call on it

@@ -563,7 +563,28 @@ def test_the_producer_user_enqueues_once_and_can_touch_the_idempotency_keys_no_f
     assert admin.keys("rsc:{orders}:*") == []
 
 
-# ---------------------------------------------------------------------------------------- the rules
+def test_a_producer_user_of_the_profile_before_idempotency_sends_plainly_and_refuses_keyed_sends_whole(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """Upgrade order (docs/redis-acl.md): a producer whose user lacks the idempotency keys' rules keeps
+    sending without keys; a keyed send is refused (NOPERM on the declared keys) and appends nothing."""
+    create_group(store)
+    name, password = "old-producer", "pw-old-producer-0123456789"
+    rules = [r for r in redis_acl.rules_for(redis_acl.PRODUCER) if ":once" not in r]
+    admin.execute_command("ACL", "SETUSER", name, *redis_acl.setuser_args(name, f">{password}", rules))
+    client = redis_client(f"redis://{name}:{password}@{HOST}:{acl_server.port}/0")
+    try:
+        producer = Producer(client)
+        producer.send(PREFIX, "k1", {"n": 1})
+        with pytest.raises(DataPlaneError, match=r"(?i)no permissions"):
+            producer.send(PREFIX, "k1", {"n": 2}, idempotency_key="job-1")
+        assert admin.xlen(stream_key(PREFIX, V1_0)) + admin.xlen(stream_key(PREFIX, V1_1)) == 1
+        assert admin.exists(once_key(PREFIX)) == 0
+    finally:
+        client.close()
+        admin.acl_deluser(name)
+
+
 # ---------------------------------------------------------------------------------------- the rules
 
 

@@ -11,6 +11,7 @@
 -- NOMKSTREAM). Raises a script error, before anything is written, if a stream key is not the key of the
 -- index given for it under the active version, if an index is not below the shard count, or if ARGV
 -- does not match KEYS.
+-- Touches: HGET route on KEYS[1]; EXISTS on the streams when there are several.
 local function produce_route(KEYS, ARGV, first, a, stride)
   local route = redis.call('HGET', KEYS[1], 'route')
   if not route then
