@@ -124,7 +124,7 @@ def server_has_xadd_idmp(client: Any) -> bool:
     True only if all of them have ``XADD IDMP``. Detection only: no send uses it (docs/producer.md,
     "Enqueue once", "Redis 8.6's XADD IDMP")."""
     with scripts.translate_redis_errors("asking Redis for its version"):
-        replies = [node.execute_command("HELLO") for _, node in functions.primaries(client)]
+        replies = [node.execute_command("HELLO") for _, node in functions.primaries(client)]  # type: ignore[no-untyped-call]
     return all(xadd_idmp_in(_as_mapping(r)) for r in replies)
 
 

@@ -499,7 +499,7 @@ class Producer:
         return packed
 
     def _send_once(
-        self, stream_prefix: str, events: list[_Event], once: list[bytes | None], durability: str | None
+        self, stream_prefix: str, events: list[_Event], once: Sequence[bytes | None], durability: str | None
     ) -> list[SendResult]:
         """Idempotent sends (docs/producer.md, "Enqueue once"): each key's first item of the batch goes
         through ``idempotent_produce``; a repeat of a key gets its first item's result, marked
