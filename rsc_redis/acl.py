@@ -175,7 +175,7 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
             "+time",
             _selector(*_patterns(meta, scope, "%R~"), "+hget"),
             _selector(*_patterns(shards, scope), "+exists", "+xadd"),
-            _selector(*once, "+hmget", "+hlen", "+hset", "+rename", "+pexpire"),
+            _selector(*once, "+hmget", "+hset", "+rename", "+pexpire"),
         )
     # The fenced functions (fence.lua + fetch, read_new, read_pending, claim, ack, delete_ghosts,
     # dead_letter; fetch reads every shard's redeliver token with one HMGET) and renew_lease, the

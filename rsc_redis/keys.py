@@ -103,8 +103,9 @@ def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) 
 
 def once_key(stream_prefix: str) -> str:
     """Hash ``<idempotency key> -> "<routing version> <shard index> <entry id> <event id>"``: the current
-    generation of the prefix's idempotency keys, field ``""`` the ms it was opened at (the producer's
-    ``idempotent_produce``, docs/producer.md "Enqueue once"). Not metadata: it expires by itself."""
+    generation of the prefix's idempotency keys, field ``""`` ``"<ms it was opened at> <records
+    written>"`` (the producer's ``idempotent_produce``, docs/producer.md "Enqueue once"). Not metadata:
+    it expires by itself."""
     return f"rsc:{{{stream_prefix}}}:once"
 
 

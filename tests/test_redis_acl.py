@@ -544,6 +544,7 @@ def test_the_producer_user_enqueues_once_and_can_touch_the_idempotency_keys_no_f
         shard, lease_records = stream_key(PREFIX, V1_0), f"rsc:{{{PREFIX}}}:lr"
         for refused in (
             lambda: client.hgetall(current),
+            lambda: client.hlen(current),
             lambda: client.hget(current, "job-1"),
             lambda: client.hdel(current, "job-1"),
             lambda: client.delete(previous),

@@ -23,7 +23,9 @@
 --   {'STALE_ROUTE', route}, {'NO_ROUTE'}, {'NO_STREAM'}   as produce.lua: nothing written
 --
 -- The record of a key: field <key> of either generation, value "<version> <index> <entry id> <event_id>";
--- field '' of the current generation is the ms (Redis TIME) it was opened at. A record counts while the
+-- field '' of the current generation is "<ms it was opened at (Redis TIME)> <records written to it>" (the
+-- count, kept in the HSET that writes them, spares an HLEN per call; a record written again over an
+-- expired one counts twice, which closes a generation early, never late). A record counts while the
 -- entry id's ms (Redis's clock at the append) is less than window_ms ago. The current generation is
 -- closed (RENAME over the previous one, which is dropped) when it is window_ms old or holds cap / 2
 -- keys; a new one opens with PEXPIRE 2 * window_ms, so both vanish on their own when nothing is sent.
@@ -32,7 +34,8 @@
 -- The scope of a key is the stream prefix, not a shard or a routing version: a retry that a resharding
 -- routes to another version's shard still finds the first append's record.
 -- Touches: HGET route, EXISTS (produce_route.lua); TIME; HMGET on KEYS[2] and KEYS[3]; XADD NOMKSTREAM
--- per new entry; HLEN, RENAME, HSET, PEXPIRE on KEYS[2] (and KEYS[3]) when something was appended.
+-- per new entry; HSET on KEYS[2] when a keyed entry was appended, with RENAME to KEYS[3] and PEXPIRE of
+-- KEYS[2] when that opens a new generation.
 local refused, sizes = produce_route(KEYS, ARGV, 4, 5, 3)
 if refused then
   return refused
@@ -72,10 +75,13 @@ local function remember(found, from)
     end
   end
 end
-local opened = nil
+local opened, written = nil, 0
 if w > 1 then
   local found = redis.call('HMGET', current, unpack(wanted, 1, w))
-  opened = tonumber(found[1])
+  if found[1] then
+    local at, count = string.match(found[1], '^(%d+) (%d+)$')
+    opened, written = tonumber(at), tonumber(count)
+  end
   table.remove(found, 1)
   remember(found, 2)
   remember(redis.call('HMGET', previous, unpack(wanted, 2, w)), 2)
@@ -114,15 +120,14 @@ end
 
 -- Record the new keys, in a new generation when the current one is a window old or full.
 if r > 0 then
-  local fresh = not opened or now - opened >= window or redis.call('HLEN', current) > cap / 2
-  if fresh then
+  if not opened or now - opened >= window or written >= cap / 2 then
     if opened then
       redis.call('RENAME', current, previous)
     end
-    redis.call('HSET', current, '', now, unpack(records, 1, r))
+    redis.call('HSET', current, '', now .. ' ' .. r / 2, unpack(records, 1, r))
     redis.call('PEXPIRE', current, 2 * window)
   else
-    redis.call('HSET', current, unpack(records, 1, r))
+    redis.call('HSET', current, '', opened .. ' ' .. (written + r / 2), unpack(records, 1, r))
   end
 end
 return {'OK', ids, duplicates}

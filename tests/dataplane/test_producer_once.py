@@ -151,6 +151,7 @@ def test_a_key_is_forgotten_after_the_window(harness: Harness) -> None:
     assert h.xlen(Shard(1, 0)) == 2
     # The window-old generation was closed into the previous one: the current one holds the new key.
     assert set(h.client.hkeys(once_key(h.prefix))) == {b"", b"job"}
+    assert h.client.hget(once_key(h.prefix), "").split()[1] == b"1"  # one record written to it
     assert 0 < h.client.pttl(once_previous_key(h.prefix)) <= 2 * window_ms
 
 
