@@ -5,6 +5,7 @@ tests/cluster/test_dataplane_cluster.py, the producer's Redis user's in tests/te
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -153,6 +154,50 @@ def test_a_key_is_forgotten_after_the_window(harness: Harness) -> None:
     assert set(h.client.hkeys(once_key(h.prefix))) == {b"", b"job"}
     assert h.client.hget(once_key(h.prefix), "").split()[1] == b"1"  # one record written to it
     assert 0 < h.client.pttl(once_previous_key(h.prefix)) <= 2 * window_ms
+
+
+def test_a_key_in_the_previous_generation_still_counts_within_the_window(harness: Harness) -> None:
+    """A generation closes a window after it opened; the keys it took late are still young then, and a
+    retry finds them in the previous generation."""
+    h = harness
+    h.create(shard_count=1)
+    window_ms = 2_000
+    producer = Producer(h.client, idempotency_window_ms=window_ms)
+    producer.send(h.prefix, "k", 1, idempotency_key="early")  # opens the generation
+    time.sleep(0.75 * window_ms / 1000)
+    late = producer.send(h.prefix, "k", 2, idempotency_key="late")
+    time.sleep(0.3 * window_ms / 1000)
+    producer.send(h.prefix, "k", 3, idempotency_key="next")  # the generation is a window old: closed
+
+    assert h.client.hexists(once_previous_key(h.prefix), "late")
+    assert not h.client.hexists(once_key(h.prefix), "late")
+    retried = producer.send(h.prefix, "k", 2, idempotency_key="late")
+    assert retried.duplicate and retried.entry_id == late.entry_id
+    assert h.xlen(Shard(1, 0)) == 3
+
+
+def test_concurrent_retries_of_one_key_append_it_once(harness: Harness) -> None:
+    """Several producers (threads, each with its own producer) send the same key at once: the look-up
+    and the append are one function call, so exactly one appends and all get its entry."""
+    h = harness
+    h.create(shard_count=2)
+    producers = [Producer(h.client) for _ in range(8)]
+    start = threading.Barrier(len(producers))
+    results: list[Any] = []
+
+    def send(producer: Producer) -> None:
+        start.wait()
+        results.append(producer.send(h.prefix, "customer-1", {"job": 1}, idempotency_key="job-1"))
+
+    threads = [threading.Thread(target=send, args=(p,)) for p in producers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    assert len(results) == len(producers)
+    assert len({r.entry_id for r in results}) == 1 and sum(not r.duplicate for r in results) == 1
+    assert total(h, V1) == 1
 
 
 def test_memory_is_capped_and_past_the_cap_the_oldest_keys_are_forgotten(harness: Harness) -> None:
