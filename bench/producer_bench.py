@@ -39,7 +39,7 @@ client-side call (``rsc_redis.clients.HotFunction`` against ``HotScript``, or on
 the same Redis, in alternating chunks as above, ``--calls`` operations per side and repetition:
 
 * **single produce**: ``Producer.send`` as it is (``FCALL``), and with its hot call swapped for a
-  ``HotScript`` of ``rsc_redis/keys.lua`` + ``produce.lua`` (``EVALSHA``);
+  ``HotScript`` of ``rsc_redis/keys.lua`` + ``produce_route.lua`` + ``produce.lua`` (``EVALSHA``);
 * **pipelined batch**: one pipeline of 100 single-entry ``produce`` calls, ``FCALL`` against
   ``EVALSHA`` (the per-call cost, with no round trip per call);
 * **fenced fetch**: ``DataPlane.fetch`` of a member's 8 shards with nothing new (a member's idle poll:
@@ -285,29 +285,41 @@ def idempotency_cost(
         batch_keys = [uuid.uuid4().hex for _ in range(batches * size)]
         single = ((keyed_single(producer, single_items, single_keys), "fcall"), (plain_single, "fcall"))
         batch = ((keyed_batch(producer, batch_items, batch_keys, size), "fcall"), (plain_batch, "fcall"))
-        for (a, b), rows in zip(
-            (names[:2], names[2:]),
-            (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
-            strict=True,
-        ):
-            runs[a].append(rows[0])
-            runs[b].append(rows[1])
-
-    def ratios(a: str, b: str) -> list[float]:
-        return [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
-
-    single_ratios, batch_ratios = ratios(*names[:2]), ratios(*names[2:])
+        compare_both(admin, (single, batch), (messages, batches, size), names, runs)
     return {
         "medians": {name: median_row(rows) for name, rows in runs.items()},
         "ratios": {
-            "single_keyed_over_plain": {"median": statistics.median(single_ratios), "runs": single_ratios},
-            f"batch_{size}_keyed_over_plain": {
-                "median": statistics.median(batch_ratios),
-                "runs": batch_ratios,
-            },
+            "single_keyed_over_plain": ratio_summary(runs, *names[:2]),
+            f"batch_{size}_keyed_over_plain": ratio_summary(runs, *names[2:]),
         },
         "runs": runs,
     }
+
+
+def compare_both(
+    admin: redis.Redis,
+    sides: tuple[Any, Any],
+    counts: tuple[int, int, int],
+    names: tuple[str, ...],
+    runs: dict[str, list[dict[str, float]]],
+) -> None:
+    """One repetition of a single-send and a batch comparison (``sides``: their two pairs of sides;
+    ``counts``: messages, batches, batch size); each side's row goes to ``runs`` under its name
+    (``names``: the single comparison's two, then the batch's two)."""
+    (single, batch), (messages, batches, size) = sides, counts
+    for (a, b), rows in zip(
+        (names[:2], names[2:]),
+        (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
+        strict=True,
+    ):
+        runs[a].append(rows[0])
+        runs[b].append(rows[1])
+
+
+def ratio_summary(runs: dict[str, list[dict[str, float]]], a: str, b: str) -> dict[str, Any]:
+    """Per repetition, ``a``'s messages per second over ``b``'s, and their median."""
+    ratios = [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
+    return {"median": statistics.median(ratios), "runs": ratios}
 
 
 def threaded_sends(url: str, admin: redis.Redis, linger_ms: float | None, threads: int, each: int) -> dict:
@@ -362,6 +374,8 @@ def script_text(name: str) -> str:
     body = (DATAPLANE / f"{name}.lua").read_text()
     if name in library.FENCED:
         return lease_record_lua() + "\n" + (DATAPLANE / "fence.lua").read_text() + "\n" + body
+    if name in ("produce", "idempotent_produce"):  # the route check they share
+        return keys_lua() + "\n" + (DATAPLANE / "produce_route.lua").read_text() + "\n" + body
     return keys_lua() + "\n" + body
 
 
@@ -578,13 +592,7 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         compare(admin, single, min(500, messages), 500, 1)
         compare(admin, batch, min(5, batches), 5, size)
         for _ in range(repetitions):
-            for (a, b), rows in zip(
-                (names[:2], names[2:]),
-                (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
-                strict=True,
-            ):
-                runs[a].append(rows[0])
-                runs[b].append(rows[1])
+            compare_both(admin, (single, batch), (messages, batches, size), names, runs)
         linger = {
             f"{threads}_threads_linger_{ms or 'off'}": threaded_sends(server.url, admin, ms, threads, 2_000)
             for threads in (1, 8)
@@ -596,10 +604,6 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         for c in (admin, producer_client, raw_client):
             c.close()
 
-    def ratios(a: str, b: str) -> list[float]:
-        return [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
-
-    single_ratios, batch_ratios = ratios(*names[:2]), ratios(*names[2:])
     return {
         "code": code,
         "run_at": started_at,
@@ -618,11 +622,8 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         },
         "medians": {name: median_row(rows) for name, rows in runs.items()},
         "ratios": {
-            "single_over_raw_xadd": {"median": statistics.median(single_ratios), "runs": single_ratios},
-            f"batch_{size}_over_pipelined_xadd": {
-                "median": statistics.median(batch_ratios),
-                "runs": batch_ratios,
-            },
+            "single_over_raw_xadd": ratio_summary(runs, *names[:2]),
+            f"batch_{size}_over_pipelined_xadd": ratio_summary(runs, *names[2:]),
         },
         "targets": {"single_over_raw_xadd": 0.8, f"batch_{size}_over_pipelined_xadd": 0.9},
         "runs": runs,
