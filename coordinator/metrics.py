@@ -105,6 +105,26 @@ class _Families:
         self.active_version = gauge(
             "rsc_routing_version", "The active routing version.", labels=["stream_prefix"]
         )
+        # Autoscaling (coordinator/store/scaling.py, docs/autoscaling.md): one number per group.
+        self.backlog = gauge(
+            "rsc_group_backlog",
+            "Entries not yet delivered plus pending, over every shard the group reads.",
+            labels=group,
+        )
+        self.undelivered = gauge(
+            "rsc_group_undelivered", "Entries not yet delivered to the group, over its shards.", labels=group
+        )
+        self.group_shards = gauge(
+            "rsc_group_shards", "Shards the group reads (ACTIVE and undrained DRAINING ones).", labels=group
+        )
+        self.shards_with_backlog = gauge(
+            "rsc_group_shards_with_backlog", "Shards with entries undelivered or pending.", labels=group
+        )
+        self.oldest_undelivered = gauge(
+            "rsc_group_oldest_undelivered_age_seconds",
+            "Age of the oldest entry not yet delivered to the group (0: none).",
+            labels=group,
+        )
         self.failed = gauge(
             "rsc_metrics_prefix_failed", "1: this prefix could not be read.", labels=["stream_prefix"]
         )
@@ -134,6 +154,14 @@ class _Families:
             for assignment, n in by_assignment.items():
                 self.shards.add_metric([*labels, assignment], n)
             self.to_drain.add_metric(labels, len(snapshot.undrained[name]))
+        scaling = store.scaling.of_state(snapshot.state, snapshot.now_ms, snapshot.state.groups)
+        for name, figures in scaling.items():
+            labels = [prefix, name]
+            self.backlog.add_metric(labels, figures.backlog)
+            self.undelivered.add_metric(labels, figures.undelivered)
+            self.group_shards.add_metric(labels, figures.shards)
+            self.shards_with_backlog.add_metric(labels, figures.shards_with_backlog)
+            self.oldest_undelivered.add_metric(labels, figures.oldest_undelivered_age_ms / 1000)
 
     def all(self) -> list[Any]:
         return [
@@ -146,6 +174,11 @@ class _Families:
             self.lag,
             self.pending,
             self.oldest,
+            self.backlog,
+            self.undelivered,
+            self.group_shards,
+            self.shards_with_backlog,
+            self.oldest_undelivered,
             self.failed,
         ]
 

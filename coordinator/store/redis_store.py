@@ -80,6 +80,7 @@ from .operator_scripts import OperatorScripts
 from .reading import Loaded, Reader
 from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
+from .scaling import Scaling
 from .ticking import StoreTickReport, Ticker
 from .turns import Turns
 
@@ -154,6 +155,7 @@ class MetadataStore:
             describe_prefix=lambda prefix: self.describe_prefix(prefix),
         )
         self.dead_letter_ops = DeadLetters(client, self.reader, scripts, self.functions)
+        self.scaling = Scaling(client, self.reader)  # autoscaling figures (docs/autoscaling.md)
         # Joins per API credential: a rate and a cap on live members, across every API process.
         self.credential_limits = CredentialLimits(client)
         self.retention = Retention(
