@@ -1,0 +1,44 @@
+"""A member process scaled in (SIGTERM from Kubernetes, docs/autoscaling.md "Scaling in") leaves its
+group within a bound that does not depend on its handlers: a handler still running when the shutdown
+timeout ends does not keep the process, and the member leaves (LEFT, its shards handed over at once)
+instead of expiring after its lease."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import pytest
+
+from tests.consumers.harness import Cluster, eventually
+from tests.consumers.test_process import RunMember
+
+
+@pytest.fixture
+def cluster(redis_url: str) -> Iterator[Cluster]:
+    c = Cluster(redis_url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_a_member_with_a_stuck_handler_still_leaves_within_the_shutdown_bound(
+    cluster: Cluster, redis_url: str
+) -> None:
+    run = RunMember(redis_url, "bill", "--shutdown-timeout", "2")
+    try:
+        eventually(lambda: run.logged("joined at epoch"), timeout_s=120, what="joined")
+        cluster.send(cluster.key_for(0), sleep=300)
+        eventually(lambda: cluster.client.get("demo:sleeping"), what="a handler is busy")
+        run.proc.send_signal(signal.SIGTERM)
+        # The bound is the shutdown timeout (2 s) + the leave's allowance + one heartbeat timeout; 60 s
+        # leaves room for a loaded machine and is still far below the handler's 300 s.
+        assert run.proc.wait(60) == 0  # it left in time: a clean exit
+    finally:
+        run.kill()
+    assert {v["state"] for v in cluster.describe()["members"]} == {"LEFT"}
+    assert run.logged("shutdown timeout: abandoning [v1:0]")
+    assert run.logged("left the group")
+    # The entry whose handler never finished is not acked: it stays pending for the next owner.
+    assert sum(len(rows) for rows in cluster.all_pending().values()) == 1
