@@ -5,10 +5,11 @@ Theory of operation
 Three kinds of figures, each collected where it is true:
 
 1. **State, read at scrape time** (:class:`StateCollector`): for every stream prefix, the metadata
-   (epochs, members by state, shards by assignment, migration progress) and, per shard, the Redis
-   consumer group's lag and pending count. Nothing is cached between scrapes, so every API process
-   answers the same figures and none can drift. Cost: one metadata load and one pipelined
-   ``XINFO GROUPS`` per shard for every group, per scrape (scrape every 15-60 s).
+   (epochs, members by state, shards by assignment, migration progress), per shard the group's lag
+   (counted from its position, ``backlog_count.lua``) and pending count, and per group the autoscaling
+   sums (coordinator/store/scaling.py, docs/autoscaling.md). Nothing is cached between scrapes, so every
+   API process answers the same figures and none can drift. Cost: one metadata load, and a few pipelined
+   round trips (``XINFO GROUPS``, the count scripts) per group, per scrape (scrape every 15-60 s).
 2. **Events counted in Redis** (:func:`count`): tick runs, tick duration, expired members, CAS
    conflicts. They happen in whichever process runs the tick (a Celery worker, ``run_tick``) or the
    command (any API worker); a ``HINCRBYFLOAT`` on ``rsc:metrics`` makes them one cluster-wide counter

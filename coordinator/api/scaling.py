@@ -29,12 +29,15 @@ def group_scaling(request: HttpRequest, stream_prefix: str, consumer_group: str)
         response["Allow"] = "GET, HEAD"
         return response
     if not may_scrape(request):
-        response = problem_response(
-            request,
-            ApiErrorCode.UNAUTHENTICATED,
-            "autoscaling figures need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or an "
-            "admin one",
+        presented = request.META.get("HTTP_AUTHORIZATION", "").strip()
+        detail = (
+            "this token may not read autoscaling figures: it must be an RSC_METRICS_TOKENS token or an "
+            "admin one"
+            if presented
+            else "autoscaling figures need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or "
+            "an admin one"
         )
+        response = problem_response(request, ApiErrorCode.UNAUTHENTICATED, detail)
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     try:

@@ -94,13 +94,49 @@ class _Sum:
             self.oldest_ms = ms if self.oldest_ms is None else min(self.oldest_ms, ms)
 
 
+@dataclass(frozen=True, slots=True)
+class ShardCount:
+    """One group on one shard, as ``backlog_count.lua`` counts it."""
+
+    undelivered: int
+    pending: int
+    oldest_undelivered_id: str  # "" when nothing is undelivered
+    exact: bool
+
+
 class Scaling:
-    """Reads the scaling figures of a store's groups."""
+    """Reads the scaling figures of a store's groups, and counts the undelivered entries of (group,
+    shard) pairs for the backlog rows (backlog_reads.py): one rule for both."""
 
     def __init__(self, client: redis.Redis | RedisCluster, reader: Reader) -> None:
         self.client = client
         self.reader = reader
         self._script = client.register_script(Path(__file__).with_name("backlog_count.lua").read_text())
+
+    def count(
+        self, stream_prefix: str, pairs: Iterable[tuple[str, Shard]]
+    ) -> dict[tuple[str, Shard], ShardCount]:
+        """The count of each (group, shard) pair: one read-only script per shard, pipelined."""
+        by_shard: dict[Shard, list[str]] = {}
+        for name, shard in pairs:
+            by_shard.setdefault(shard, []).append(name)
+        shards = sorted(by_shard)
+        calls = [([rkeys.stream_key(stream_prefix, s)], [str(COUNT_BOUND), *by_shard[s]]) for s in shards]
+        replies: list[Any] = []
+        with redis_errors():
+            for start in range(0, len(calls), _PIPELINE_CHUNK):
+                chunk = calls[start : start + _PIPELINE_CHUNK]
+                replies += clients.run_scripts(self.client, self._script, chunk)
+        counts: dict[tuple[str, Shard], ShardCount] = {}
+        for shard, reply in zip(shards, replies, strict=True):
+            if isinstance(reply, Exception):
+                with redis_errors():
+                    raise reply
+            for name, (undelivered, pending, oldest, exact) in zip(by_shard[shard], reply, strict=True):
+                counts[(name, shard)] = ShardCount(
+                    int(undelivered), int(pending), text(oldest), int(exact) == 1
+                )
+        return counts
 
     def group(self, stream_prefix: str, consumer_group: str) -> GroupScaling:
         """One group's figures; all 0 (``exists`` false) if the group or its prefix does not exist.
@@ -115,26 +151,12 @@ class Scaling:
     def of_state(self, state: PrefixState, now_ms: int, groups: Iterable[str]) -> dict[str, GroupScaling]:
         """The figures of ``groups`` (each a group of ``state``), read from the streams now."""
         names = sorted(groups)
-        prefix = state.topology.stream_prefix
         reads = {name: _shards_read(state, name) for name in names}
-        shards = sorted({s for shards in reads.values() for s in shards})
-        args = [str(COUNT_BOUND), *names]
-        calls = [([rkeys.stream_key(prefix, s)], args) for s in shards]
-        replies: list[Any] = []
-        with redis_errors():
-            for start in range(0, len(calls), _PIPELINE_CHUNK):
-                chunk = calls[start : start + _PIPELINE_CHUNK]
-                replies += clients.run_scripts(self.client, self._script, chunk)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                with redis_errors():
-                    raise reply
+        counts = self.count(state.topology.stream_prefix, [(n, s) for n in names for s in sorted(reads[n])])
         sums = {name: _Sum() for name in names}
-        for shard, reply in zip(shards, replies, strict=True):
-            for name, row in zip(names, reply, strict=True):
-                if shard in reads[name]:
-                    undelivered, pending, oldest, exact = row
-                    sums[name].add(int(undelivered), int(pending), text(oldest), int(exact) == 1)
+        for (name, _shard), c in counts.items():
+            sums[name].add(c.undelivered, c.pending, c.oldest_undelivered_id, c.exact)
+        prefix = state.topology.stream_prefix
         active = state.topology.active_version.shard_count
         return {
             name: GroupScaling(
