@@ -115,15 +115,12 @@ class BacklogReads:
             length = replies[at[shard] + 1]
             length = 0 if isinstance(length, Exception) else int(length)
             info = _group_info(replies[at[shard]], name)
-            lag = counts[(name, shard)].undelivered
-            if info is None:
-                base[(name, shard)] = _Figures(length=length, lag=lag)
-                continue
+            count = counts[(name, shard)]  # lag and pending read together, in one script
             base[(name, shard)] = _Figures(
                 length=length,
-                lag=lag,
-                pending=int(info.get("pending") or 0),
-                last_delivered_id=text(info.get("last-delivered-id", b"0-0")),
+                lag=count.undelivered,
+                pending=count.pending,
+                last_delivered_id="" if info is None else text(info.get("last-delivered-id", b"0-0")),
             )
         with_pending = [p for p in pairs if base[p].pending > 0] if sample > 0 else []
         if with_pending:
