@@ -6,21 +6,9 @@ instead of expiring after its lease."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-
-import pytest
 
 from tests.consumers.harness import Cluster, eventually
 from tests.consumers.test_process import RunMember
-
-
-@pytest.fixture
-def cluster(redis_url: str) -> Iterator[Cluster]:
-    c = Cluster(redis_url)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_a_member_with_a_stuck_handler_still_leaves_within_the_shutdown_bound(

@@ -23,19 +23,8 @@ TRIGGER = documented_trigger()
 
 
 @pytest.fixture(autouse=True)
-def api_environment(settings: Any, redis_url: str, db: None) -> Any:
-    from django.core.cache import cache
-
-    from coordinator.store import reset_store
-
-    settings.REDIS_URL = redis_url
-    settings.RSC_MEMBER_TOKENS = [MEMBER_TOKEN]
-    settings.RSC_ADMIN_TOKENS = [ADMIN_TOKEN]
+def scrape_tokens(settings: Any) -> None:
     settings.RSC_METRICS_TOKENS = [METRICS_TOKEN]
-    cache.clear()
-    reset_store()
-    yield
-    reset_store()
 
 
 def fetch(client: Client, prefix: str = PREFIX, group: str = GROUP, token: str | None = METRICS_TOKEN) -> Any:
@@ -71,11 +60,6 @@ def test_a_group_that_does_not_exist_answers_zeros(client: Client, api: Api) -> 
         assert value_at(document, TRIGGER.value_location) == 0 <= TRIGGER.activation_target_value
     api.create_group()
     assert json.loads(fetch(client, PREFIX, "other").content)["exists"] is False
-
-
-@pytest.fixture
-def api(client: Client) -> Api:
-    return Api(client)
 
 
 def test_the_json_and_the_gauges_agree_with_the_true_backlog(
