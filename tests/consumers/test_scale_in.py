@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import signal
 
-from tests.consumers.harness import Cluster, eventually
-from tests.consumers.test_process import RunMember
+from tests.consumers.harness import Cluster
+from tests.consumers.test_process import busy_member
 
 
 def test_a_member_with_a_stuck_handler_still_leaves_within_the_shutdown_bound(
     cluster: Cluster, redis_url: str
 ) -> None:
-    run = RunMember(redis_url, "bill", "--shutdown-timeout", "2")
+    run = busy_member(cluster, redis_url, 2)
     try:
-        eventually(lambda: run.logged("joined at epoch"), timeout_s=120, what="joined")
-        cluster.send(cluster.key_for(0), sleep=300)
-        eventually(lambda: cluster.client.get("demo:sleeping"), what="a handler is busy")
         run.proc.send_signal(signal.SIGTERM)
         # The bound is the shutdown timeout (2 s) + the leave's allowance + one heartbeat timeout; 60 s
         # leaves room for a loaded machine and is still far below the handler's 300 s.
