@@ -5,10 +5,11 @@ Theory of operation
 Three kinds of figures, each collected where it is true:
 
 1. **State, read at scrape time** (:class:`StateCollector`): for every stream prefix, the metadata
-   (epochs, members by state, shards by assignment, migration progress) and, per shard, the Redis
-   consumer group's lag and pending count. Nothing is cached between scrapes, so every API process
-   answers the same figures and none can drift. Cost: one metadata load and one pipelined
-   ``XINFO GROUPS`` per shard for every group, per scrape (scrape every 15-60 s).
+   (epochs, members by state, shards by assignment, migration progress), per shard the group's lag
+   (counted from its position, ``backlog_count.lua``) and pending count, and per group the autoscaling
+   sums (coordinator/store/scaling.py, docs/autoscaling.md). Nothing is cached between scrapes, so every
+   API process answers the same figures and none can drift. Cost: one metadata load, and a few pipelined
+   round trips (``XINFO GROUPS``, the count scripts) per group, per scrape (scrape every 15-60 s).
 2. **Events counted in Redis** (:func:`count`): tick runs, tick duration, expired members, CAS
    conflicts. They happen in whichever process runs the tick (a Celery worker, ``run_tick``) or the
    command (any API worker); a ``HINCRBYFLOAT`` on ``rsc:metrics`` makes them one cluster-wide counter
@@ -105,6 +106,26 @@ class _Families:
         self.active_version = gauge(
             "rsc_routing_version", "The active routing version.", labels=["stream_prefix"]
         )
+        # Autoscaling (coordinator/store/scaling.py, docs/autoscaling.md): one number per group.
+        self.backlog = gauge(
+            "rsc_group_backlog",
+            "Entries not yet delivered plus pending, over every shard the group reads.",
+            labels=group,
+        )
+        self.undelivered = gauge(
+            "rsc_group_undelivered", "Entries not yet delivered to the group, over its shards.", labels=group
+        )
+        self.group_shards = gauge(
+            "rsc_group_shards", "Shards the group reads (ACTIVE and undrained DRAINING ones).", labels=group
+        )
+        self.shards_with_backlog = gauge(
+            "rsc_group_shards_with_backlog", "Shards with entries undelivered or pending.", labels=group
+        )
+        self.oldest_undelivered = gauge(
+            "rsc_group_oldest_undelivered_age_seconds",
+            "Age of the oldest entry not yet delivered to the group (0: none).",
+            labels=group,
+        )
         self.failed = gauge(
             "rsc_metrics_prefix_failed", "1: this prefix could not be read.", labels=["stream_prefix"]
         )
@@ -134,6 +155,14 @@ class _Families:
             for assignment, n in by_assignment.items():
                 self.shards.add_metric([*labels, assignment], n)
             self.to_drain.add_metric(labels, len(snapshot.undrained[name]))
+        scaling = store.scaling.of_state(snapshot.state, snapshot.now_ms, snapshot.state.groups)
+        for name, figures in scaling.items():
+            labels = [prefix, name]
+            self.backlog.add_metric(labels, figures.backlog)
+            self.undelivered.add_metric(labels, figures.undelivered)
+            self.group_shards.add_metric(labels, figures.shards)
+            self.shards_with_backlog.add_metric(labels, figures.shards_with_backlog)
+            self.oldest_undelivered.add_metric(labels, figures.oldest_undelivered_age_ms / 1000)
 
     def all(self) -> list[Any]:
         return [
@@ -146,6 +175,11 @@ class _Families:
             self.lag,
             self.pending,
             self.oldest,
+            self.backlog,
+            self.undelivered,
+            self.group_shards,
+            self.shards_with_backlog,
+            self.oldest_undelivered,
             self.failed,
         ]
 

@@ -295,7 +295,7 @@ class _UndrainedFields(serializers.Serializer):
     shard = _shard()
     owner = serializers.CharField(allow_null=True, help_text="The member that owns it; null: nobody.")
     live_members = serializers.IntegerField(help_text="Live members of the group (0: nobody will drain).")
-    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group, counted from its position.")
     pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
     oldest_pending_age_ms = _nullable_int()
 
@@ -405,7 +405,7 @@ class BacklogRowSerializer(serializers.Serializer):
     owner = serializers.CharField(allow_null=True)
     assignment = _choice(ShardAssignment, help_text="Where the shard stands for the group.")
     length = serializers.IntegerField(help_text="XLEN of the stream.")
-    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group, counted from its position.")
     pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
     last_delivered_id = serializers.CharField()
     oldest_pending_id = serializers.CharField(allow_null=True)
