@@ -31,6 +31,7 @@ import hmac
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -219,14 +220,23 @@ WRONG_TOKEN = (
 MEMBER_TOKEN = "a member token cannot read metrics: use an RSC_METRICS_TOKENS token or an admin one\n"
 
 
-def _refusal(request: HttpRequest) -> HttpResponse | None:
-    """None when the request may read the metrics, else the answer saying why not: no token (401), a
-    token nobody issued (401, ``error="invalid_token"``), a member credential's (403,
-    ``insufficient_scope``, RFC 6750 section 3.1), or the credentials cannot be read now (503)."""
+@dataclass(frozen=True, slots=True)
+class ScrapeRefusal:
+    """Why a request may not read the metrics (or the autoscaling figures, coordinator/api/scaling.py)."""
+
+    status: int  # 401 no token / a token nobody issued, 403 a member's, 503 cannot check now
+    text: str
+    authenticate: str = ""  # the WWW-Authenticate header, if any
+
+
+def scrape_refusal(request: HttpRequest) -> ScrapeRefusal | None:
+    """None when the request may read the metrics, else why not: no token (401), a token nobody issued
+    (401, ``error="invalid_token"``), a member credential's (403, ``insufficient_scope``, RFC 6750
+    section 3.1), or the credentials cannot be read now (503)."""
     scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        return _text(MISSING_TOKEN, 401, 'Bearer realm="metrics"')
+        return ScrapeRefusal(401, MISSING_TOKEN, 'Bearer realm="metrics"')
     presented = token_digest(token)
     scrape = [t for t in conf.settings().RSC_METRICS_TOKENS or () if t]
     if any(hmac.compare_digest(token_digest(t), presented) for t in scrape):
@@ -234,12 +244,17 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     try:
         principal = match_token(token)
     except CoordinatorError as e:
-        return _text(f"cannot check the token now: {e.message}\n", 503)
+        return ScrapeRefusal(503, f"cannot check the token now: {e.message}\n")
     if principal is None:
-        return _text(WRONG_TOKEN, 401, 'Bearer realm="metrics", error="invalid_token"')
+        return ScrapeRefusal(401, WRONG_TOKEN, 'Bearer realm="metrics", error="invalid_token"')
     if principal.role is not Role.ADMIN:
-        return _text(MEMBER_TOKEN, 403, 'Bearer realm="metrics", error="insufficient_scope"')
+        return ScrapeRefusal(403, MEMBER_TOKEN, 'Bearer realm="metrics", error="insufficient_scope"')
     return None
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    refusal = scrape_refusal(request)
+    return None if refusal is None else _text(refusal.text, refusal.status, refusal.authenticate)
 
 
 def _text(body: str, status: int, authenticate: str = "") -> HttpResponse:

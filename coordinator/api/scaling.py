@@ -15,7 +15,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from coordinator import operations
-from coordinator.metrics import _authorized as may_scrape
+from coordinator.metrics import scrape_refusal
+from coordinator.operations import OperationErrorCode
+from coordinator.protocol.errors import ErrorCode
 
 from .errors import ApiErrorCode, exception_handler, problem_response
 
@@ -28,17 +30,21 @@ def group_scaling(request: HttpRequest, stream_prefix: str, consumer_group: str)
         )
         response["Allow"] = "GET, HEAD"
         return response
-    if not may_scrape(request):
-        presented = request.META.get("HTTP_AUTHORIZATION", "").strip()
-        detail = (
-            "this token may not read autoscaling figures: it must be an RSC_METRICS_TOKENS token or an "
-            "admin one"
-            if presented
-            else "autoscaling figures need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or "
-            "an admin one"
-        )
-        response = problem_response(request, ApiErrorCode.UNAUTHENTICATED, detail)
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    refusal = scrape_refusal(request)  # the rule of /metrics (coordinator/metrics.py), as problems
+    if refusal is not None:
+        who = "an RSC_METRICS_TOKENS token or an admin one"
+        if refusal.status == 503:
+            return problem_response(request, ErrorCode.STORE_UNAVAILABLE, refusal.text.strip())
+        if refusal.status == 403:
+            detail = f"this token may not read autoscaling figures: it must be {who}"
+            response = problem_response(request, OperationErrorCode.PERMISSION_DENIED, detail)
+        elif "invalid_token" in refusal.authenticate:
+            detail = f"this token may not read autoscaling figures: it is not {who}"
+            response = problem_response(request, ApiErrorCode.UNAUTHENTICATED, detail)
+        else:
+            detail = f"autoscaling figures need 'Authorization: Bearer <token>': {who}"
+            response = problem_response(request, ApiErrorCode.UNAUTHENTICATED, detail)
+        response["WWW-Authenticate"] = refusal.authenticate
         return response
     try:
         figures = operations.group_scaling(stream_prefix, consumer_group)
