@@ -348,6 +348,7 @@ class Fetcher:
                 ready is not None
                 and ticket.inline is not None
                 and result.ok
+                and result.entries
                 and (not result.redeliver_token or result.redeliver_token == ticket.token)
             ):
                 ready.append((ticket, result))
