@@ -9,7 +9,12 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    from config.errors import SettingsError
+
+    try:
+        execute_from_command_line(sys.argv)
+    except SettingsError as exc:  # config/settings.py refused a setting: what to set, not a traceback
+        sys.exit(f"manage.py: {exc}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.auth.models import Permission
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -355,7 +356,10 @@ class ConsumerGroupAdmin(LifecycleViews, ReadOnlyAdmin):
     def _audit_url(self, request: HttpRequest, stream_prefix: str, consumer_group: str) -> str | None:
         if not request.user.has_perm("admin_ui.view_auditentry"):
             return None
-        query = urlencode({"stream_prefix": stream_prefix, "consumer_group": consumer_group})
+        # The group's rows and its stream prefix's changes (a reshard, from any page or the API; retention;
+        # deleting the prefix): AuditEntryAdmin's GroupWithPrefixChanges filter.
+        group_parameter = GroupWithPrefixChanges.parameter_name
+        query = urlencode({"stream_prefix": stream_prefix, group_parameter: consumer_group})
         return f"{reverse('admin:admin_ui_auditentry_changelist')}?{query}"
 
 
@@ -407,6 +411,32 @@ def _forbidden(
     return TemplateResponse(request, "admin_ui/forbidden.html", context, status=403)
 
 
+class GroupWithPrefixChanges(admin.SimpleListFilter):
+    """``?group=<name>``: the group's own rows and the changes of its whole stream prefix (a shard-count
+    change, from whichever page or the API; its retention policy; deleting it), which concern every
+    group of the prefix but name another group or none. The group page's audit link uses it, with
+    ``stream_prefix``."""
+
+    title = "consumer group, with its stream prefix's changes"
+    parameter_name = "group"
+    PREFIX_ACTIONS = (
+        AuditEntry.Action.CHANGE_SHARD_COUNT,
+        AuditEntry.Action.SET_RETENTION,
+        AuditEntry.Action.DELETE_PREFIX,
+    )
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # Only the requested group: the filter applies when it has a choice to show.
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEntry]) -> QuerySet[AuditEntry]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(Q(consumer_group=value) | Q(action__in=self.PREFIX_ACTIONS))
+
+
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
     """Read-only: the trail is written by the operator pages, the API and commands (``source``), and never
@@ -427,7 +457,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         "outcome_column",
         "details_column",
     )
-    list_filter = ("action", "outcome", "source", "stream_prefix")
+    list_filter = ("action", "outcome", "source", "stream_prefix", GroupWithPrefixChanges)
     search_fields = ("username", "stream_prefix", "consumer_group", "message")
     date_hierarchy = "timestamp"
     readonly_fields = (

@@ -46,7 +46,7 @@ from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
 from coordinator import operations
-from coordinator.protocol.errors import CoordinatorError, GroupNotFound, InvalidRequest, UnknownShard
+from coordinator.protocol.errors import CoordinatorError, GroupNotFound, InvalidRequest, ShardNotFound
 from coordinator.protocol.model import ENTRY_ID_RE, MAX_ENTRY_IDS, RetentionPolicy
 from coordinator.store import get_store
 
@@ -544,11 +544,11 @@ def _act(request: HttpRequest, action: Callable[..., dict[str, Any]], *args: Any
 
 
 def _backlog_row(view: dict[str, Any], shard: str) -> dict[str, Any]:
-    """The shard's row of the group's backlog; UNKNOWN_SHARD if it is not a non-retired shard."""
+    """The shard's row of the group's backlog; SHARD_NOT_FOUND if it is not a non-retired shard."""
     for row in presenters.backlog_rows(view):
         if row["shard"] == shard:
             return row
-    raise UnknownShard(
+    raise ShardNotFound(
         f"shard {shard!r} is not a shard of a live (active or draining) version of stream prefix "
         f"{view['stream_prefix']!r}",
         shard=shard,

@@ -125,7 +125,9 @@ def group_progress(
     holds it back, in words), the entries it has left and the ETA."""
     m = prefix_view["migration"]
     total = shards_to_drain(prefix_view)
-    drained = len(m["drained"].get(consumer_group, ()))
+    # A completed migration retired the old version and forgot the per-group drained sets: every group
+    # drained (or was released from) all of its shards.
+    drained = len(m["drained"].get(consumer_group, ())) if m["active"] else total
     blocking = blocking_by_group(prefix_view).get(consumer_group, [])
     remaining = remaining_entries(blocking) if m["active"] else 0
     live = blocking[0]["live_members"] if blocking else 1

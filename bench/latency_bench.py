@@ -14,14 +14,17 @@ One private Redis, one coordinator API, one tick (tests/e2e/stack.py), as bench/
      (``Producer.send_batch`` of a few entries every 5 ms, 256 keys, each payload stamped with the
      producer's wall clock just before the send), and per entry the time from that stamp to the start
      of its handler (``run_member`` processes, the e2e listener: it writes one line per entry);
-   * ``raw``: beside them, on the SAME entries (a Redis consumer group of its own on the same streams,
-     running at the same time), as many raw processes as members, each one blocking
+   * ``raw``: beside them, on the SAME streams (a Redis consumer group of its own), in the same run,
+     as many raw processes as members, each one blocking
      ``XREADGROUP COUNT b BLOCK ... STREAMS <its shards> >`` loop that decodes the envelope, writes the
      same line per entry and acks the streams read in one pipeline: what a plain blocking consumer
      achieves on this machine, the limit. It is one thread: where it falls behind, its latency is a
      queue's.
 
-   p50 / p90 / p99 / max per window; the figures are the medians over the windows.
+   Each window runs one side alone, the other stopped (SIGSTOP; it catches up afterwards, untimed):
+   on 2 cores, two consumers of every entry at once would measure each other's CPU. The sides
+   alternate, window by window. p50 / p90 / p99 / max per window; the figures are the medians over the
+   windows.
 2. ``idle``: 4 members holding 64 empty shards for ``--idle-seconds``: CPU per member process (share of
    a core) and Redis commands per second (all of them: heartbeats and ticks too, and the data plane's
    FCALL / XREAD / CLIENT alone), with the wake-up and with polling (``wake_on_append=False``, the
@@ -184,25 +187,22 @@ def bench_config(stack: Stack, shards: int, members: int, args: argparse.Namespa
         print(f"{shards} shards, {members} members: maximum {maximum:.0f}/s", flush=True)
         result: dict[str, Any] = {"shards": shards, "members": members, "maximum_per_s": round(maximum)}
         e2e_logs, raw_logs = HandledLogs(e2e_dir), HandledLogs(raw_dir)
+        sides = {"e2e": (e2e_logs, raw), "raw": (raw_logs, members_side)}  # each: its logs, the other side
         for load in (0.10, 0.50):
             rate = load * maximum
             windows: dict[str, list[dict[str, float]]] = {"e2e": [], "raw": []}
             for _ in range(args.reps):
-                batch = max(1, round(rate * SEND_EVERY_S))
-                producer = ProducerLoop(
-                    stack.redis.url, prefix, keys=256, rate_per_s=rate, batch=batch, stamp=True
-                )
-                producer.start()
-                time.sleep(args.seconds)
-                producer.stop()
-                produced = producer.snapshot()
-                for name, logs in (("e2e", e2e_logs), ("raw", raw_logs)):
+                for name, (logs, other) in sides.items():
+                    # One side at a time, the other stopped: on 2 cores two consumers of every entry
+                    # would measure each other's CPU. The stopped side catches up afterwards, untimed.
+                    other.signal(signal.SIGSTOP)
+                    windows[name].append(_window(stack, prefix, keys, rate, args.seconds, name, logs))
+                    other.signal(signal.SIGCONT)
                     wait_until(
-                        lambda logs=logs, p=produced: not logs.missing(p),
+                        lambda other=other: _drained(client, last_ids(client, keys), other.group),
                         timeout_s=120,
-                        what=f"{name} handled",
+                        what=f"the other side caught up after the {name} window",
                     )
-                    windows[name].append(summary(latencies(logs, produced)))
             result[f"at_{round(load * 100)}pct"] = {
                 "rate_per_s": round(rate),
                 "e2e": median_of(windows["e2e"]),
@@ -216,6 +216,21 @@ def bench_config(stack: Stack, shards: int, members: int, args: argparse.Namespa
         members_side.stop()
         raw.stop()
         client.close()
+
+
+def _window(
+    stack: Stack, prefix: str, keys: list[str], rate: float, seconds: float, name: str, logs: HandledLogs
+) -> dict[str, float]:
+    """``seconds`` of steady production at ``rate``, then the produce -> handler-start latencies of what
+    the running side handled."""
+    batch = max(1, round(rate * SEND_EVERY_S))
+    producer = ProducerLoop(stack.redis.url, prefix, keys=256, rate_per_s=rate, batch=batch, stamp=True)
+    producer.start()
+    time.sleep(seconds)
+    producer.stop()
+    produced = producer.snapshot()
+    wait_until(lambda: not logs.missing(produced), timeout_s=120, what=f"{name} handled")
+    return summary(latencies(logs, produced))
 
 
 def _drained(client: redis.Redis, last: dict[str, bytes], group: str) -> bool:

@@ -11,7 +11,9 @@ What is compared (docs/producer.md, "Performance"):
 
 * **single**: ``producer.send(prefix, key, payload)`` against ``client.xadd(stream, fields)``;
 * **batch**: ``producer.send_batch(prefix, 100 items)`` against a pipeline of 100 ``XADD`` of the same
-  entries (``transaction=False``), already encoded.
+  entries (``transaction=False``), already encoded;
+* **idempotency** (docs/producer.md, "Enqueue once"): ``send`` and ``send_batch`` with a new
+  idempotency key per entry against the same producer without keys (:func:`idempotency_cost`).
 
 Fairness: the raw side is the limit, so it does only what it must. Its entries are encoded *before*
 the timed loop, with the standard library only (no project helper): a key string, the payload through
@@ -37,7 +39,7 @@ client-side call (``rsc_redis.clients.HotFunction`` against ``HotScript``, or on
 the same Redis, in alternating chunks as above, ``--calls`` operations per side and repetition:
 
 * **single produce**: ``Producer.send`` as it is (``FCALL``), and with its hot call swapped for a
-  ``HotScript`` of ``rsc_redis/keys.lua`` + ``produce.lua`` (``EVALSHA``);
+  ``HotScript`` of ``rsc_redis/keys.lua`` + ``produce_route.lua`` + ``produce.lua`` (``EVALSHA``);
 * **pipelined batch**: one pipeline of 100 single-entry ``produce`` calls, ``FCALL`` against
   ``EVALSHA`` (the per-call cost, with no round trip per call);
 * **fenced fetch**: ``DataPlane.fetch`` of a member's 8 shards with nothing new (a member's idle poll:
@@ -192,6 +194,34 @@ def batch_producer(producer: Producer, items: list[tuple[str, Any]], size: int) 
     return loop
 
 
+def keyed_single(
+    producer: Producer, items: list[tuple[str, Any]], keys: list[str]
+) -> Callable[[int, int], None]:
+    """``send`` with an idempotency key per entry (docs/producer.md, "Enqueue once")."""
+
+    def loop(start: int, stop: int) -> None:
+        send = producer.send
+        for (key, payload), once in zip(items[start:stop], keys[start:stop], strict=True):
+            send(PREFIX, key, payload, idempotency_key=once)
+
+    return loop
+
+
+def keyed_batch(
+    producer: Producer, items: list[tuple[str, Any]], keys: list[str], size: int
+) -> Callable[[int, int], None]:
+    """``send_batch`` with an idempotency key per item."""
+
+    def loop(start: int, stop: int) -> None:
+        send_batch = producer.send_batch
+        for b in range(start, stop):
+            send_batch(
+                PREFIX, items[b * size : (b + 1) * size], idempotency_keys=keys[b * size : (b + 1) * size]
+            )
+
+    return loop
+
+
 def batch_raw(
     client: redis.Redis, entries: list[tuple[str, dict[str, Any]]], size: int
 ) -> Callable[[int, int], None]:
@@ -228,6 +258,68 @@ def compare(
     for stream in RAW_STREAMS + PRODUCER_STREAMS:  # memory stays flat across repetitions
         admin.xtrim(stream, maxlen=0)
     return [p.row() for p in probes]
+
+
+def idempotency_cost(
+    admin: redis.Redis,
+    producer: Producer,
+    single_items: list[tuple[str, Any]],
+    batch_items: list[tuple[str, Any]],
+    size: int,
+    repetitions: int,
+) -> dict[str, Any]:
+    """What an idempotency key costs (docs/producer.md, "Enqueue once"): keyed ``send`` / ``send_batch``
+    against the same producer's plain ones, in alternating chunks as :func:`compare` runs them. Every
+    key is new (a uuid4 hex per entry and repetition, made before the timed loop, as a job id would be):
+    each keyed entry is looked up, appended and recorded, the generations closing at the default cap as
+    they would under that load. Ratios: keyed / plain messages per second per repetition."""
+    messages, batches = len(single_items), len(batch_items) // size
+    names = ("single_keyed", "single_plain", f"batch_{size}_keyed", f"batch_{size}_plain")
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    plain_single, plain_batch = (
+        single_producer(producer, single_items),
+        batch_producer(producer, batch_items, size),
+    )
+    for _ in range(repetitions):
+        single_keys = [uuid.uuid4().hex for _ in range(messages)]
+        batch_keys = [uuid.uuid4().hex for _ in range(batches * size)]
+        single = ((keyed_single(producer, single_items, single_keys), "fcall"), (plain_single, "fcall"))
+        batch = ((keyed_batch(producer, batch_items, batch_keys, size), "fcall"), (plain_batch, "fcall"))
+        compare_both(admin, (single, batch), (messages, batches, size), names, runs)
+    return {
+        "medians": {name: median_row(rows) for name, rows in runs.items()},
+        "ratios": {
+            "single_keyed_over_plain": ratio_summary(runs, *names[:2]),
+            f"batch_{size}_keyed_over_plain": ratio_summary(runs, *names[2:]),
+        },
+        "runs": runs,
+    }
+
+
+def compare_both(
+    admin: redis.Redis,
+    sides: tuple[Any, Any],
+    counts: tuple[int, int, int],
+    names: tuple[str, ...],
+    runs: dict[str, list[dict[str, float]]],
+) -> None:
+    """One repetition of a single-send and a batch comparison (``sides``: their two pairs of sides;
+    ``counts``: messages, batches, batch size); each side's row goes to ``runs`` under its name
+    (``names``: the single comparison's two, then the batch's two)."""
+    (single, batch), (messages, batches, size) = sides, counts
+    for (a, b), rows in zip(
+        (names[:2], names[2:]),
+        (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
+        strict=True,
+    ):
+        runs[a].append(rows[0])
+        runs[b].append(rows[1])
+
+
+def ratio_summary(runs: dict[str, list[dict[str, float]]], a: str, b: str) -> dict[str, Any]:
+    """Per repetition, ``a``'s messages per second over ``b``'s, and their median."""
+    ratios = [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
+    return {"median": statistics.median(ratios), "runs": ratios}
 
 
 def threaded_sends(url: str, admin: redis.Redis, linger_ms: float | None, threads: int, each: int) -> dict:
@@ -282,6 +374,8 @@ def script_text(name: str) -> str:
     body = (DATAPLANE / f"{name}.lua").read_text()
     if name in library.FENCED:
         return lease_record_lua() + "\n" + (DATAPLANE / "fence.lua").read_text() + "\n" + body
+    if name in ("produce", "idempotent_produce"):  # the route check they share
+        return keys_lua() + "\n" + (DATAPLANE / "produce_route.lua").read_text() + "\n" + body
     return keys_lua() + "\n" + body
 
 
@@ -498,27 +592,18 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         compare(admin, single, min(500, messages), 500, 1)
         compare(admin, batch, min(5, batches), 5, size)
         for _ in range(repetitions):
-            for (a, b), rows in zip(
-                (names[:2], names[2:]),
-                (compare(admin, single, messages, 500, 1), compare(admin, batch, batches, 10, size)),
-                strict=True,
-            ):
-                runs[a].append(rows[0])
-                runs[b].append(rows[1])
+            compare_both(admin, (single, batch), (messages, batches, size), names, runs)
         linger = {
             f"{threads}_threads_linger_{ms or 'off'}": threaded_sends(server.url, admin, ms, threads, 2_000)
             for threads in (1, 8)
             for ms in (None, 1)
         }
+        keyed = idempotency_cost(admin, producer, single_items, batch_items, size, repetitions)
         versus = functions_vs_scripts(server.url, admin, store, calls, repetitions)
         version = admin.info("server")["redis_version"]
         for c in (admin, producer_client, raw_client):
             c.close()
 
-    def ratios(a: str, b: str) -> list[float]:
-        return [round(x["msgs_per_s"] / y["msgs_per_s"], 3) for x, y in zip(runs[a], runs[b], strict=True)]
-
-    single_ratios, batch_ratios = ratios(*names[:2]), ratios(*names[2:])
     return {
         "code": code,
         "run_at": started_at,
@@ -537,15 +622,13 @@ def run(messages: int, batches: int, size: int, repetitions: int, calls: int = 5
         },
         "medians": {name: median_row(rows) for name, rows in runs.items()},
         "ratios": {
-            "single_over_raw_xadd": {"median": statistics.median(single_ratios), "runs": single_ratios},
-            f"batch_{size}_over_pipelined_xadd": {
-                "median": statistics.median(batch_ratios),
-                "runs": batch_ratios,
-            },
+            "single_over_raw_xadd": ratio_summary(runs, *names[:2]),
+            f"batch_{size}_over_pipelined_xadd": ratio_summary(runs, *names[2:]),
         },
         "targets": {"single_over_raw_xadd": 0.8, f"batch_{size}_over_pipelined_xadd": 0.9},
         "runs": runs,
         "linger": linger,
+        "idempotency": keyed,
         "functions_vs_scripts": versus,
         "durability": durability_levels(messages // 4, batches // 4, size),
     }
@@ -573,7 +656,12 @@ def main() -> None:
     print(json.dumps({"durability": results["durability"]}, indent=2))
     print(
         json.dumps(
-            {"medians": results["medians"], "ratios": results["ratios"], "fcall_over_evalsha": versus},
+            {
+                "medians": results["medians"],
+                "ratios": results["ratios"],
+                "idempotency": results["idempotency"]["ratios"],
+                "fcall_over_evalsha": versus,
+            },
             indent=2,
         )
     )

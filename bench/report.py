@@ -409,10 +409,13 @@ fenced read (docs/consumers.md, "Waiting for new entries"). **Maximum**: the mem
 (SIGSTOP, produce, SIGCONT until every entry is acked), median of {reps}. Then {seconds:g} s windows of
 steady production at 10% and 50% of that (`send_batch` every 5 ms, 256 keys, each payload stamped with
 the producer's wall clock just before the send), and per entry the time from that stamp to the start of
-its handler. **raw**: on the same entries at the same time (its own Redis consumer group on the same
-streams), as many processes as members, each a blocking `XREADGROUP ... BLOCK` over its shards that
-decodes the envelope and writes the same log line per entry: the limit, a consumer with no fence, no
-coordinator and no per-key order. Medians over {reps} windows."""
+its handler. A one-worker member (the default runtime, as here) runs a batch its waiter woke for on the
+waiter's own thread (docs/consumers.md, "Per-shard order"). **raw**: in the same run, on the same
+streams (its own Redis consumer group), as many processes as members, each a blocking
+`XREADGROUP ... BLOCK` over its shards that decodes the envelope and writes the same log line per entry:
+the limit, a consumer with no fence, no coordinator and no per-key order. The two sides take turns,
+window by window, each running alone while the other is stopped (on 2 cores, two consumers of every
+entry at once would measure each other's CPU). Medians over {reps} windows per side."""
 
 
 def latency_section(path: Path) -> list[str]:
@@ -431,16 +434,18 @@ def latency_section(path: Path) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     met: list[bool] = []
+    raw_met: list[bool] = []  # the same targets for the raw consumer: what this machine allows
     for row in data.get("latency", []):
         for load in ("at_10pct", "at_50pct"):
             at = row.get(load)
             if not at:
                 continue
             ours, raw = at["e2e"], at["raw_block"]
-            if load == "at_10pct":
-                met.append(ours["p50_ms"] <= 2 and ours["p99_ms"] <= 10)
-            else:
-                met.append(ours["p99_ms"] <= 25)
+            for side, into in ((ours, met), (raw, raw_met)):
+                if load == "at_10pct":
+                    into.append(side["p50_ms"] <= 2 and side["p99_ms"] <= 10)
+                else:
+                    into.append(side["p99_ms"] <= 25)
             lines.append(
                 f"| {row['shards']} | {row['members']} | {_fmt(row['maximum_per_s'], 0)} | "
                 f"{load[3:5]}% | {_fmt(at['rate_per_s'], 0)} | **{ours['p50_ms']:.1f}** | "
@@ -451,7 +456,8 @@ def latency_section(path: Path) -> list[str]:
         lines += [
             "",
             f"Issue 28's target (p50 <= 2 ms and p99 <= 10 ms at 10%, p99 <= 25 ms at 50%): met in "
-            f"**{sum(met)} of {len(met)}** rows.",
+            f"**{sum(met)} of {len(met)}** rows; the raw blocking consumer meets it in {sum(raw_met)} of "
+            f"{len(raw_met)} on the same machine in the same run.",
         ]
     idle = data.get("idle") or []
     if idle:
@@ -662,6 +668,18 @@ def main() -> None:
         results, out = Path(sys.argv[2]), Path(sys.argv[3])
         out.write_text(replace_section(out.read_text(), "## Producer (", producer_section(results)))
         print(f"wrote the producer section of {out}")
+        return
+    if sys.argv[1] == "--latency-only":
+        # `python bench/report.py --latency-only bench/results/latency.json docs/benchmarks.md` (make
+        # bench-latency): the latency section alone, from bench/latency_bench.py's results, with the
+        # commit it ran at; every other section of the page is left as it was.
+        results, out = Path(sys.argv[2]), Path(sys.argv[3])
+        section = latency_section(results)
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        stamp = f"Run separately by `make bench-latency`: {when}, commit {_git_commit()}."
+        section = [*section[:2], stamp, "", *section[2:]]
+        out.write_text(replace_section(out.read_text(), "## Latency and idle cost (", section))
+        print(f"wrote the latency section of {out}")
         return
     heartbeat_file, e2e_file, out = (Path(a) for a in sys.argv[1:4])
     redis_version = subprocess.run(

@@ -92,6 +92,7 @@ def render(results: dict[str, Any], instructions: dict[str, Any] | None = None) 
     ]
     lines += _redis_cost_lines(medians, size, instructions)
     lines += _linger_lines(results.get("linger"))
+    lines += _idempotency_lines(results.get("idempotency"), size)
     lines += _versus_lines(results.get("functions_vs_scripts"))
     lines += _durability_lines(results.get("durability"))
     return "\n".join(lines) + "\n"
@@ -232,4 +233,41 @@ def _linger_lines(linger: dict[str, Any] | None) -> list[str]:
             _num(row["p99_ms"], 2),
         )
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _idempotency_lines(keyed: dict[str, Any] | None, size: int) -> list[str]:
+    """Keyed sends against plain ones (docs/producer.md, "Enqueue once"): what an idempotency key costs."""
+    if not keyed:
+        return []
+    medians = keyed["medians"]
+    lines = [
+        "",
+        "Enqueue once (`idempotency_key`): a new key per entry against the same producer without keys, "
+        "in alternating chunks.",
+        "",
+        "| case | msgs/s | client CPU µs/msg | Redis CPU µs/msg | `FCALL` µs/msg |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, key in (
+        ("`send` with a key", "single_keyed"),
+        ("`send` without", "single_plain"),
+        (f"`send_batch` of {size} with keys", f"batch_{size}_keyed"),
+        (f"`send_batch` of {size} without", f"batch_{size}_plain"),
+    ):
+        row = medians[key]
+        cells = (
+            label,
+            _num(row["msgs_per_s"]),
+            _num(row["client_cpu_us_per_msg"], 2),
+            _num(row["redis_cpu_us_per_msg"], 2),
+            _num(row.get("redis_fcall_us_per_msg"), 2),
+        )
+        lines.append("| " + " | ".join(cells) + " |")
+    ratios = keyed["ratios"]
+    lines += [
+        "",
+        _ratio_line("single send, keyed / plain", ratios["single_keyed_over_plain"], None),
+        _ratio_line(f"batch of {size}, keyed / plain", ratios[f"batch_{size}_keyed_over_plain"], None),
+    ]
     return lines

@@ -3,28 +3,34 @@
     python -m config.devstack [--addr 127.0.0.1:8000] [--data-dir .run]
                                                       (make run RUN_ARGS="--addr 127.0.0.1:8001")
 
-1. Reads `.env` like the settings do. If REDIS_URL is still unset, starts the embedded Redis
-   (config.embedded_redis) with its data in `<data dir>/redis/` (append-only file: groups survive a
-   restart) on a stable port: the one it used last time (`<data dir>/redis/port`), at first
-   DEFAULT_REDIS_PORT; if another program holds it, a free one, said in the log and remembered. A lock
-   file keeps a second `make run` off the same data dir. Its URL goes to every child process; the
-   Celery broker uses database 1 of the same server (CELERY_BROKER_URL, unless set).
-2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset.
+1. Reads `.env` like the settings do. Holds `<data dir>/lock` (a second `make run` on the same data dir
+   is refused). If REDIS_URL is still unset, starts the embedded Redis (config.embedded_redis) with its
+   data in `<data dir>/redis/` (append-only file: groups survive a restart) on a stable port: the one it
+   used last time (`<data dir>/redis/port`), at first DEFAULT_REDIS_PORT; if another program holds it, a
+   free one, said in the log and remembered. Its URL goes to every child process; the Celery broker
+   uses database 1 of the same server (CELERY_BROKER_URL, unless set).
+2. Sets the DEV ONLY API tokens RSC_MEMBER_TOKENS / RSC_ADMIN_TOKENS for the children when unset, and
+   writes what commands beside the stack need (REDIS_URL, DEBUG, the tokens, ...) to
+   `<data dir>/devstack.env`, which config/settings.py reads while this process holds the lock
+   (config/devstack_env.py); removed at the stop.
 3. Runs the system checks and `migrate`; when DEBUG is on and no superuser exists, creates the
    DEV ONLY superuser admin/admin. Then loads the data plane's Redis Functions library (`manage.py
    redis_functions load`: members and producers call it and send no Lua; docs/redis-acl.md), creates
-   the demo group `demo` / `demo-workers` (4 shards) unless it exists, through coordinator.operations
-   like a management command (authorized, audited), and finds the listeners of the apps in
-   RSC_EXTRA_APPS. The embedded Redis runs with `busy-reply-threshold` 1000 ms
+   the demo group `demo` / `demo-workers` (4 shards) unless it exists or RSC_DEMO is off, through
+   coordinator.operations like a management command (authorized, audited), and finds the listeners of
+   the apps in RSC_EXTRA_APPS. The embedded Redis runs with `busy-reply-threshold` 1000 ms
    (config/embedded_redis.py says why).
 4. Starts the processes listed by `services()`, each in its own process group, and supervises them:
    the API and admin pages on granian (`python -m config.serve`, the production server,
    docs/benchmarks.md "The HTTP server"; with `--reload`, so code changes restart its workers as
    runserver would), a Celery worker and Celery
    beat; then, once the web server answers HTTP (so
-   no member meets a refused connection), the demo members, the demo producer and `run_member` for the
-   RSC_EXTRA_APPS listeners. Ctrl-C, SIGTERM or any child exiting stops all of them, then the embedded
-   Redis. Beat's schedule file lives in a temporary directory that is removed on exit.
+   no member meets a refused connection), the demo members and the demo producer (unless RSC_DEMO is
+   off) and `run_member` for the RSC_EXTRA_APPS listeners, restarted when a Python file of those apps
+   changes (checked every WATCH_INTERVAL_S; if it exits, a broken edit say, it waits for the next
+   change). Ctrl-C, SIGTERM or any other child exiting stops all of them (SIGTERM to each one's own
+   process, then what is left of its group), then the embedded Redis. Beat's schedule file lives in a
+   temporary directory that is removed on exit.
 
 To add a process, append a `Service` in `services()` (demo members: `demo_member_services()`).
 """
@@ -65,6 +71,8 @@ DEFAULT_REDIS_PORT = 6390
 DEFAULT_DATA_DIR = BASE_DIR / ".run"
 # How long services that wait for the web server (the members) wait before starting anyway.
 WEB_READY_TIMEOUT_S = 120.0
+# How often the RSC_EXTRA_APPS apps' files are checked for changes (their members restart on one).
+WATCH_INTERVAL_S = 1.0
 
 
 class DevstackError(Exception):
@@ -84,13 +92,26 @@ class Service:
     after: str | None = None
     # Variables this service alone gets, on top of the stack's environment.
     env: tuple[tuple[str, str], ...] = ()
+    # Directories whose Python files restart this service when they change (the RSC_EXTRA_APPS apps, for
+    # their members); such a service that exits waits for the next change instead of stopping the stack.
+    watch: tuple[Path, ...] = ()
 
 
-def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...] = ()) -> list[Service]:
+def services(
+    host: str,
+    port: int,
+    run_dir: Path,
+    app_listeners: tuple[str, ...] = (),
+    *,
+    demo: bool = True,
+    app_dirs: tuple[Path, ...] = (),
+) -> list[Service]:
     """The processes `make run` runs, in start order (they are stopped in reverse).
 
     ``run_dir`` is a private temporary directory for state files (beat's schedule), removed on exit.
-    ``app_listeners``: the listener names of the RSC_EXTRA_APPS apps, run by one `run_member`.
+    ``app_listeners``: the listener names of the RSC_EXTRA_APPS apps, run by one `run_member` that
+    restarts when a Python file under ``app_dirs`` (their directories) changes. ``demo`` (RSC_DEMO): the
+    demo members and producer.
     """
     manage = (sys.executable, str(BASE_DIR / "manage.py"))
     celery = (sys.executable, "-m", "celery", "-A", "config")
@@ -112,8 +133,8 @@ def services(host: str, port: int, run_dir: Path, app_listeners: tuple[str, ...]
             name="celery-beat",
             argv=(*celery, "beat", "-l", "info", "--schedule", str(run_dir / "celerybeat-schedule")),
         ),
-        *demo_member_services(manage),
-        *app_member_services(manage, app_listeners),
+        *(demo_member_services(manage) if demo else ()),
+        *app_member_services(manage, app_listeners, app_dirs),
     ]
 
 
@@ -139,12 +160,16 @@ def demo_member_services(manage: tuple[str, ...]) -> list[Service]:
     ]
 
 
-def app_member_services(manage: tuple[str, ...], names: tuple[str, ...]) -> list[Service]:
-    """`run_member` for the listeners of the apps in RSC_EXTRA_APPS (none: no process)."""
+def app_member_services(
+    manage: tuple[str, ...], names: tuple[str, ...], app_dirs: tuple[Path, ...] = ()
+) -> list[Service]:
+    """`run_member` for the listeners of the apps in RSC_EXTRA_APPS (none: no process), restarted when
+    their code changes. It names no listener and runs without the demo app (RSC_DEMO=false for it alone):
+    every listener the apps declare, so a listener added by an edit runs after the restart too."""
     if not names:
         return []
-    argv = (*manage, "run_member", *names, "--shutdown-timeout", "5")
-    return [Service(name="app-members", argv=argv, after="web")]
+    argv = (*manage, "run_member", "--shutdown-timeout", "5")
+    return [Service(name="app-members", argv=argv, after="web", env=(("RSC_DEMO", "false"),), watch=app_dirs)]
 
 
 def log(message: str) -> None:
@@ -160,17 +185,35 @@ class Supervisor:
         self._env = env
         self._running: list[tuple[Service, subprocess.Popen[bytes]]] = []
         self._announced: set[str] = set()
+        # Per watching service: the modification times of its watched files when it (re)started.
+        self._watched: dict[str, dict[Path, int]] = {}
+        # Watching services that exited: restarted on the next change, not a reason to stop.
+        self._waiting_for_change: set[str] = set()
 
     def start(self, service: Service) -> None:
         log(f"starting {service.name}: {' '.join(service.argv)}")
         _Interrupts.deferring = True
         try:
             env = {**self._env, **dict(service.env)}
+            if service.watch:
+                self._watched[service.name] = _snapshot(service.watch)
             process = subprocess.Popen(service.argv, cwd=BASE_DIR, env=env, start_new_session=True)
+            self._running = [(s, p) for s, p in self._running if s.name != service.name]
             self._running.append((service, process))
         finally:
             _Interrupts.deferring = False
         _raise_if_interrupted()
+
+    def restart_changed(self) -> None:
+        """Restart each watching service whose watched Python files changed since it started (also one
+        that exited meanwhile, a syntax error say, waiting for the fix)."""
+        for service, process in list(self._running):
+            if not service.watch or _snapshot(service.watch) == self._watched.get(service.name):
+                continue
+            log(f"{service.name}: {', '.join(str(p) for p in service.watch)} changed; restarting it")
+            self._stop([(service, process)])
+            self._waiting_for_change.discard(service.name)
+            self.start(service)
 
     def start_all(self, stack: list[Service]) -> bool:
         """Start the services in order, each one's ``after`` answering first. False if one exited."""
@@ -195,9 +238,15 @@ class Supervisor:
         return True
 
     def first_exited(self) -> tuple[Service, int] | None:
-        """The first service that has exited, with its exit code; announces newly ready ones."""
+        """The first service that has exited, with its exit code; announces newly ready ones. A watching
+        service that exits is said once and waits for a change of its code instead."""
         for service, process in self._running:
             code = process.poll()
+            if code is not None and service.watch:
+                if service.name not in self._waiting_for_change:
+                    self._waiting_for_change.add(service.name)
+                    log(f"{service.name} exited with code {code}; it restarts when its code changes")
+                continue
             if code is not None:
                 return service, code
             waiting = service.ready_port is not None and service.name not in self._announced
@@ -216,10 +265,14 @@ class Supervisor:
         self._running.clear()
 
     def _stop(self, running: list[tuple[Service, subprocess.Popen[bytes]]]) -> None:
+        # SIGTERM to each service's own process, not its whole group: the API server (granian) stops its
+        # workers itself; a worker signalled directly exits first, and granian reports that as an
+        # "Unexpected exit from worker-1" error. What is left of the group is killed once it has exited.
         for service, process in reversed(running):
             if process.poll() is None:
                 log(f"stopping {service.name}")
-                _signal_group(process, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for service, process in reversed(running):
             try:
@@ -230,6 +283,16 @@ class Supervisor:
                 process.wait()
             # The group may still hold children (an API server worker, say).
             _signal_group(process, signal.SIGKILL)
+
+
+def _snapshot(directories: tuple[Path, ...]) -> dict[Path, int]:
+    """The modification time of every Python file under ``directories`` (none: an empty mapping)."""
+    found: dict[Path, int] = {}
+    for directory in directories:
+        for path in directory.rglob("*.py"):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                found[path] = path.stat().st_mtime_ns
+    return found
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
@@ -326,9 +389,11 @@ def _raise_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
-def _app_listeners() -> tuple[str, ...]:
+def _app_listeners() -> tuple[tuple[str, ...], tuple[Path, ...]]:
     """The names of the listeners that the RSC_EXTRA_APPS apps declare (importing their listeners.py:
-    a broken one fails here, before anything starts)."""
+    a broken one fails here, before anything starts), and the apps' directories (watched: an edit there
+    restarts their members)."""
+    from django.apps import apps
     from django.conf import settings
 
     from consumers.listener import autodiscover_listeners
@@ -337,17 +402,24 @@ def _app_listeners() -> tuple[str, ...]:
     # setting: the dev stack runs config.settings.
     extra = tuple(settings.RSC_EXTRA_APPS)
     if not extra:
-        return ()
+        return (), ()
     names = tuple(
         item.name
         for item in autodiscover_listeners().all()
         if not getattr(item.fn, "__module__", "").startswith("consumers.demo")
     )
+    dirs = tuple(
+        Path(config.path)
+        for config in apps.get_app_configs()
+        if any(entry == config.name or entry.startswith(f"{config.name}.") for entry in extra)
+    )
     if names:
-        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): running listeners {', '.join(names)}")
+        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): running listeners {', '.join(names)}; an edit under "
+            f"{', '.join(map(str, dirs))} restarts their members")  # fmt: skip
     else:
-        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): no @listener in their listeners.py, so no members")
-    return names
+        log(f"RSC_EXTRA_APPS ({', '.join(extra)}): no @listener in their listeners.py, so no members "
+            "(restart make run once they have one)")  # fmt: skip
+    return names, dirs
 
 
 def _prepare_database() -> None:
@@ -401,6 +473,25 @@ def _export_dev_environment(redis_server: RedisServer | None) -> None:
         log(f"    {name}={value}    (HTTP header: Authorization: Bearer {value})")
     log("They are public knowledge: never use them outside local development.")
     log(banner)
+
+
+def _demo_enabled() -> bool:
+    """RSC_DEMO as the settings read it (make run defaults it to true; `RSC_DEMO=false make run` runs
+    the rest of the stack)."""
+    from django.conf import settings
+
+    return bool(settings.RSC_DEMO)
+
+
+def _share_environment(data_dir: Path) -> Path:
+    """Write what the commands beside this stack need (config/devstack_env.py) and say how to use it."""
+    from config import devstack_env
+
+    path = devstack_env.write(data_dir, os.environ)
+    beside = "" if data_dir == DEFAULT_DATA_DIR else f"DEVSTACK_DIR={data_dir} "
+    log(f"commands beside this stack take its settings from {path} while it runs, e.g. "
+        f"{beside}.venv/bin/python manage.py consumer_groups list")  # fmt: skip
+    return path
 
 
 def _load_functions() -> None:
@@ -506,12 +597,15 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
 
     redis_server: RedisServer | None = None
     supervisor: Supervisor | None = None
+    shared_env: Path | None = None
     exit_code = 0
     try:
+        # Held for this process's lifetime: one stack per data dir, and while it is held the commands
+        # beside this stack read its settings (devstack_env.FILE_NAME, written below).
+        lock_data_dir(data_dir)
         if os.environ.get("REDIS_URL"):
             log(f"using REDIS_URL={os.environ['REDIS_URL']}")
         else:
-            lock_data_dir(data_dir)
             redis_server = start_embedded_redis(data_dir)
             os.environ["REDIS_URL"] = redis_server.url
             log(
@@ -520,14 +614,21 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
             )
         _export_dev_environment(redis_server)
         _export_coordinator_url(host, port)
+        shared_env = _share_environment(data_dir)
         _prepare_database()
         _load_functions()
-        _create_demo_group()
-        stack = services(host, port, run_dir, _app_listeners())
+        demo = _demo_enabled()
+        if demo:
+            _create_demo_group()
+        else:
+            log("RSC_DEMO is off: no demo group, demo members or demo producer")
+        names, app_dirs = _app_listeners()
+        stack = services(host, port, run_dir, names, demo=demo, app_dirs=app_dirs)
         _raise_if_interrupted()
         supervisor = Supervisor(host, env=dict(os.environ))
         if not supervisor.start_all(stack):
             log("a service exited during start-up")
+        next_scan = time.monotonic() + WATCH_INTERVAL_S
         while True:
             exited = supervisor.first_exited()
             if exited is not None:
@@ -536,6 +637,9 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
                 exit_code = code or 1
                 break
             _raise_if_interrupted()
+            if time.monotonic() >= next_scan:
+                supervisor.restart_changed()
+                next_scan = time.monotonic() + WATCH_INTERVAL_S
             time.sleep(0.25)
     except KeyboardInterrupt:
         log("interrupted; stopping everything")
@@ -554,6 +658,8 @@ def _run(host: str, port: int, run_dir: Path, data_dir: Path = DEFAULT_DATA_DIR)
             signal.signal(signum, signal.SIG_IGN)
         if supervisor is not None:
             supervisor.stop_all()
+        if shared_env is not None:
+            shared_env.unlink(missing_ok=True)
         if redis_server is not None:
             redis_server.stop()
             log("embedded Redis stopped")

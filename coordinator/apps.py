@@ -22,8 +22,17 @@ class CoordinatorConfig(AppConfig):
         checks.register(check_rsc_settings, "rsc")
         checks.register(check_celery_broker, "rsc")
         checks.register(check_trusted_proxy_header, "rsc")
+        from consumers import logdefaults
+
         # Connects the credential-cache invalidation signals (dispatch_uid makes it idempotent).
         from . import credentials  # noqa: F401
+        from .celery import quiet_beat_task_logs
+
+        # Logging (docs/plugin.md section 8): the apps' INFO lines on stderr unless the host's LOGGING
+        # configured their loggers (until Celery sets up its own: then its -l decides); Celery's per-run
+        # INFO lines of the tick and the retention pass left out unless RSC_BEAT_TASK_LOGS (section 5).
+        logdefaults.install("coordinator", "admin_ui")
+        quiet_beat_task_logs()
 
     def metadata_store(self) -> Any:
         """This process's metadata store (``coordinator.store.get_store``): what a member process hosts

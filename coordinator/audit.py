@@ -96,5 +96,11 @@ def prune(*, before: datetime, dry_run: bool = False) -> int:
     if dry_run:
         return int(old.count())
     deleted, _by_model = old.delete()
-    log.info("audit trail pruned: %d entries written before %s deleted", deleted, before.isoformat())
+    # Every retention pass prunes: a pass that found nothing to delete says so at DEBUG only.
+    log.log(
+        logging.INFO if deleted else logging.DEBUG,
+        "audit trail pruned: %d entries written before %s deleted",
+        deleted,
+        before.isoformat(),
+    )
     return int(deleted)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -90,6 +91,7 @@ def connect_setting_checks() -> None:
     """
     from celery import signals
 
+    quiet_beat_task_logs()
     signals.worker_init.connect(_refuse_impossible_settings, weak=False, dispatch_uid="rsc-checks-worker")
     signals.beat_init.connect(_refuse_impossible_settings, weak=False, dispatch_uid="rsc-checks-beat")
 
@@ -109,3 +111,50 @@ def _refuse_impossible_settings(**kwargs: Any) -> None:
         print(message, file=sys.__stderr__, flush=True)
         # SystemExit, not an Exception: Celery's signal dispatch logs and ignores the latter.
         raise SystemExit(message)
+
+
+# --- logging: Celery's per-run lines of the two beat tasks ----------------------------------------------
+
+# Where Celery logs a task's runs at INFO: "Task <name>[<id>] received" (the worker's strategy),
+# "... succeeded in ..." (the tracer), "Scheduler: Sending due task <entry> (<name>)" (beat), "Discarding
+# revoked task: <name>[<id>]" (an expired beat, the request). Failures are WARNING or ERROR there.
+BEAT_TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat", "celery.worker.request")
+_BEAT_TASK = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in (TICK_TASK, RETENTION_TASK)) + r")\b")
+
+
+class QuietBeatTasks(logging.Filter):
+    """Drops Celery's INFO (and DEBUG) lines about the tick and the retention pass, three per tick every
+    second while idle, unless ``RSC_BEAT_TASK_LOGS``; their warnings and errors, and every other task's
+    lines, pass. What a tick changes, it logs itself (coordinator.service)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING or not _BEAT_TASK.search(record.getMessage()):
+            return True
+        return _beat_task_logs()
+
+
+def _beat_task_logs() -> bool:
+    try:
+        return bool(_setting("RSC_BEAT_TASK_LOGS"))
+    except Exception:  # settings that cannot be loaded here: the default, and never an error from a filter
+        return bool(conf.default("RSC_BEAT_TASK_LOGS"))
+
+
+def quiet_beat_task_logs() -> None:
+    """Install :class:`QuietBeatTasks` on Celery's loggers, and hand the package's default logging
+    (consumers/logdefaults.py) over to Celery once it sets up its own. Idempotent; called when the
+    coordinator app is ready and by :func:`connect_setting_checks`."""
+    from celery import signals
+
+    for name in BEAT_TASK_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietBeatTasks) for f in logger.filters):
+            logger.addFilter(QuietBeatTasks())
+    signals.after_setup_logger.connect(_celery_logging_set_up, weak=False, dispatch_uid="rsc-logdefaults")
+
+
+def _celery_logging_set_up(**kwargs: Any) -> None:
+    """Celery configured the root logger (worker or beat, ``-l LEVEL``): the package's loggers follow it."""
+    from consumers import logdefaults
+
+    logdefaults.uninstall()

@@ -269,6 +269,14 @@ SETTINGS: tuple[Setting, ...] = (
         365,
         "Audit rows older than this are deleted by the retention pass and `manage.py prune_audit`",
     ),
+    # Off: three INFO lines per tick every second while idle (coordinator/celery.py, QuietBeatTasks).
+    Setting(
+        "RSC_BEAT_TASK_LOGS",
+        bool,
+        False,
+        "Celery's INFO lines for each run of the tick and the retention pass (received, succeeded, beat's "
+        "sending due task); `False`: left out, their warnings and errors stay (section 5)",
+    ),
     # The dead-letter MAC (docs/protocol.md section 14): its keys are rendered into the data plane's Redis
     # Functions library by the coordinator (rsc_redis/functions.py); members never hold them.
     Setting(

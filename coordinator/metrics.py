@@ -5,10 +5,11 @@ Theory of operation
 Three kinds of figures, each collected where it is true:
 
 1. **State, read at scrape time** (:class:`StateCollector`): for every stream prefix, the metadata
-   (epochs, members by state, shards by assignment, migration progress) and, per shard, the Redis
-   consumer group's lag and pending count. Nothing is cached between scrapes, so every API process
-   answers the same figures and none can drift. Cost: one metadata load and one pipelined
-   ``XINFO GROUPS`` per shard for every group, per scrape (scrape every 15-60 s).
+   (epochs, members by state, shards by assignment, migration progress), per shard the group's lag
+   (counted from its position, ``backlog_count.lua``) and pending count, and per group the autoscaling
+   sums (coordinator/store/scaling.py, docs/autoscaling.md). Nothing is cached between scrapes, so every
+   API process answers the same figures and none can drift. Cost: one metadata load, and a few pipelined
+   round trips (``XINFO GROUPS``, the count scripts) per group, per scrape (scrape every 15-60 s).
 2. **Events counted in Redis** (:func:`count`): tick runs, tick duration, expired members, CAS
    conflicts. They happen in whichever process runs the tick (a Celery worker, ``run_tick``) or the
    command (any API worker); a ``HINCRBYFLOAT`` on ``rsc:metrics`` makes them one cluster-wide counter
@@ -30,6 +31,7 @@ import hmac
 import logging
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -105,6 +107,26 @@ class _Families:
         self.active_version = gauge(
             "rsc_routing_version", "The active routing version.", labels=["stream_prefix"]
         )
+        # Autoscaling (coordinator/store/scaling.py, docs/autoscaling.md): one number per group.
+        self.backlog = gauge(
+            "rsc_group_backlog",
+            "Entries not yet delivered plus pending, over every shard the group reads.",
+            labels=group,
+        )
+        self.undelivered = gauge(
+            "rsc_group_undelivered", "Entries not yet delivered to the group, over its shards.", labels=group
+        )
+        self.group_shards = gauge(
+            "rsc_group_shards", "Shards the group reads (ACTIVE and undrained DRAINING ones).", labels=group
+        )
+        self.shards_with_backlog = gauge(
+            "rsc_group_shards_with_backlog", "Shards with entries undelivered or pending.", labels=group
+        )
+        self.oldest_undelivered = gauge(
+            "rsc_group_oldest_undelivered_age_seconds",
+            "Age of the oldest entry not yet delivered to the group (0: none).",
+            labels=group,
+        )
         self.failed = gauge(
             "rsc_metrics_prefix_failed", "1: this prefix could not be read.", labels=["stream_prefix"]
         )
@@ -134,6 +156,14 @@ class _Families:
             for assignment, n in by_assignment.items():
                 self.shards.add_metric([*labels, assignment], n)
             self.to_drain.add_metric(labels, len(snapshot.undrained[name]))
+        scaling = store.scaling.of_state(snapshot.state, snapshot.now_ms, snapshot.state.groups)
+        for name, figures in scaling.items():
+            labels = [prefix, name]
+            self.backlog.add_metric(labels, figures.backlog)
+            self.undelivered.add_metric(labels, figures.undelivered)
+            self.group_shards.add_metric(labels, figures.shards)
+            self.shards_with_backlog.add_metric(labels, figures.shards_with_backlog)
+            self.oldest_undelivered.add_metric(labels, figures.oldest_undelivered_age_ms / 1000)
 
     def all(self) -> list[Any]:
         return [
@@ -146,6 +176,11 @@ class _Families:
             self.lag,
             self.pending,
             self.oldest,
+            self.backlog,
+            self.undelivered,
+            self.group_shards,
+            self.shards_with_backlog,
+            self.oldest_undelivered,
             self.failed,
         ]
 
@@ -177,31 +212,61 @@ def registry() -> CollectorRegistry:
     return reg
 
 
-def _authorized(request: HttpRequest) -> bool:
+MISSING_TOKEN = "metrics need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or an admin one\n"
+WRONG_TOKEN = (
+    "this bearer token is neither an RSC_METRICS_TOKENS token nor an API credential: check the scrape "
+    "configuration's token\n"
+)
+MEMBER_TOKEN = "a member token cannot read metrics: use an RSC_METRICS_TOKENS token or an admin one\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeRefusal:
+    """Why a request may not read the metrics (or the autoscaling figures, coordinator/api/scaling.py)."""
+
+    status: int  # 401 no token / a token nobody issued, 403 a member's, 503 cannot check now
+    text: str
+    authenticate: str = ""  # the WWW-Authenticate header, if any
+
+
+def scrape_refusal(request: HttpRequest) -> ScrapeRefusal | None:
+    """None when the request may read the metrics, else why not: no token (401), a token nobody issued
+    (401, ``error="invalid_token"``), a member credential's (403, ``insufficient_scope``, RFC 6750
+    section 3.1), or the credentials cannot be read now (503)."""
     scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
-        return False
+        return ScrapeRefusal(401, MISSING_TOKEN, 'Bearer realm="metrics"')
     presented = token_digest(token)
     scrape = [t for t in conf.settings().RSC_METRICS_TOKENS or () if t]
     if any(hmac.compare_digest(token_digest(t), presented) for t in scrape):
-        return True
+        return None
     try:
         principal = match_token(token)
-    except CoordinatorError:
-        return False
-    return principal is not None and principal.role is Role.ADMIN
+    except CoordinatorError as e:
+        return ScrapeRefusal(503, f"cannot check the token now: {e.message}\n")
+    if principal is None:
+        return ScrapeRefusal(401, WRONG_TOKEN, 'Bearer realm="metrics", error="invalid_token"')
+    if principal.role is not Role.ADMIN:
+        return ScrapeRefusal(403, MEMBER_TOKEN, 'Bearer realm="metrics", error="insufficient_scope"')
+    return None
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    refusal = scrape_refusal(request)
+    return None if refusal is None else _text(refusal.text, refusal.status, refusal.authenticate)
+
+
+def _text(body: str, status: int, authenticate: str = "") -> HttpResponse:
+    response = HttpResponse(body, status=status, content_type="text/plain; charset=utf-8")
+    if authenticate:
+        response["WWW-Authenticate"] = authenticate
+    return response
 
 
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: Prometheus text format, for an admin credential or an RSC_METRICS_TOKENS token."""
-    if not _authorized(request):
-        response = HttpResponse(
-            "metrics need 'Authorization: Bearer <token>': an RSC_METRICS_TOKENS token or an admin one\n",
-            status=401,
-            content_type="text/plain; charset=utf-8",
-        )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
+    if (refusal := _refusal(request)) is not None:
+        return refusal
     return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)

@@ -584,6 +584,18 @@ def delete_group(
     return _audited(actor, Action.DELETE_GROUP, prefix, group, requested, act)
 
 
+# ------------------------------------------------------------------------------------------ autoscaling
+
+
+def group_scaling(stream_prefix: Any, consumer_group: Any) -> dict[str, Any]:
+    """A group's autoscaling figures (docs/autoscaling.md): backlog, shards, oldest undelivered age. A
+    read, so no actor and no audit row: whoever may scrape metrics may read it (the caller checks the
+    scrape token). A group or prefix that does not exist answers zeros with ``exists`` false, as an
+    autoscaler expects; a malformed identifier is INVALID_IDENTIFIER (checked before any read)."""
+    prefix, group = _group_target(stream_prefix, consumer_group)
+    return get_store().scaling.group(prefix, group).as_json()
+
+
 # ------------------------------------------------------------------------------------------ credentials
 
 # The fields of an API credential an operator may change (the token never changes: issue a new one).

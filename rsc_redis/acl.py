@@ -161,17 +161,21 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
     scope = ["*"] if prefixes is None else _checked(prefixes)
     meta, shards = keys.META, keys.SHARD_STREAMS
     if kind == PRODUCER:
-        # produce (produce.lua), and the route read of Producer.route(). TIME: produce.lua of earlier
-        # versions read it (a rolling upgrade runs them beside this one); this version's does not.
+        # produce (produce.lua), and the route read of Producer.route(). TIME: idempotent_produce.lua
+        # reads it (and produce.lua of earlier versions, which a rolling upgrade runs beside this one).
+        # The idempotency keys' two generations (idempotent_produce.lua): look up, record, rotate.
+        once = [*_patterns(keys.ONCE, scope), *_patterns(keys.ONCE_PREVIOUS, scope)]
         return (
             "resetchannels",
             *_patterns(meta, scope),
             *_patterns(shards, scope),
+            *once,
             *_CONNECTION,
             *_CALLS_FUNCTIONS,
             "+time",
             _selector(*_patterns(meta, scope, "%R~"), "+hget"),
             _selector(*_patterns(shards, scope), "+exists", "+xadd"),
+            _selector(*once, "+hmget", "+hset", "+rename", "+pexpire"),
         )
     # The fenced functions (fence.lua + fetch, read_new, read_pending, claim, ack, delete_ghosts,
     # dead_letter; fetch reads every shard's redeliver token with one HMGET) and renew_lease, the

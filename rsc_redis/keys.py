@@ -101,6 +101,20 @@ def heartbeat_rate_key(stream_prefix: str, consumer_group: str, member_id: str) 
     return f"rsc:{{{stream_prefix}}}:hbr:{consumer_group}:{member_id}"
 
 
+def once_key(stream_prefix: str) -> str:
+    """Hash ``<idempotency key> -> "<routing version> <shard index> <entry id> <event id>"``: the current
+    generation of the prefix's idempotency keys, field ``""`` ``"<ms it was opened at> <records
+    written>"`` (the producer's ``idempotent_produce``, docs/producer.md "Enqueue once"). Not metadata:
+    it expires by itself."""
+    return f"rsc:{{{stream_prefix}}}:once"
+
+
+def once_previous_key(stream_prefix: str) -> str:
+    """Hash: the previous generation of :func:`once_key` (renamed from it when a new one opens). Not
+    metadata: it expires by itself."""
+    return f"rsc:{{{stream_prefix}}}:once:prev"
+
+
 # ------------------------------------------------------------------------------- keys of a credential
 # ``credential``: the digest of an API credential's identity (coordinator.store.codec.identity_digest
 # of "database:<pk>", "environment:<digest>", "session:<user pk>"): 16 hex digits, never a token.
@@ -168,6 +182,8 @@ LEASE_INDEX = KeyFamily("rsc:{P}:lz", "sorted set", lease_index_key)
 SCHEDULE_INDEX = KeyFamily("rsc:{P}:sz", "sorted set", schedule_index_key)
 TURN = KeyFamily("rsc:{P}:turn", "string with expiry", turn_key)
 HEARTBEAT_RATE = KeyFamily("rsc:{P}:hbr:<G>:<member>", "string with expiry", heartbeat_rate_key)
+ONCE = KeyFamily("rsc:{P}:once", "hash with expiry", once_key)
+ONCE_PREVIOUS = KeyFamily("rsc:{P}:once:prev", "hash with expiry", once_previous_key)
 CREDENTIAL_MEMBERS = KeyFamily("rsc:credential:{<credential>}:members", "sorted set", credential_members_key)
 CREDENTIAL_JOINS = KeyFamily(
     "rsc:credential:{<credential>}:joins", "string with expiry", credential_joins_key
@@ -187,6 +203,8 @@ FAMILIES: tuple[KeyFamily, ...] = (
     SCHEDULE_INDEX,
     TURN,
     HEARTBEAT_RATE,
+    ONCE,
+    ONCE_PREVIOUS,
     CREDENTIAL_MEMBERS,
     CREDENTIAL_JOINS,
     PREFIXES,

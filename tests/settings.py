@@ -10,6 +10,11 @@ server, Celery, run_member, the dev stack) must not inherit it; they run as prod
 
 import os
 
+# Never the settings of a `make run` that happens to run in this checkout (config/devstack_env.py): not
+# for this process, nor for the processes the suite starts (they inherit it). A test that wants them
+# sets DEVSTACK_DIR itself.
+os.environ.setdefault("DEVSTACK_DIR", "")
+
 _before = os.environ.get("DEVELOPMENT")
 os.environ["DEVELOPMENT"] = "true"
 try:

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from config.embedded_redis import free_port
 from coordinator.models import AuditEntry
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.group import Heartbeat
@@ -151,3 +152,24 @@ def test_describe_shows_instance_ids_and_the_targets_held_for_restart(store: Met
     held = lines[lines.index("Held for restart:") + 2].split()
     assert held[:3] == ["pod-0.ship.0", "s1", ",".join(s["shard"] for s in joined["shards"])]
     assert held[3].endswith("s") and 0 < float(held[3][:-1]) <= 60
+
+
+@pytest.mark.parametrize("action", [("list",), ("describe", "orders", "billing")])
+def test_no_or_an_unreachable_redis_is_one_line_saying_what_to_set(
+    settings: Any, action: tuple[str, ...], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31: `STORE_UNAVAILABLE: REDIS_URL is not configured`, or a store error after the store's own
+    ERROR log, said nothing of what to set. Now one line naming REDIS_URL, and nothing logged before it."""
+    reset_store()
+    settings.REDIS_URL = ""
+    with pytest.raises(CommandError) as missing:
+        run(*action)
+    assert str(missing.value).startswith("STORE_UNAVAILABLE: REDIS_URL is not set: set it to")
+    settings.REDIS_URL = f"redis://user:hunter2@127.0.0.1:{free_port()}/0"
+    with pytest.raises(CommandError) as unreachable:
+        run(*action)
+    message = str(unreachable.value)
+    assert message.startswith("STORE_UNAVAILABLE: cannot reach the coordinator's Redis at REDIS_URL=redis://")
+    assert "set REDIS_URL" in message and "hunter2" not in message and "\n" not in message
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    reset_store()

@@ -113,3 +113,13 @@ def test_the_member_allows_its_plain_http_url_to_the_web_container_explicitly() 
     text = COMPOSE.read_text()
     above = text[: text.index("RSC_ALLOW_INSECURE_COORDINATOR_URL")].splitlines()[-4:]
     assert any("in clear" in line for line in above)
+
+
+def test_the_image_copies_every_package_and_installs_the_server_and_postgres_extras() -> None:
+    """The apps need neither granian nor psycopg (pyproject.toml's extras); this image serves the API on
+    granian (config/serve.py) against the PostgreSQL service."""
+    dockerfile = yaml.safe_load(COMPOSE.read_text())["x-app"]["build"]["dockerfile_inline"]
+    installs = re.findall(r"^RUN pip install .*$", dockerfile, re.M)
+    assert installs == ["RUN pip install --no-cache-dir -c constraints.txt '.[server,postgres]'"]
+    for package in ("coordinator", "consumers", "admin_ui", "rsc_redis", "config"):
+        assert f"COPY {package} {package}" in dockerfile, package

@@ -89,10 +89,63 @@ def test_members_wait_for_the_web_server_and_extra_apps_get_their_own(tmp_path: 
     assert plain["demo-members"].after == "web" and plain["demo-producer"].after == "web"
     assert plain["celery-worker"].after is None and plain["celery-beat"].after is None
 
-    stack = {s.name: s for s in devstack.services("127.0.0.1", 8000, tmp_path, ("bill", "ship"))}
-    assert stack["app-members"].argv[2:5] == ("run_member", "bill", "ship")
+    apps = devstack.services("127.0.0.1", 8000, tmp_path, ("bill", "ship"), app_dirs=(tmp_path,))
+    stack = {s.name: s for s in apps}
+    # Every listener of the extra apps (none named: one added by an edit runs after the restart), without
+    # the demo's; restarted when the apps' code changes.
+    assert stack["app-members"].argv[2:] == ("run_member", "--shutdown-timeout", "5")
+    assert dict(stack["app-members"].env) == {"RSC_DEMO": "false"}
+    assert stack["app-members"].watch == (tmp_path,)
     assert stack["app-members"].after == "web"
     assert list(stack)[-1] == "app-members"
+
+
+def test_without_the_demo_the_rest_of_the_stack_runs(tmp_path: Path) -> None:
+    """`RSC_DEMO=false make run` (issue 31: it stopped 3 s after start, `Unknown command: 'produce_demo'`)."""
+    stack = [s.name for s in devstack.services("127.0.0.1", 8000, tmp_path, ("bill",), demo=False)]
+    assert stack == ["web", "celery-worker", "celery-beat", "app-members"]
+
+
+def _sleeper(name: str, watch: tuple[Path, ...] = (), seconds: int = 60) -> devstack.Service:
+    return devstack.Service(
+        name=name, argv=(sys.executable, "-c", f"import time; time.sleep({seconds})"), watch=watch
+    )
+
+
+def test_an_edit_of_a_watched_app_restarts_its_service_and_only_it(tmp_path: Path) -> None:
+    """make run reloads the RSC_EXTRA_APPS apps' members when their code changes (issue 31 item 5); a
+    watching service that exits (an edit that broke it) waits for the next change, the stack runs on."""
+    app = tmp_path / "billing"
+    app.mkdir()
+    listeners = app / "listeners.py"
+    listeners.write_text("x = 1\n")
+    supervisor = devstack.Supervisor("127.0.0.1", env=dict(os.environ))
+    try:
+        supervisor.start_all([_sleeper("other"), _sleeper("app-members", (app,))])
+        before = {s.name: p.pid for s, p in supervisor._running}
+        supervisor.restart_changed()  # nothing changed
+        assert {s.name: p.pid for s, p in supervisor._running} == before
+        listeners.write_text("x = 2\n")
+        os.utime(listeners, ns=(time.time_ns() + 10**9,) * 2)  # a new mtime even on a coarse clock
+        supervisor.restart_changed()
+        after = {s.name: p.pid for s, p in supervisor._running}
+        assert after["other"] == before["other"] and after["app-members"] != before["app-members"]
+        assert all(p.poll() is None for _, p in supervisor._running)
+    finally:
+        supervisor.stop_all()
+
+    broken = devstack.Supervisor("127.0.0.1", env=dict(os.environ))
+    try:
+        broken.start(_sleeper("app-members", (app,), seconds=0))  # exits at once, like a broken app
+        [(_, first)] = broken._running
+        first.wait(timeout=30)
+        assert broken.first_exited() is None  # not a reason to stop the stack
+        (app / "fixed.py").write_text("")
+        broken.restart_changed()
+        [(_, second)] = broken._running
+        assert second.pid != first.pid
+    finally:
+        broken.stop_all()
 
 
 def test_the_web_server_is_production_s_with_reload_and_its_own_metrics_dir(tmp_path: Path) -> None:
@@ -177,3 +230,34 @@ def test_the_members_url_is_local_or_explicitly_allowed(
     devstack._export_coordinator_url(host, 8000)
     assert os.environ["RSC_COORDINATOR_URL"] == url
     assert os.environ.get("RSC_ALLOW_INSECURE_COORDINATOR_URL") == allowed
+
+
+def test_commands_beside_a_running_stack_read_its_settings_and_only_while_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """config/devstack_env.py: what `make run` wrote is read while it holds its data dir's lock (a stopped
+    stack's file is ignored); a variable already set wins; DEVSTACK_DIR="" reads nothing."""
+    from config import devstack_env
+
+    values = {"REDIS_URL": "redis://127.0.0.1:6390/0", "DEBUG": "true", "RSC_ADMIN_TOKENS": "dev-admin-token",
+              "RSC_COORDINATOR_URL": "http://127.0.0.1:8000", "HOME": "/not/shared"}  # fmt: skip
+    path = devstack_env.write(tmp_path, values)
+    assert path.stat().st_mode & 0o077 == 0  # it holds tokens: the owner's alone
+    assert "HOME" not in path.read_text()
+    for name in values:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEVSTACK_DIR", str(tmp_path))
+    monkeypatch.setenv("RSC_ADMIN_TOKENS", "mine")
+
+    assert devstack_env.read_running(Path("/nowhere")) is None  # no stack holds the lock
+    assert "REDIS_URL" not in os.environ
+    fd = devstack.lock_data_dir(tmp_path)
+    try:
+        assert devstack_env.read_running(Path("/nowhere")) == path
+        assert os.environ["REDIS_URL"] == "redis://127.0.0.1:6390/0" and os.environ["DEBUG"] == "true"
+        assert os.environ["RSC_ADMIN_TOKENS"] == "mine"  # the environment wins
+        monkeypatch.delenv("REDIS_URL")
+        monkeypatch.setenv("DEVSTACK_DIR", "")
+        assert devstack_env.read_running(Path("/nowhere")) is None and "REDIS_URL" not in os.environ
+    finally:
+        os.close(fd)

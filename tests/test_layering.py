@@ -333,7 +333,7 @@ def _scan_one(
     ("path", "source"),
     [
         ("metrics.py", "from coordinator.api.auth import Role, match_token"),
-        ("metrics.py", "def _authorized(request):\n    from coordinator.api.auth import match_token"),
+        ("metrics.py", "def scrape_refusal(request):\n    from coordinator.api.auth import match_token"),
         ("apps.py", "def ready(self):\n    from .api import auth"),
         ("admin.py", "from .api.auth import MANAGE_GROUPS_PERMISSION"),
         ("operations.py", "from coordinator.api.errors import HTTP_STATUS"),

@@ -17,8 +17,15 @@ import logging, django
 django.setup()
 logging.getLogger("hostapp.views").info("host says hi", extra={"member_id": "m1", "shard": "v1:0"})
 logging.getLogger("coordinator.service").info("member expired")
-logging.getLogger("celery.app.trace").info("Task coordinator.tasks.tick succeeded")
-logging.getLogger("celery.beat").info("Scheduler: Sending due task tick")
+# Celery's own calls (celery/app/trace.py, celery/beat.py): the tick's per-run lines, and another task's.
+from celery.app.trace import LOG_SUCCESS
+context = {"id": "1", "name": "coordinator.tasks.tick", "runtime": 0.001, "return_value": None}
+trace = logging.getLogger("celery.app.trace")
+trace.info(LOG_SUCCESS, context, extra={"data": context})
+logging.getLogger("celery.beat").info("Scheduler: Sending due task %s (%s)", "coordinator-tick",
+                                      "coordinator.tasks.tick")
+trace.info(LOG_SUCCESS, dict(context, name="hostapp.tasks.send_invoice"))
+trace.error("Task %(name)s[%(id)s] raised unexpected: %(exc)s", dict(context, exc="boom"))
 logging.getLogger("hostapp.views").debug("not at INFO")
 """
 
@@ -38,6 +45,8 @@ def test_json_lines_carry_the_records_extra_fields() -> None:
     assert [(r["logger"], r["message"]) for r in records] == [
         ("hostapp.views", "host says hi"),
         ("coordinator.service", "member expired"),
+        ("celery.app.trace", "Task hostapp.tasks.send_invoice[1] succeeded in 0.001s: None"),
+        ("celery.app.trace", "Task coordinator.tasks.tick[1] raised unexpected: boom"),
     ]
     assert records[0]["level"] == "INFO" and records[0]["member_id"] == "m1" and records[0]["shard"] == "v1:0"
     assert "time" in records[0]
@@ -48,7 +57,14 @@ def test_plain_lines_keep_the_host_apps_info_and_drop_celerys_per_task_lines() -
     assert done.returncode == 0, done.stderr
     assert "INFO hostapp.views: host says hi" in done.stderr
     assert "INFO coordinator.service: member expired" in done.stderr
-    assert "succeeded" not in done.stderr and "Sending due task" not in done.stderr
+    assert "coordinator.tasks.tick[1] succeeded" not in done.stderr and "Sending due task" not in done.stderr
+    # Another task's lines, and the tick's errors, stay.
+    assert "INFO celery.app.trace: Task hostapp.tasks.send_invoice[1] succeeded" in done.stderr
+    assert "ERROR celery.app.trace: Task coordinator.tasks.tick[1] raised unexpected: boom" in done.stderr
+    # RSC_BEAT_TASK_LOGS brings them back.
+    again = run(RSC_BEAT_TASK_LOGS="true").stderr
+    assert "coordinator.tasks.tick[1] succeeded" in again
+    assert "Sending due task coordinator-tick (coordinator.tasks.tick)" in again
     assert "not at INFO" not in done.stderr
     assert "not at INFO" in run(LOG_LEVEL="DEBUG").stderr
 

@@ -52,10 +52,18 @@ def samples(client: Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
 
 
 def test_only_admin_and_scrape_tokens_may_read_metrics(client: Client) -> None:
-    for token in (None, MEMBER_TOKEN, "wrong"):
-        response = scrape(client, token)
-        assert response.status_code == 401
-        assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+    """Each refusal says what is wrong (issue 31: a wrong token got the missing-token text): no token,
+    a token nobody issued (RFC 6750 invalid_token), a member credential (insufficient_scope)."""
+    missing, wrong, member = scrape(client, None), scrape(client, "wrong"), scrape(client, MEMBER_TOKEN)
+    assert (missing.status_code, missing["WWW-Authenticate"]) == (401, 'Bearer realm="metrics"')
+    assert missing.content.decode().startswith("metrics need 'Authorization: Bearer <token>'")
+    assert wrong.status_code == 401
+    assert wrong["WWW-Authenticate"] == 'Bearer realm="metrics", error="invalid_token"'
+    assert "neither an RSC_METRICS_TOKENS token nor an API credential" in wrong.content.decode()
+    assert member.status_code == 403
+    assert member["WWW-Authenticate"] == 'Bearer realm="metrics", error="insufficient_scope"'
+    assert member.content.decode().startswith("a member token cannot read metrics")
+    assert len({missing.content, wrong.content, member.content}) == 3
     assert scrape(client, ADMIN_TOKEN).status_code == 200
     assert client.post("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}").status_code == 405
 

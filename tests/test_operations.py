@@ -28,7 +28,7 @@ from coordinator.protocol.errors import (
     CoordinatorError,
     GroupHasUnconsumedEntries,
     InvalidRequest,
-    UnknownShard,
+    ShardNotFound,
 )
 from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, OrderingMode, RetentionPolicy
@@ -203,10 +203,10 @@ def test_a_skip_records_each_entry_with_its_fields(store: MetadataStore) -> None
 
 
 def test_a_refusal_of_the_store_is_recorded_with_its_code_and_details(store: MetadataStore) -> None:
-    with pytest.raises(UnknownShard):
+    with pytest.raises(ShardNotFound):
         operations.redeliver(ADMIN, P, G, "v7:0")
     entry = AuditEntry.objects.get()
-    assert (entry.outcome, entry.details["error"]) == ("UNKNOWN_SHARD", {"field": "shard", "shard": "v7:0"})
+    assert (entry.outcome, entry.details["error"]) == ("SHARD_NOT_FOUND", {"field": "shard", "shard": "v7:0"})
     assert entry.message.startswith("v7:0 is not a shard")
 
 

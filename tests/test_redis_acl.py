@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import redis
 
 from config.embedded_redis import FORBIDDEN_PORT, HOST, RedisServer
+from consumers import idempotency
 from consumers.dataplane import DataPlane, ShardFetch, library, redis_client
 from consumers.dataplane.plane import DeadLetterOutcome, FenceStatus
 from consumers.errors import DataPlaneError, FunctionsNotLoaded
@@ -30,7 +32,7 @@ from coordinator.protocol.routing import shard_index
 from coordinator.store import JoinLimits, credential_limits
 from coordinator.store.redis_store import MetadataStore
 from rsc_redis import acl as redis_acl
-from rsc_redis.keys import dead_letter_key, meta_key, redeliver_key, stream_key
+from rsc_redis.keys import dead_letter_key, meta_key, once_key, once_previous_key, redeliver_key, stream_key
 from tests.consumers.harness import Cluster, Recorder, eventually
 
 PREFIX, GROUP = "orders", "billing"
@@ -512,6 +514,76 @@ def test_the_producer_user_sends_and_cannot_write_metadata(
     assert_noperm(lambda: client.xadd(dead_letter_key(PREFIX, GROUP), {"a": "b"}))
     assert_noperm(lambda: client.unlink(shard))
     assert admin.hgetall(meta) == before
+
+
+def test_the_producer_user_enqueues_once_and_can_touch_the_idempotency_keys_no_further(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """idempotent_produce as the producer's user (docs/producer.md, "Enqueue once"): look-ups, records,
+    a generation closed by age (RENAME, PEXPIRE) and by the cap; then the direct commands its profile
+    must still refuse on those keys, and the coordinator's deletion of the prefix removes them."""
+    create_group(store)
+    client = redis_client(url_for(acl_server, redis_acl.PRODUCER))
+    producer = Producer(client, idempotency_window_ms=idempotency.MIN_WINDOW_MS, idempotency_max_keys=1000)
+    try:
+        first = producer.send(PREFIX, "k1", {"n": 1}, idempotency_key="job-1")
+        assert producer.send(PREFIX, "k1", {"n": 1}, idempotency_key="job-1").entry_id == first.entry_id
+        items: list[Any] = [("k2", 2), ("k3", 3), ("k2", 2)]
+        batch = producer.send_batch(PREFIX, items, idempotency_keys=["a", "b", "a"])
+        assert [r.duplicate for r in batch] == [False, False, True]
+        time.sleep(idempotency.MIN_WINDOW_MS / 1000 + 0.05)
+        producer.send(PREFIX, "k1", {"n": 1}, idempotency_key="job-2")  # closes the generation by age
+        for start in range(0, 1200, 300):  # and by the cap
+            producer.send_batch(
+                PREFIX, [("k", i) for i in range(300)], idempotency_keys=[f"c{start + i}" for i in range(300)]
+            )
+        assert admin.exists(once_key(PREFIX), once_previous_key(PREFIX)) == 2
+        assert acl_denials(admin) == []
+
+        current, previous = once_key(PREFIX), once_previous_key(PREFIX)
+        shard, lease_records = stream_key(PREFIX, V1_0), f"rsc:{{{PREFIX}}}:lr"
+        for refused in (
+            lambda: client.hgetall(current),
+            lambda: client.hlen(current),
+            lambda: client.hget(current, "job-1"),
+            lambda: client.hdel(current, "job-1"),
+            lambda: client.delete(previous),
+            lambda: client.unlink(current),
+            lambda: client.get(current),
+            lambda: client.set(current, "x"),
+            lambda: client.rename(shard, current),  # a stream over the records: both keys in one selector
+            lambda: client.rename(current, shard),
+            lambda: client.hset(lease_records, "billing:m-1", "1 99999999999999"),
+            lambda: client.hset(meta_key(PREFIX), "route", "1 2 -"),
+            lambda: client.hset("rsc:{payments}:oncex", "a", "b"),
+        ):
+            assert_noperm(refused)
+    finally:
+        client.close()
+    store.delete_prefix(PREFIX, force=True)
+    assert admin.keys("rsc:{orders}:*") == []
+
+
+def test_a_producer_user_of_the_profile_before_idempotency_sends_plainly_and_refuses_keyed_sends_whole(
+    store: MetadataStore, acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """Upgrade order (docs/redis-acl.md): a producer whose user lacks the idempotency keys' rules keeps
+    sending without keys; a keyed send is refused (NOPERM on the declared keys) and appends nothing."""
+    create_group(store)
+    name, password = "old-producer", "pw-old-producer-0123456789"
+    rules = [r for r in redis_acl.rules_for(redis_acl.PRODUCER) if ":once" not in r]
+    admin.execute_command("ACL", "SETUSER", name, *redis_acl.setuser_args(name, f">{password}", rules))
+    client = redis_client(f"redis://{name}:{password}@{HOST}:{acl_server.port}/0")
+    try:
+        producer = Producer(client)
+        producer.send(PREFIX, "k1", {"n": 1})
+        with pytest.raises(DataPlaneError, match=r"(?i)no permissions"):
+            producer.send(PREFIX, "k1", {"n": 2}, idempotency_key="job-1")
+        assert admin.xlen(stream_key(PREFIX, V1_0)) + admin.xlen(stream_key(PREFIX, V1_1)) == 1
+        assert admin.exists(once_key(PREFIX)) == 0
+    finally:
+        client.close()
+        admin.acl_deluser(name)
 
 
 # ---------------------------------------------------------------------------------------- the rules

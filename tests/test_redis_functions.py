@@ -146,7 +146,12 @@ def test_redis_acl_prints_users_that_redis_loads(admin: redis.Redis) -> None:
     assert line == acl.aclfile_line("t", f"#{digest}", acl.rules_for(acl.PRODUCER, ["orders"]))
     admin.execute_command("ACL", "SETUSER", "t", *line.split()[2:])  # Redis takes it as it is
     try:
-        assert admin.acl_getuser("t")["keys"] == ["~rsc:{orders}:meta", "~rsc:{orders}:v[0-9]*"]
+        assert admin.acl_getuser("t")["keys"] == [
+            "~rsc:{orders}:meta",
+            "~rsc:{orders}:v[0-9]*",
+            "~rsc:{orders}:once",
+            "~rsc:{orders}:once:prev",
+        ]
     finally:
         admin.acl_deluser("t")
     for bad in (["x:member:a:b"], ["x:root"], ["x:coordinator:orders"], ["x:member:bad}prefix"]):

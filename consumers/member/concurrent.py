@@ -91,6 +91,7 @@ SAFETY_WAKE_S = 1.0  # the dispatcher's longest wait on its own condition (every
 
 class ConcurrentUnit(ShardUnit):
     thread_role = "dispatch"  # the handler runs on the member's worker threads, not here
+    inline_batches = False  # its dispatcher hands entries to the worker threads itself
 
     def __init__(self, *, ordering: Ordering, max_in_flight: int, **unit: Any) -> None:
         super().__init__(**unit)

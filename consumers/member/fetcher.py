@@ -30,6 +30,22 @@ backoff (``idle_backoff_min_ms`` doubling up to ``idle_backoff_max_ms``). A call
 waiting ticket that is at least half-way through its wait or backoff, so idle shards line up and cost
 one call between them, and no thread but the fetcher's (or the waiter's) wakes up.
 
+*Inline.* A member that runs one batch at a time (``max_concurrency`` 1, the default) gains nothing
+from a thread per batch: the waiter's thread, which woke for a shard and read its entries, runs the
+batch itself when the member's one worker slot is free (:meth:`WorkerPool.try_run
+<consumers.member.pool.WorkerPool.try_run>`: never ahead of a unit waiting for it), under the unit's
+thread name and log fields, while the unit's own thread stays asleep on its ticket (the ticket is the
+hand-over: whoever holds it acts for the unit). A whole batch's ids go with the ticket into the next
+call, which the waiter makes at once (with every other due ticket) when none is in flight: so a woken
+shard costs the wait, the read, the handlers and the next read (its acks folded in), on one thread, as a
+plain blocking consumer does. What that next call reads goes to the units' threads as usual: the waiter
+is back on its wait after one batch per woken shard and one call, so a shard that stays busy cannot
+keep it from the others. The call in flight is released before a batch runs. Anything else (a
+failure, a stop, the lease in doubt, the slot taken, a resync pending) sends the ticket back to its
+unit with what was done (``Ticket.ran``), and the unit carries on from there as if it had run the batch
+itself. A member with more slots keeps a thread per batch (the waiter must stay free to wake the other
+shards), and so does ``ordering="key"``/``"none"`` (its dispatcher feeds the worker threads).
+
 What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
 batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher
 guarantees it:
@@ -62,6 +78,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol
@@ -112,6 +129,10 @@ class Ticket:
     wait_key: str = ""  # parked on the wait (module docstring, "Waking"): its stream ...
     wait_id: str = ""  # ... and the group's last-delivered id on it ("": not parked)
     due_s: float = 0.0  # time.monotonic() at which it is sent
+    # Set by a unit whose batches the waiter's thread may run itself (module docstring, "Inline"):
+    # ``inline(ticket, result)`` runs the batch of ``result`` and says whether it went through whole
+    inline: Callable[[Ticket, FetchResult], bool] | None = None
+    ran: Any = None  # what an inline run that did not go through whole did (its unit carries on from it)
     wake: Wake | None = None
     result: FetchResult | None = None
     error: BaseException | None = None
@@ -277,7 +298,9 @@ class Fetcher:
         if lead is not None:
             _finish(lead, Wake.LEAD)
 
-    def _send(self, batch: list[Ticket]) -> None:
+    def _send(self, batch: list[Ticket], ready: list[tuple[Ticket, FetchResult]] | None = None) -> None:
+        """One call for ``batch``. With ``ready`` (the waiter's calls), a ticket that read entries and has
+        an ``inline`` runner goes there instead of back to its unit (module docstring, "Inline")."""
         sent: list[Ticket] = []
         requests: list[ShardFetch] = []
         waiting = self._waiter is not None and self._waiter.healthy
@@ -321,6 +344,14 @@ class Fetcher:
                         ticket.wait_key = self.dataplane.stream_key(ticket.shard)
                         ticket.wait_id = result.last_id
                     idle.append(ticket)
+            elif (
+                ready is not None
+                and ticket.inline is not None
+                and result.ok
+                and result.entries
+                and (not result.redeliver_token or result.redeliver_token == ticket.token)
+            ):
+                ready.append((ticket, result))
             else:
                 _finish(ticket, Wake.RESULT, result=result)
         if acked:
@@ -359,6 +390,57 @@ class Fetcher:
             _finish(ticket, Wake.STOPPED)
 
     # ------------------------------------------------------------------------ for the waiter (below)
+
+    def _send_inline(self, batch: list[Ticket]) -> None:
+        """The waiter's call for the tickets it woke (module docstring, "Inline"): their batches run on
+        this thread where their units allow it, then this thread makes their next call (acks and reads)
+        once, without running what it reads: the waiter is back on its wait after one batch per woken
+        shard and one call, so a shard that stays busy cannot keep it from the others. The call in
+        flight is released before a batch runs, so the fetcher's thread and the units call meanwhile."""
+        ready: list[tuple[Ticket, FetchResult]] = []
+        try:
+            self._send(batch, ready)
+        except Exception as e:  # a bug: every ticket of the call must still go back to its unit
+            log.exception("%s: a fetch failed unexpectedly", self.host.label)
+            for ticket in batch:
+                if not ticket.done.is_set() and all(ticket is not t for t, _ in ready):
+                    _finish(ticket, Wake.ERROR, error=e)
+        finally:
+            self._release()
+        again: list[Ticket] = []
+        for ticket, result in ready:
+            try:
+                whole = ticket.inline(ticket, result)  # type: ignore[misc]
+            except Exception as e:  # a bug in the runner: its unit stops, as with a failed call
+                log.exception("%s: shard %s: an inline batch failed", self.host.label, ticket.shard)
+                _finish(ticket, Wake.ERROR, error=e)
+                continue
+            if whole:
+                again.append(ticket)
+            else:
+                _finish(ticket, Wake.RESULT, result=result)
+        following = self._resubmit(again)
+        if following:
+            self._send_and_release(following)
+
+    def _resubmit(self, tickets: list[Ticket]) -> list[Ticket]:
+        """Tickets whose batches ran inline, due now with their acks: the next call to make on this
+        thread (with every other due ticket) when none is in flight; else they wait for the next one."""
+        if not tickets:
+            return []
+        now = time.monotonic()
+        for ticket in tickets:
+            ticket.due_s, ticket.idle_s = now, 0.0
+        with self._cond:
+            if not self._closed and self._sending:
+                self._tickets += tickets
+                return []  # the call in flight's end takes them (_release)
+            if not self._closed:
+                self._sending = True
+                return [*tickets, *self._take_due(now)]
+        for ticket in tickets:
+            _finish(ticket, Wake.STOPPED)
+        return []
 
     def _wait_set(self) -> dict[str, str] | None:
         """The streams of the parked tickets and their ids, once there is one (None: closed). The

@@ -18,7 +18,9 @@ grants it a slot (the pool bounds how many batches of the member run at once: it
 concurrency); the handler is called entry by entry, and the unit hands the ids it handled to its next
 fetch, whose script acks them before it reads the next batch (the *folded ack*). So a shard is handled
 in stream order, one batch at a time, while different shards run in parallel up to the concurrency.
-No thread hand-off per batch but the fetcher's.
+No thread hand-off per batch but the fetcher's; and none at all when the member runs one batch at a
+time and its waiter woke for the shard: the waiter's thread then runs the batch itself, acting for the
+unit while the unit's thread waits on its ticket (:mod:`consumers.member.fetcher`, "Inline").
 
 *Unacked ids.* What was handled and not yet acked is kept (``_unacked``) until a call acks it: the next
 fetch, or a plain fenced ack sent first by any other call of the unit (a claim, a re-read of pending
@@ -139,6 +141,7 @@ class _Batch:
 
 class ShardUnit:
     thread_role = "worker"  # this unit's thread runs the handler
+    inline_batches = True  # the member's waiter may run a batch itself (module docstring, "Inline")
 
     def __init__(
         self,
@@ -179,6 +182,8 @@ class ShardUnit:
         # "-dispatch-" for a unit whose handler runs on the member's worker threads (concurrent.py).
         name = f"{host.label}-{self.thread_role}-{self.shard}"
         fields = {**(log_fields or {}), "shard": str(self.shard)}
+        self._log_fields = fields
+        self._ran: _Batch | None = None  # what an inline run of the last result did, when not whole
         self.thread = threading.Thread(target=logcontext.bound(self._run, **fields), name=name, daemon=True)
 
     def start(self) -> None:
@@ -242,7 +247,11 @@ class ShardUnit:
                 first_new = result.entries[0].entry_id if result.entries else None
                 self._resync("an operator asked to redeliver", below=first_new)
             if result.entries:
-                self._process(result.entries)
+                ran, self._ran = self._ran, None
+                if ran is None:
+                    self._process(result.entries)
+                else:
+                    self._process(result.entries, ran)
 
     def _before_read(self) -> None:
         """Nothing here: a batch was handled before this thread came back to read."""
@@ -257,6 +266,7 @@ class ShardUnit:
         self._unacked = []
         self.fetcher.fetch(ticket)
         self._unacked = ticket.ack_ids  # what was not acked comes back (an unknown outcome: again)
+        self._ran = ticket.ran
         if ticket.wake is Wake.STOPPED:
             raise _Stopped()
         if ticket.wake is Wake.UNAVAILABLE:
@@ -275,7 +285,34 @@ class ShardUnit:
 
     def _ticket(self) -> Ticket:
         """The fetcher's ticket for the next read, carrying what was handled and not acked yet."""
-        return Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
+        ticket = Ticket(self.shard, self.incarnation, self._unacked, self._token, self._stopping)
+        if self.inline_batches:
+            ticket.inline = self._run_inline
+        return ticket
+
+    def _run_inline(self, ticket: Ticket, result: Any) -> bool:
+        """On the member's waiter thread, which read ``result`` for this unit while the unit's own thread
+        waits on ``ticket`` (so this thread acts for it; module docstring, "Inline"): run the batch when
+        the member runs one batch at a time and its slot is free now. True when the whole batch was
+        handled (its ids go with the ticket to the next call); otherwise the ticket goes back to the
+        unit with what was done (``ticket.ran``, None when nothing ran), and the unit carries on."""
+        if self._resync_needed or self._stopping.is_set() or self.pool.size != 1:
+            return False
+        thread = threading.current_thread()
+        name, thread.name = thread.name, self.thread.name  # handlers see the unit's thread name ...
+        try:
+            with logcontext.bind(**self._log_fields):  # ... and log with its shard
+                ran, batch = self.pool.try_run(self._run_batch, result.entries)
+        finally:
+            thread.name = name
+        if not ran or batch is None:
+            return False
+        whole = batch.attempted == len(result.entries) and not batch.failed and batch.failure is None
+        if whole and not self._abandoned.is_set():
+            ticket.ack_ids += batch.handled
+            return True
+        ticket.ran = batch
+        return False
 
     def _resync_claim_window(self, cursor: str, next_cursor: str) -> None:
         """A claim whose reply was lost made the entries it claimed our own pending ones. They lie in the
@@ -324,17 +361,21 @@ class ShardUnit:
 
     # ---------------------------------------------------------------------------------------- batches
 
-    def _process(self, entries: list[Any]) -> None:
+    def _process(self, entries: list[Any], ran: _Batch | None = None) -> None:
         """Handle ``entries`` (in stream order) in a worker slot; what was handled is acked by the next
         call (the next fetch, in steady state). A batch cut short
         because the lease may have ended resumes once the lease is renewed (still in order); one cut
         short by a stop stays pending for the next owner; one stopped by a failed entry under the
-        "redeliver" policy resumes from that entry after the backoff."""
+        "redeliver" policy resumes from that entry after the backoff. ``ran``: what the waiter's thread
+        already did with ``entries`` (an inline run that did not go through whole)."""
         while entries:
-            try:
-                batch = self.pool.run(self._run_batch, entries)
-            except PoolClosed:
-                raise _Stopped() from None  # the member is finishing: its pool is gone
+            if ran is not None:
+                batch, ran = ran, None
+            else:
+                try:
+                    batch = self.pool.run(self._run_batch, entries)
+                except PoolClosed:
+                    raise _Stopped() from None  # the member is finishing: its pool is gone
             if batch.handled and not self._abandoned.is_set():
                 self._unacked += batch.handled  # acked by the next call (the fetch, in steady state)
             elif batch.handled:

@@ -139,7 +139,7 @@ class Waiter:
             with fetcher._cond:
                 batch = fetcher._woken(keys)
             if batch:
-                fetcher._send_and_release(batch)  # this thread makes the read it woke for
+                fetcher._send_inline(batch)  # this thread makes the read it woke for (and may run it)
         return keys
 
     def _failed(self) -> None:

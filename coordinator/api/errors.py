@@ -86,6 +86,7 @@ HTTP_STATUS: dict[str, tuple[int, str]] = {
     ApiErrorCode.OUTSIDE_CREDENTIAL_SCOPE: (403, "Outside the credential's scope"),
     ErrorCode.MEMBER_ID_NOT_OWNED: (403, "Member id belongs to another credential"),
     ErrorCode.GROUP_NOT_FOUND: (404, "Group not found"),
+    ErrorCode.SHARD_NOT_FOUND: (404, "Shard not found"),
     ErrorCode.STREAM_PREFIX_NOT_FOUND: (404, "Stream prefix not found"),
     ApiErrorCode.NOT_FOUND: (404, "Not found"),
     ApiErrorCode.METHOD_NOT_ALLOWED: (405, "Method not allowed"),

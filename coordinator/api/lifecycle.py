@@ -32,8 +32,9 @@ from .views import AdminView
 
 _GROUP = [doc.STREAM_PREFIX, doc.CONSUMER_GROUP]
 _GROUP_CODES = (ErrorCode.INVALID_IDENTIFIER, ErrorCode.GROUP_NOT_FOUND)
-# A shard action: the body, the group, a shard that is malformed (INVALID_REQUEST) or not the group's.
-_SHARD_CODES = (*doc.BODY_CODES, *_GROUP_CODES, ErrorCode.UNKNOWN_SHARD, *doc.ACTION_CODES)
+# A shard action: the body, the group, a shard that is malformed (INVALID_REQUEST) or not the prefix's
+# (SHARD_NOT_FOUND, 404).
+_SHARD_CODES = (*doc.BODY_CODES, *_GROUP_CODES, ErrorCode.SHARD_NOT_FOUND, *doc.ACTION_CODES)
 
 
 class _ShardAction(AdminView):

@@ -10,7 +10,9 @@ Requests: the schema states every rule the API enforces that JSON Schema can say
 unknown fields refused, the fields one of which must be given), so that a request the schema calls valid
 is never refused for its shape: tests/api/test_schemathesis.py holds the server to that. Two rules it
 cannot say are stated in the create-group body's description: ``heartbeat_interval_ms`` below
-``lease_ttl_ms`` (either may take the server's default) and ``shard_count`` for a new stream prefix.
+``lease_ttl_ms`` (either may take the server's default; also in both fields' descriptions, with this
+server's defaults, and as the body's ``x-less-than`` extension) and ``shard_count`` for a new stream
+prefix.
 """
 
 from __future__ import annotations
@@ -171,7 +173,34 @@ class LeaseTtlScheme(OpenApiSerializerFieldExtension):
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         field = self.target
         schema: dict[str, Any] = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
-        schema["minimum"] = max(schema["minimum"], int(conf.settings().RSC_TICK_INTERVAL_MS) + 1)
+        current = conf.settings()
+        schema["minimum"] = max(schema["minimum"], int(current.RSC_TICK_INTERVAL_MS) + 1)
+        schema["description"] = (
+            f"Must be above heartbeat_interval_ms: the one given, else this server's default "
+            f"RSC_HEARTBEAT_INTERVAL_MS ({current.RSC_HEARTBEAT_INTERVAL_MS}); and above this server's "
+            f"RSC_TICK_INTERVAL_MS ({current.RSC_TICK_INTERVAL_MS}: the minimum). Otherwise 400 "
+            "INVALID_CONFIG. Default: this server's RSC_MEMBER_LEASE_TTL_MS "
+            f"({current.RSC_MEMBER_LEASE_TTL_MS})."
+        )
+        return schema
+
+
+class HeartbeatIntervalScheme(OpenApiSerializerFieldExtension):
+    """``heartbeat_interval_ms`` must be below ``lease_ttl_ms`` (docs/protocol.md section 5), either of them
+    possibly the server's default: the description states the rule with this server's figures, read when
+    the schema is generated (the create-group body's ``x-less-than`` states it for tools)."""
+
+    target_class = "coordinator.api.serializers.HeartbeatIntervalField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        field = self.target
+        schema: dict[str, Any] = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
+        current = conf.settings()
+        schema["description"] = (
+            f"Must be below lease_ttl_ms: the one given, else this server's default RSC_MEMBER_LEASE_TTL_MS "
+            f"({current.RSC_MEMBER_LEASE_TTL_MS}). Otherwise 400 INVALID_CONFIG. Default: this server's "
+            f"RSC_HEARTBEAT_INTERVAL_MS ({current.RSC_HEARTBEAT_INTERVAL_MS})."
+        )
         return schema
 
 
@@ -266,7 +295,7 @@ class _UndrainedFields(serializers.Serializer):
     shard = _shard()
     owner = serializers.CharField(allow_null=True, help_text="The member that owns it; null: nobody.")
     live_members = serializers.IntegerField(help_text="Live members of the group (0: nobody will drain).")
-    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group, counted from its position.")
     pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
     oldest_pending_age_ms = _nullable_int()
 
@@ -390,7 +419,7 @@ class BacklogRowSerializer(serializers.Serializer):
     owner = serializers.CharField(allow_null=True)
     assignment = _choice(ShardAssignment, help_text="Where the shard stands for the group.")
     length = serializers.IntegerField(help_text="XLEN of the stream.")
-    lag = _nullable_int(help_text="Entries not yet delivered to the group; null: Redis cannot tell.")
+    lag = _nullable_int(help_text="Entries not yet delivered to the group, counted from its position.")
     pending = serializers.IntegerField(help_text="Delivered but not acknowledged.")
     last_delivered_id = serializers.CharField()
     oldest_pending_id = serializers.CharField(allow_null=True)

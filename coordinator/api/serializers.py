@@ -260,13 +260,20 @@ class HeartbeatSerializer(StrictSerializer):
 
 class LeaseTtlField(StrictIntegerField):
     """``lease_ttl_ms``: its range, and above RSC_TICK_INTERVAL_MS (checked by ``to_command``, where the
-    setting is read; the schema's minimum says so: ``schemas.LeaseTtlScheme``)."""
+    setting is read; the schema's minimum says so: ``schemas.LeaseTtlScheme``), and above
+    heartbeat_interval_ms (its description states it with this server's defaults)."""
+
+
+class HeartbeatIntervalField(StrictIntegerField):
+    """``heartbeat_interval_ms``: its range, and below lease_ttl_ms (given or this server's default; the
+    description says so with the figures: ``schemas.HeartbeatIntervalScheme``)."""
 
 
 def _config_field(name: str, help_text: str | None, *, required: bool = False) -> StrictIntegerField:
     """A GroupConfig field with the range the core accepts (GROUP_CONFIG_RANGES), so the schema's."""
     low, high = GROUP_CONFIG_RANGES[name]
-    field_class = LeaseTtlField if name == "lease_ttl_ms" else StrictIntegerField
+    classes = {"lease_ttl_ms": LeaseTtlField, "heartbeat_interval_ms": HeartbeatIntervalField}
+    field_class = classes.get(name, StrictIntegerField)
     return field_class(min_value=low, max_value=high, required=required, help_text=help_text)
 
 
@@ -292,10 +299,10 @@ class CreateGroupSerializer(StrictSerializer):
     max_concurrency = _config_field(
         "max_concurrency", f"Worker threads a member may run (default {_GROUP_DEFAULTS.max_concurrency})."
     )
-    lease_ttl_ms = _config_field("lease_ttl_ms", "Default: the server's RSC_MEMBER_LEASE_TTL_MS.")
-    heartbeat_interval_ms = _config_field(
-        "heartbeat_interval_ms", "Below lease_ttl_ms. Default: the server's RSC_HEARTBEAT_INTERVAL_MS."
-    )
+    # Their descriptions (schemas.LeaseTtlScheme, HeartbeatIntervalScheme) state the rule between them
+    # with this server's defaults; ``schema_rules`` states it for tools (an OpenAPI extension).
+    lease_ttl_ms = _config_field("lease_ttl_ms", None)
+    heartbeat_interval_ms = _config_field("heartbeat_interval_ms", None)
     revocation_timeout_ms = _config_field(
         "revocation_timeout_ms", "Default: the server's RSC_REVOCATION_TIMEOUT_MS."
     )
@@ -308,6 +315,12 @@ class CreateGroupSerializer(StrictSerializer):
         default="latest",
         help_text="Where the group's Redis consumer groups start reading the prefix's streams.",
     )
+
+    # heartbeat_interval_ms < lease_ttl_ms, each either given or the server's default (JSON Schema cannot
+    # compare two fields; tests/api/test_schema.py holds the API to this statement).
+    schema_rules: ClassVar[dict[str, Any]] = {
+        "x-less-than": {"heartbeat_interval_ms": "lease_ttl_ms"},
+    }
 
     def to_command(self) -> tuple[CreateGroup, str]:
         data = dict(self.validated_data)

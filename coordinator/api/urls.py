@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import docs, fastpath, lifecycle, views
+from . import docs, fastpath, lifecycle, scaling, views
 
 app_name = "api-v1"
 
@@ -13,6 +13,11 @@ urlpatterns = [
         name="heartbeat",
     ),
     path("routing/<str:stream_prefix>", views.RoutingView.as_view(), name="routing"),
+    path(
+        "autoscaling/<str:stream_prefix>/<str:consumer_group>",
+        scaling.group_scaling,  # for a scaler: the scrape token of /metrics (docs/autoscaling.md)
+        name="autoscaling",
+    ),
     path("admin/groups", views.AdminGroupsView.as_view(), name="admin-groups"),
     path(
         "admin/groups/<str:stream_prefix>/<str:consumer_group>",

@@ -23,6 +23,7 @@ class ErrorCode(StrEnum):
     SHARD_COUNT_UNCHANGED = "SHARD_COUNT_UNCHANGED"
     MIGRATION_IN_PROGRESS = "MIGRATION_IN_PROGRESS"
     UNKNOWN_SHARD = "UNKNOWN_SHARD"
+    SHARD_NOT_FOUND = "SHARD_NOT_FOUND"
     UNKNOWN_MEMBER_ID = "UNKNOWN_MEMBER_ID"
     FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
     GROUP_MAX_SIZE_REACHED = "GROUP_MAX_SIZE_REACHED"
@@ -106,7 +107,18 @@ class MigrationInProgress(CoordinatorError):
 
 
 class UnknownShard(InvalidRequest):
+    """A shard named in a request body (a member's drained report) that is not part of the expected
+    version: the request is wrong (400)."""
+
     code = ErrorCode.UNKNOWN_SHARD
+
+
+class ShardNotFound(CoordinatorError):
+    """The shard a request addresses (in its path: ``.../shards/<shard>/skip``) is not a shard of an active
+    or draining version of the stream prefix: a missing resource (404), like GROUP_NOT_FOUND. A malformed
+    shard is INVALID_REQUEST."""
+
+    code = ErrorCode.SHARD_NOT_FOUND
 
 
 class MemberIdNotOwned(CoordinatorError):

@@ -5,10 +5,11 @@ entries are in ``backlog_actions.py``, dead letters in ``dead_letters.py``.
 Theory of operation
 -------------------
 The metadata hash knows who owns a shard; only the stream knows how far a group got in it. The figures
-therefore come from Redis per shard, in two pipelined round trips whatever the shard count: ``XINFO
-GROUPS`` (pending count, last-delivered id, ``lag``: entries not yet delivered, which Redis 7 may
-report as nil when it cannot compute it) and ``XLEN`` for every shard, then ``XPENDING - + n`` only
-for the shards that have pending entries (the oldest one's id, idle time, consumer, and the highest
+therefore come from Redis per shard, in three pipelined round trips whatever the shard count: ``XINFO
+GROUPS`` (pending count, last-delivered id) and ``XLEN`` for every shard; ``lag``, the entries not yet
+delivered, counted from the group's position by ``backlog_count.lua`` (``Scaling.count``: the rule the
+autoscaling figures use too; Redis's own ``lag`` turns nil or wrong after trims); then ``XPENDING - + n``
+only for the shards that have pending entries (the oldest one's id, idle time, consumer, and the highest
 delivery count among the oldest ``n``). Ages are Redis ``TIME`` (read with the metadata) minus the ms
 part of the entry id: the clock the ids are made from, never this host's.
 """
@@ -30,6 +31,7 @@ from .operator_scripts import load_group
 from .reading import Reader
 from .replies import text
 from .replies import translate_redis_errors as redis_errors
+from .scaling import Scaling
 
 PENDING_SAMPLE = 100  # the oldest pending entries read per shard for the backlog's max_deliveries
 
@@ -47,7 +49,7 @@ class _Figures:
     """One group on one shard, as Redis reports it."""
 
     length: int = 0
-    lag: int | None = None
+    lag: int | None = None  # None: no count yet (backlog_count.lua fills it)
     pending: int = 0
     last_delivered_id: str = ""  # "" when the Redis consumer group is missing
     oldest_pending_id: str | None = None
@@ -57,9 +59,8 @@ class _Figures:
 
     @property
     def unconsumed(self) -> int:
-        """Entries the group has not finished: not yet delivered (or the whole stream when Redis cannot
-        tell) plus pending."""
-        return (self.length if self.lag is None else self.lag) + self.pending
+        """Entries the group has not finished: not yet delivered plus pending."""
+        return (self.lag or 0) + self.pending
 
     def oldest_pending_age_ms(self, now_ms: int) -> int | None:
         if self.oldest_pending_id is None:
@@ -79,9 +80,10 @@ def _group_info(reply: Any, consumer_group: str) -> dict[str, Any] | None:
 class BacklogReads:
     """The backlog figures of a store's groups, read from the streams with ``client``."""
 
-    def __init__(self, client: redis.Redis | RedisCluster, reader: Reader) -> None:
+    def __init__(self, client: redis.Redis | RedisCluster, reader: Reader, scaling: Scaling) -> None:
         self.client = client
         self.reader = reader
+        self.scaling = scaling
 
     def figures(
         self,
@@ -91,9 +93,10 @@ class BacklogReads:
         sample: int,
         extra: list[tuple[str, tuple[Any, ...]]] | None = None,
     ) -> tuple[dict[tuple[str, Shard], _Figures], list[Any]]:
-        """Figures of each (group, shard), in two round trips: XINFO GROUPS + XLEN per shard (plus the
-        ``extra`` commands, whose replies are returned), then XPENDING - + ``sample`` per pair with
-        pending entries (``sample=0``: not read)."""
+        """Figures of each (group, shard), in three round trips: XINFO GROUPS + XLEN per shard (plus the
+        ``extra`` commands, whose replies are returned), the undelivered count per shard
+        (``backlog_count.lua``), then XPENDING - + ``sample`` per pair with pending entries (``sample=0``:
+        not read)."""
         shards = sorted({s for _, s in pairs})
         keys = {s: rkeys.stream_key(stream_prefix, s) for s in shards}
         with redis_errors():
@@ -106,22 +109,18 @@ class BacklogReads:
             replies = pipe.execute(raise_on_error=False)
         extra_replies = replies[2 * len(shards) :]
         at = {shard: 2 * k for k, shard in enumerate(shards)}
+        counts = self.scaling.count(stream_prefix, pairs)
         base: dict[tuple[str, Shard], _Figures] = {}
         for name, shard in pairs:
             length = replies[at[shard] + 1]
             length = 0 if isinstance(length, Exception) else int(length)
             info = _group_info(replies[at[shard]], name)
-            if info is None:
-                base[(name, shard)] = _Figures(length=length)
-                continue
-            lag = info.get("lag")
+            count = counts[(name, shard)]  # lag and pending read together, in one script
             base[(name, shard)] = _Figures(
                 length=length,
-                # Redis keeps counting entries an opt-in cap trimmed before the group read them (a
-                # sealed stream trimmed empty still reports its old lag): none can be beyond the length.
-                lag=None if lag is None else min(int(lag), length),
-                pending=int(info.get("pending") or 0),
-                last_delivered_id=text(info.get("last-delivered-id", b"0-0")),
+                lag=count.undelivered,
+                pending=count.pending,
+                last_delivered_id="" if info is None else text(info.get("last-delivered-id", b"0-0")),
             )
         with_pending = [p for p in pairs if base[p].pending > 0] if sample > 0 else []
         if with_pending:

@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster
 from redis.commands.core import Script
 
 from coordinator.protocol import envelope
-from coordinator.protocol.errors import GroupNotFound, InvalidRequest, MetadataCorrupt, UnknownShard
+from coordinator.protocol.errors import GroupNotFound, InvalidRequest, MetadataCorrupt, ShardNotFound
 from coordinator.protocol.model import (
     Group,
     PrefixState,
@@ -107,7 +107,7 @@ def require_shard(state: PrefixState, shard: object) -> Shard:
             for v in state.topology.versions
             if v.state is not VersionState.RETIRED
         )
-        raise UnknownShard(
+        raise ShardNotFound(
             f"{parsed} is not a shard of stream prefix {state.topology.stream_prefix!r}; its shards are "
             f"{live}",
             field="shard",
@@ -128,7 +128,7 @@ def raise_for_status(status: str, stream_prefix: str, consumer_group: str, shard
             consumer_group=consumer_group,
         )
     if status == "RETIRED":
-        raise UnknownShard(
+        raise ShardNotFound(
             f"{shard} was retired meanwhile: it is no longer a shard of {stream_prefix!r}",
             field="shard",
             shard=str(shard),

@@ -80,6 +80,7 @@ from .operator_scripts import OperatorScripts
 from .reading import Loaded, Reader
 from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
+from .scaling import Scaling
 from .static_membership import leases_to_read
 from .ticking import StoreTickReport, Ticker
 from .turns import Turns
@@ -145,7 +146,8 @@ class MetadataStore:
         self._heartbeats = HeartbeatBatches()
         # The parts (docs/store.md); the store's own operations they use are handed in as callables.
         scripts = OperatorScripts(client)
-        self.backlog_reads = BacklogReads(client, self.reader)
+        self.scaling = Scaling(client, self.reader)  # autoscaling figures (docs/autoscaling.md)
+        self.backlog_reads = BacklogReads(client, self.reader, self.scaling)
         self.backlog_actions = BacklogActions(
             client,
             self.reader,
@@ -358,8 +360,8 @@ class MetadataStore:
             self.client.unlink(*keys)
 
     def unconsumed_totals(self, stream_prefix: str, consumer_group: str) -> dict[str, int]:
-        """The group's ``lag`` (entries not yet delivered; a shard whose lag Redis cannot tell counts
-        its whole length) and ``pending`` (delivered, not acknowledged), summed over the shards of the
+        """The group's ``lag`` (entries not yet delivered, counted from its positions: backlog_count.lua)
+        and ``pending`` (delivered, not acknowledged), summed over the shards of the
         ACTIVE and DRAINING versions (its backlog rows). GROUP_NOT_FOUND when there is no such group."""
         return unconsumed_totals_of(self.backlog(stream_prefix, consumer_group))
 

@@ -279,6 +279,7 @@ class Retention:
         streams += [rkeys.dead_letter_key(prefix, g) for g in result.consumer_groups]
         others = [rkeys.redeliver_key(prefix, g) for g in result.consumer_groups]
         others += codec.commit_keys(prefix)[1:]  # the members' own renewals and both indexes
+        others += [rkeys.once_key(prefix), rkeys.once_previous_key(prefix)]  # the producers' idempotency keys
         with _redis_errors():
             reply = self._retention_scripts["delete_prefix"](
                 keys=[rkeys.meta_key(prefix), *streams, *others],

@@ -6,10 +6,11 @@ coordinator loads (``FUNCTION LOAD``, :func:`render` with its dead-letter keys) 
 
 * the prelude, shared by every function and written once in the library: the key helpers and the
   lease-record rule (``rsc_redis/keys.lua``, ``rsc_redis/lease_record.lua``), the fence
-  (``fence.lua``) and the dead-letter MAC (``rsc_redis/dead_letter_mac.lua``);
+  (``fence.lua``), the dead-letter MAC (``rsc_redis/dead_letter_mac.lua``) and the producer's route
+  check (``produce_route.lua``);
 * one function per operation, its body the ``.lua`` file of that name in this directory: the fenced
   ``fetch``, ``read_new``, ``read_pending``, ``claim``, ``ack``, ``delete_ghosts`` and ``dead_letter``,
-  the member's own ``renew_lease`` and the producer's ``produce``;
+  the member's own ``renew_lease`` and the producer's ``produce`` and ``idempotent_produce``;
 * the version function (``no-writes``), which members and producers call at start
   (:func:`require_loaded`).
 
@@ -32,17 +33,22 @@ from rsc_redis.lua import dead_letter_mac_lua, lease_record_lua
 
 _DIR = Path(__file__).resolve().parent
 
-# The fenced operations (fence.lua), then the member's own lease renewal and the producer's append. None
+# The fenced operations (fence.lua), then the member's own lease renewal and the producer's appends. None
 # of them is `no-writes`: reads move entries into a pending list (XREADGROUP is a write).
 FENCED = ("fetch", "read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter")
-FUNCTIONS = (*FENCED, "renew_lease", "produce")
+FUNCTIONS = (*FENCED, "renew_lease", "produce", "idempotent_produce")
 LOAD_COMMAND = "manage.py redis_functions load"
 
 
 @functools.cache
 def library() -> functions.Library:
     prelude = "\n".join(
-        [lease_record_lua(), (_DIR / "fence.lua").read_text(), dead_letter_mac_lua()]
+        [
+            lease_record_lua(),
+            (_DIR / "fence.lua").read_text(),
+            dead_letter_mac_lua(),
+            (_DIR / "produce_route.lua").read_text(),
+        ]
     )
     return functions.Library(
         "the data plane's and the producer's functions (rsc_redis/dataplane/library.py)",

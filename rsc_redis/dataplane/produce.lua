@@ -1,7 +1,8 @@
 -- Append entries to shards of the ACTIVE routing version, never to a sealed one (docs/producer.md).
 -- Not fenced by a member: a producer is not a member. Instead the route the producer computed the
 -- stream keys from is checked against the `route` field, atomically with the appends.
--- After rsc_redis/keys.lua (stream_key_of) in the data plane's library (rsc_redis/dataplane/library.py).
+-- After produce_route.lua (the route check, shared with idempotent_produce.lua) in the data plane's
+-- library (rsc_redis/dataplane/library.py).
 --
 -- KEYS[1]   rsc:{P}:meta
 -- KEYS[2], KEYS[3], ...  the streams of this call, each once: rsc:{P}:v<version>:<index> as routed
@@ -21,7 +22,7 @@
 --   {'NO_STREAM'}               the route is current but a stream of the call is missing: nothing appended
 -- Raises a script error, before appending anything, if a KEYS[k] is not the key of the shard index
 -- given for it under KEYS[1] and the active version, if that index is not below the shard count, or if
--- ARGV does not match KEYS.
+-- ARGV does not match KEYS (produce_route.lua).
 -- Touches: HGET route; XADD NOMKSTREAM on KEYS[2], ...; EXISTS on them when there are several.
 --
 -- Lean on purpose (every redis.call costs a few microseconds of server time, about what a plain XADD
@@ -32,35 +33,13 @@
 -- checks them all first, in one EXISTS, so that it is refused whole or not at all. The values are not
 -- looked into: the routing version in them is the producer's, as the partition key is (the call was
 -- checked against ARGV[1], which the producer writes into each value).
-local route = redis.call('HGET', KEYS[1], 'route')
-if not route then
-  return {'NO_ROUTE'}
-end
-local active, count = string.match(route, '^(%d+) (%d+)')
-if active ~= ARGV[1] or count ~= ARGV[2] then
-  return {'STALE_ROUTE', route}
-end
-local shards = tonumber(count)
-local sizes = {}
-local a = 3
-for k = 2, #KEYS do
-  local index, size = ARGV[a], tonumber(ARGV[a + 1])
-  local shard = 'v' .. active .. ':' .. tostring(index)
-  if not size or KEYS[k] ~= stream_key_of(KEYS[1], shard) or tonumber(index) >= shards then
-    error({err = 'ERR stream key ' .. KEYS[k] .. ' is not shard ' .. tostring(index) .. ' of version ' .. active})
-  end
-  sizes[k] = size
-  a = a + 2 + size
-end
-if a ~= #ARGV + 1 then
-  error({err = 'ERR produce.lua: ARGV does not match KEYS (see the layout in its header)'})
-end
-if #KEYS > 2 and redis.call('EXISTS', unpack(KEYS, 2)) ~= #KEYS - 1 then
-  return {'NO_STREAM'}
+local refused, sizes = produce_route(KEYS, ARGV, 2, 3, 1)
+if refused then
+  return refused
 end
 local ids = {}
 local n = 0
-a = 3
+local a = 3
 for k = 2, #KEYS do
   local key = KEYS[k]
   local after = a + 2 + sizes[k]

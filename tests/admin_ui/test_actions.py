@@ -313,7 +313,7 @@ def test_the_audit_trail_is_visible_and_read_only_in_the_admin(
     create(store)
     operator.post(url("set_max_concurrency"), {"max_concurrency": "4"})
     detail = operator.get(url("group_detail"))
-    audit_url = f"/admin/admin_ui/auditentry/?stream_prefix={PREFIX}&consumer_group={GROUP}"
+    audit_url = f"/admin/admin_ui/auditentry/?stream_prefix={PREFIX}&group={GROUP}"
     assert f'href="{audit_url.replace("&", "&amp;")}"' in detail.content.decode()
     r = operator.get(audit_url)
     assert r.status_code == 200
@@ -325,3 +325,23 @@ def test_the_audit_trail_is_visible_and_read_only_in_the_admin(
     assert change.status_code == 200 and 'name="_save"' not in change.content.decode()
     assert operator.post(f"/admin/admin_ui/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditEntry.objects.count() == 1
+
+
+def test_the_group_page_s_audit_link_includes_its_prefix_s_reshards(
+    operator: Client, store: MetadataStore
+) -> None:
+    """A shard-count change concerns every group of the prefix, whichever page (or the API) started it:
+    the group page's audit link shows it, and not the other group's own changes (issue 31)."""
+    create(store)
+    create(store, group=OTHER_GROUP)
+    operator.post(url("set_max_concurrency", group=OTHER_GROUP), {"max_concurrency": "3"})
+    operator.post(url("set_max_concurrency"), {"max_concurrency": "4"})
+    confirm = {"shard_count": "6", "ordering": "strict", "from_version": "1", "confirm": "yes"}
+    assert operator.post(url("change_shard_count", group=OTHER_GROUP), confirm).status_code == 302
+    detail = operator.get(url("group_detail")).content.decode()
+    link = re.search(r'href="(/admin/admin_ui/auditentry/\?[^"]+)"', detail)
+    assert link is not None
+    r = operator.get(link.group(1).replace("&amp;", "&"))
+    assert r.status_code == 200
+    rows = [(row.consumer_group, row.action) for row in r.context["cl"].result_list]
+    assert sorted(rows) == sorted([(GROUP, "set_max_concurrency"), (OTHER_GROUP, "change_shard_count")])

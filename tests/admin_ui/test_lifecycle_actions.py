@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from coordinator.models import AuditEntry
-from coordinator.protocol.model import RetentionPolicy
+from coordinator.protocol.model import OrderingMode, RetentionPolicy
 from coordinator.store import MetadataStore
 from rsc_redis import keys as rkeys
 
@@ -222,8 +222,8 @@ def test_skipping_on_an_unknown_shard_is_an_error_message(operator: Client, stor
     create(store, shard_count=2)
     confirm = {"entry_ids": "1-0", "reason": "r", "confirm": "yes"}
     r = operator.post(shard_action("skip_entries", "v1:9"), confirm, follow=True)
-    assert messages_of(r)[0].endswith("[UNKNOWN_SHARD]")
-    assert trail() == [("operator", "skip_entries", "admin_ui", GROUP, "UNKNOWN_SHARD")]
+    assert messages_of(r)[0].endswith("[SHARD_NOT_FOUND]")
+    assert trail() == [("operator", "skip_entries", "admin_ui", GROUP, "SHARD_NOT_FOUND")]
 
 
 # ------------------------------------------------------------------------------------------ redeliver
@@ -500,3 +500,17 @@ def test_an_action_whose_audit_row_cannot_be_written_changes_nothing(
     )
     assert message.endswith("[AUDIT_UNAVAILABLE] This is usually temporary: retry shortly.")
     assert pending_ids(store, "v1:0") == ids and trail() == []
+
+
+def test_a_completed_migration_shows_every_old_shard_drained(operator: Client, store: MetadataStore) -> None:
+    """Completion retires the old version and forgets which shards each group drained; the page still
+    says they all were (issue 31: a completed migration showed "0/4 drained, 0%")."""
+    create(store)
+    store.change_shard_count(PREFIX, 8, OrderingMode.STRICT)
+    store.tick()  # the old shards are empty: drained, and the migration completes
+    migration = store.describe_prefix(PREFIX)["migration"]
+    assert not migration["active"] and migration["drained"].get(GROUP, []) == []
+    r = operator.get(url("group_detail"))
+    assert "completed" in text(r)
+    [row] = table_rows(r, "migration-progress")
+    assert row[:3] == [GROUP, "4/4", "100% 100%"], row

@@ -120,8 +120,8 @@ def test_an_unknown_shard_leads_back_to_the_group_with_an_error(
     r = operator.get(shard_url("v1:7"), follow=True)
     assert r.redirect_chain == [(url("group_detail"), 302)]
     (message,) = messages_of(r)
-    assert message.startswith("Unknown shard: shard 'v1:7' is not a shard") and message.endswith(
-        "[UNKNOWN_SHARD]"
+    assert message.startswith("Shard not found: shard 'v1:7' is not a shard") and message.endswith(
+        "[SHARD_NOT_FOUND]"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -38,6 +39,18 @@ def test_prune_deletes_only_rows_older_than_the_age(trail: None) -> None:
     assert operations.prune_audit(older_than_days=30) == 2
     assert remaining() == ["month", "today"]
     assert operations.prune_audit(older_than_days=30) == 0
+
+
+def test_a_pass_that_prunes_nothing_logs_nothing_at_info(
+    trail: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every retention pass prunes; only one that deleted rows says so (issue 31: "audit trail
+    pruned: 0 entries" on every pass)."""
+    caplog.set_level(logging.INFO, logger="coordinator")
+    assert operations.prune_audit(older_than_days=30) == 2
+    assert operations.prune_audit(older_than_days=30) == 0
+    pruned = [r.getMessage() for r in caplog.records if "audit trail pruned" in r.getMessage()]
+    assert len(pruned) == 1 and pruned[0].startswith("audit trail pruned: 2 entries")
 
 
 def test_a_dry_run_counts_and_deletes_nothing(trail: None) -> None:

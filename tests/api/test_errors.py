@@ -49,6 +49,7 @@ def test_the_status_table_is_the_specification() -> None:
         (core.InvalidIdentifier("bad id", field="stream_prefix"), 400),
         (core.InvalidConfig("bad config", field="heartbeat_interval_ms"), 400),
         (core.UnknownShard("no such shard", shard="v9:0"), 400),
+        (core.ShardNotFound("no such shard", shard="v9:0"), 404),
         (core.GroupNotFound("gone", consumer_group=GROUP), 404),
         (core.StreamPrefixNotFound("gone", stream_prefix=PREFIX), 404),
         (core.GroupAlreadyExists("exists"), 409),

@@ -158,9 +158,9 @@ def test_bad_input_is_a_problem_and_changes_nothing(
 @pytest.mark.parametrize(
     ("method", "path", "body", "code", "details"),
     [
-        ("POST", f"{GROUP_URL}/shards/v9:0/skip", SKIP_ALL, "UNKNOWN_SHARD",
+        ("POST", f"{GROUP_URL}/shards/v9:0/skip", SKIP_ALL, "SHARD_NOT_FOUND",
          {"field": "shard", "shard": "v9:0"}),
-        ("POST", f"{GROUP_URL}/shards/v1:4/redeliver", {}, "UNKNOWN_SHARD",
+        ("POST", f"{GROUP_URL}/shards/v1:4/redeliver", {}, "SHARD_NOT_FOUND",
          {"field": "shard", "shard": "v1:4"}),
         ("POST", f"admin/groups/{PREFIX}/nope/shards/v1:0/redeliver", {}, "GROUP_NOT_FOUND",
          {"stream_prefix": PREFIX, "consumer_group": "nope"}),
@@ -187,6 +187,22 @@ def test_refusals_of_the_store_change_nothing_and_are_audited(
     assert_unchanged(store, before)
     [entry] = AuditEntry.objects.all()
     assert (entry.outcome, entry.message) == (code, problem["detail"])
+
+
+@pytest.mark.parametrize("action", ["skip", "redeliver"])
+def test_a_shard_in_the_path_that_does_not_exist_is_a_404(
+    api: Api, store: Any, live: list[str], action: str
+) -> None:
+    """A missing resource, like a missing group (issue 31: it was 400 UNKNOWN_SHARD): 404 SHARD_NOT_FOUND
+    in the problem-details shape, naming the shard; a malformed shard stays a 400."""
+    body = SKIP_ALL if action == "skip" else {}
+    response = api.request("POST", f"{GROUP_URL}/shards/v9:0/{action}", body=body)
+    assert response.status_code == 404
+    problem = assert_problem(response, 404, "SHARD_NOT_FOUND")
+    assert problem["details"] == {"field": "shard", "shard": "v9:0"} and problem["retriable"] is False
+    assert "v9:0 is not a shard of stream prefix" in problem["detail"]
+    malformed = api.request("POST", f"{GROUP_URL}/shards/nine/{action}", body=body)
+    assert_problem(malformed, 400, "INVALID_REQUEST")
 
 
 # Every action endpoint, with a body it would accept: (method, path, body).

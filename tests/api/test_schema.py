@@ -252,7 +252,7 @@ def test_lifecycle_responses_match_the_documented_schemas(
     call("POST", f"{shard_path}/skip", shard_t + "/skip", {"entry_ids": ids[:1], "reason": "r"})
     call("POST", f"{shard_path}/skip", shard_t + "/skip", {"entry_ids": ids[:1], "reason": "r"})  # 409
     call("POST", f"{group_path}/shards/v1-0/skip", shard_t + "/skip", {"older_than_ms": 0, "reason": "r"})
-    call("POST", f"{group_path}/shards/v9:0/redeliver", shard_t + "/redeliver", {})  # UNKNOWN_SHARD
+    call("POST", f"{group_path}/shards/v9:0/redeliver", shard_t + "/redeliver", {})  # SHARD_NOT_FOUND
     call("POST", f"{shard_path}/redeliver", shard_t + "/redeliver", {}, token=MEMBER_TOKEN)
 
     dead = [add_dead_letter(client, i) for i in range(3)]
@@ -413,6 +413,39 @@ def test_the_stated_ranges_are_the_ones_the_api_enforces(
                 continue
             problem = assert_problem(response, 400, "INVALID_REQUEST")
             assert problem["errors"][0]["field"] == field, (field, outside, problem)
+
+
+def test_the_served_schema_states_heartbeat_below_lease_as_the_api_enforces_it(
+    api: Api, settings: Any
+) -> None:
+    """heartbeat_interval_ms < lease_ttl_ms, either the server's default (issue 31: enforced, not stated):
+    the served schema says so for tools (``x-less-than``) and in both fields' descriptions with this
+    server's defaults; the figures it states are the ones the API holds a request to."""
+    settings.RSC_MEMBER_LEASE_TTL_MS, settings.RSC_HEARTBEAT_INTERVAL_MS = 12_000, 4_000
+    served = api.get("schema/", token=None, HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    body = json.loads(served.content)["components"]["schemas"]["CreateGroupRequest"]
+    assert body["x-less-than"] == {"heartbeat_interval_ms": "lease_ttl_ms"}
+    lease_text = body["properties"]["lease_ttl_ms"]["description"]
+    heartbeat_text = body["properties"]["heartbeat_interval_ms"]["description"]
+    lease_match = re.search(r"below lease_ttl_ms: .*?RSC_MEMBER_LEASE_TTL_MS \((\d+)\)", heartbeat_text)
+    heartbeat_match = re.search(r"above heartbeat_interval_ms: .*?\((\d+)\)", lease_text)
+    assert lease_match and heartbeat_match, (heartbeat_text, lease_text)
+    stated_lease, stated_heartbeat = int(lease_match[1]), int(heartbeat_match[1])
+    assert (stated_lease, stated_heartbeat) == (12_000, 4_000)
+
+    def create(group: str, **fields: int) -> Any:
+        return api.post("admin/groups", {"stream_prefix": PREFIX, "consumer_group": group, "shard_count": 2,
+                                         **fields})  # fmt: skip
+
+    for group, fields in [
+        ("hb-at-default-lease", {"heartbeat_interval_ms": stated_lease}),
+        ("lease-at-default-hb", {"lease_ttl_ms": stated_heartbeat}),
+        ("equal", {"heartbeat_interval_ms": 5_000, "lease_ttl_ms": 5_000}),
+    ]:
+        problem = assert_problem(create(group, **fields), 400, "INVALID_CONFIG")
+        assert "heartbeat_interval_ms" in problem["detail"], problem
+    assert create("hb-below-default-lease", heartbeat_interval_ms=stated_lease - 1).status_code == 201
+    assert create("lease-above-default-hb", lease_ttl_ms=stated_heartbeat + 1).status_code == 201
 
 
 # Fields the cross-field rule (heartbeat below lease) would otherwise refuse for another reason.

@@ -40,7 +40,6 @@ from django.db import close_old_connections
 from django.test import override_settings
 from hypothesis import HealthCheck, Phase
 from hypothesis import settings as hypothesis_settings
-from schemathesis.openapi.checks import RejectedPositiveData
 
 from coordinator.store import get_store
 
@@ -61,8 +60,8 @@ def _config(token: str, max_examples: int, **extra: Any) -> Any:
             "generation": {"max-examples": max_examples, "deterministic": True, "database": "none"},
             "suppress-health-check": ["too_slow", "filter_too_much"],
             # The stateful phase follows LINKS only. Inferred links (from field names, from Location
-            # headers) reach a group's shard operations with a made-up shard, which the API refuses as
-            # UNKNOWN_SHARD (400): a refusal about state that no schema can state.
+            # headers) reach a group's shard operations with a made-up shard; the API answers it 404
+            # SHARD_NOT_FOUND (a missing resource, which a valid request may meet), but they add little.
             "phases": {"stateful": {"inference": {"algorithms": []}}},
         }
     )
@@ -115,27 +114,8 @@ def _keep_case(context: Any, case: Any) -> bool:
     return bool(heartbeat < lease) and "shard_count" in body
 
 
-def _keep_failure(context: Any, failure: Any, case: Any, response: Any) -> bool:
-    """Drop one failure: a schema-valid request on a group that exists, naming a shard it does not have,
-    refused with 400 UNKNOWN_SHARD (docs/protocol.md section 12).
-
-    Whether a shard is the group's is state, which no schema can state; positive_data_acceptance accepts
-    the state refusals 404 and 409, not 400. The stateful phase gets there: it deliberately leaves some
-    link parameters out (to explore) and makes a shard up. Every other "schema-valid request rejected"
-    still fails. (Were UNKNOWN_SHARD answered 404, this filter could go.)
-    """
-    if not isinstance(failure, RejectedPositiveData):
-        return True
-    try:
-        code = response.json().get("code")
-    except (ValueError, AttributeError):
-        return True
-    return bool(code != "UNKNOWN_SHARD")
-
-
 def _with_hooks(schema: Any) -> Any:
     schema.hook("filter_case")(_keep_case)
-    schema.hook("filter_failure")(_keep_failure)
     return schema
 
 
@@ -183,7 +163,7 @@ _GROUP = {
     "consumer_group": "$response.body#/consumer_group",
 }
 _PREFIX = {"stream_prefix": "$response.body#/stream_prefix"}
-# A shard the group really has: its backlog lists every live shard (a random one would be UNKNOWN_SHARD).
+# A shard the group really has: its backlog lists every live shard (a random one is 404 SHARD_NOT_FOUND).
 _SHARD = {**_GROUP, "shard": "$response.body#/backlog/0/shard"}
 LINKS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("create_group", "201"): {

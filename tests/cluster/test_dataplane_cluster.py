@@ -13,6 +13,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
+from consumers import idempotency
 from consumers.dataplane import DataPlane, DataPlaneUnavailable, library, redis_client
 from consumers.dataplane.connection import resends
 from consumers.dataplane.plane import FenceStatus, ShardFetch
@@ -219,6 +220,48 @@ def test_a_batch_whose_reply_is_lost_on_a_cluster_node_is_not_resent(
         # The first call ran (its reply was lost); the second ran too, or never reached Redis before the
         # cut. A re-send of either (what ClusterPipeline does) would leave 1 + 500 + 1000 or more.
         assert h.xlen(V1_0) in (1 + 500, 1 + 1000)
+        lossy.close()
+    finally:
+        for p in proxies.values():
+            p.close()
+
+
+def test_idempotent_sends_whose_replies_are_lost_are_appended_once_on_every_primary(
+    client: RedisCluster, local_cluster: LocalCluster, cluster_url: str
+) -> None:
+    """Enqueue once on a cluster (docs/producer.md, "Enqueue once"): the idempotency keys share the
+    prefix's slot, so ``idempotent_produce`` runs on each prefix's primary; a single send and a batch of
+    two pipelined calls lose their replies, and the retries append nothing more."""
+    prefixes = prefixes_on_every_primary(local_cluster, stem="once")
+    proxies = {s.port: LossyProxy(s.port) for s in local_cluster.servers}
+    try:
+        remap = {("127.0.0.1", port): ("127.0.0.1", p.port) for port, p in proxies.items()}
+        lossy = redis_client(cluster_url, address_remap=lambda address: remap.get(address, address))
+        producer = Producer(lossy)
+        assert idempotency.server_has_xadd_idmp(lossy) is False  # HELLO on every primary: Redis 7
+        for prefix in prefixes:
+            h = Harness(client, prefix=prefix)
+            h.create(shard_count=2)
+            producer.route(prefix)
+            items = [(f"k{i}", {"n": i}) for i in range(Producer.max_entries_per_call + 100)]
+            keys = [f"job-{i}" for i in range(len(items))]
+            for p in proxies.values():
+                p.lose_replies(_sha("idempotent_produce"), times=1)
+            with pytest.raises(DataPlaneUnavailable):
+                producer.send(prefix, "k", {"n": -1}, idempotency_key="single")
+            for p in proxies.values():
+                p.lose_replies(_sha("idempotent_produce"), times=1)
+            with pytest.raises(DataPlaneUnavailable):
+                producer.send_batch(prefix, items, idempotency_keys=keys)  # two calls, pipelined
+            for p in proxies.values():
+                p.lose_replies(_sha("idempotent_produce"), times=0)
+
+            single = producer.send(prefix, "k", {"n": -1}, idempotency_key="single")
+            batch = producer.send_batch(prefix, items, idempotency_keys=keys)
+
+            assert single.duplicate  # the lost call ran: its retry got the first append
+            assert sum(r.duplicate for r in batch) in (Producer.max_entries_per_call, len(items))
+            assert h.xlen(V1_0) + h.xlen(V1_1) == 1 + len(items)  # every key once, whatever was lost
         lossy.close()
     finally:
         for p in proxies.values():

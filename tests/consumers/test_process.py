@@ -194,12 +194,22 @@ def test_run_member_runs_discovered_listeners_and_stops_gracefully_on_sigterm(
     assert not any(demo_cluster.all_pending().values())
 
 
-def test_a_second_signal_exits_at_once(demo_cluster: Cluster, redis_url: str) -> None:
-    run = RunMember(redis_url, "bill", "--shutdown-timeout", "300")
+def busy_member(cluster: Cluster, redis_url: str, shutdown_timeout_s: int) -> RunMember:
+    """``run_member bill``, joined, with a handler busy for 300 s (the caller kills it in the end)."""
+    run = RunMember(redis_url, "bill", "--shutdown-timeout", str(shutdown_timeout_s))
     try:
         eventually(lambda: run.logged("joined at epoch"), timeout_s=120, what="joined")
-        demo_cluster.send(demo_cluster.key_for(0), sleep=300)
-        eventually(lambda: demo_cluster.client.get("demo:sleeping"), what="a handler is busy")
+        cluster.send(cluster.key_for(0), sleep=300)
+        eventually(lambda: cluster.client.get("demo:sleeping"), what="a handler is busy")
+    except BaseException:
+        run.kill()
+        raise
+    return run
+
+
+def test_a_second_signal_exits_at_once(demo_cluster: Cluster, redis_url: str) -> None:
+    run = busy_member(demo_cluster, redis_url, 300)
+    try:
         run.proc.send_signal(signal.SIGTERM)
         eventually(lambda: run.logged("stopping gracefully"), what="the first signal is handled")
         assert run.proc.poll() is None  # waiting for the busy handler (up to 300 s)

@@ -7,6 +7,7 @@ the wait woke the member, not because a poll came round.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -134,3 +135,80 @@ def test_a_wait_cut_off_falls_back_to_polling_and_waits_again(
     assert sum("Redis cannot serve the data plane (the wait for new entries" in t for t in messages) == 1
     assert sum("Redis answers the data plane again" in t for t in messages) == 1, messages
     assert not any("Traceback" in t or r.exc_info for t, r in zip(messages, caplog.records, strict=True))
+
+
+def _handled_on(recorder_threads: list[tuple[int, str]]) -> set[str]:
+    """The names the handling threads have now (an inline run lends the unit's name only meanwhile)."""
+    by_ident = {t.ident: t.name for t in threading.enumerate()}
+    return {by_ident.get(ident, "?").rsplit("-", 1)[-1] for ident, _ in recorder_threads}
+
+
+def test_one_worker_member_runs_woken_batches_on_its_waiter(cluster: Cluster) -> None:
+    """max_concurrency 1 (the default): the batch the waiter woke for runs on the waiter's own thread,
+    with no hand-off to the shard's thread, under the shard thread's name (logs, labels), and its acks
+    ride the next read."""
+    seen: list[tuple[int, str]] = []
+    recorder = Recorder(lambda entry: seen.append((threading.get_ident(), threading.current_thread().name)))
+    m = cluster.member(recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000))
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)  # every ticket parked
+    for n in range(12):  # each to an idle shard: a woken read (what the next read finds goes to the unit)
+        cluster.send(cluster.key_for(n % 4, n))
+        eventually(lambda n=n: recorder.count() == n + 1, timeout_s=10, what=f"entry {n} handled")
+    assert _handled_on(seen) == {"waiter"}
+    assert all("-worker-" in name for _, name in seen)  # the unit's name while it ran
+    assert {call.member for call in recorder.snapshot()} == {m.label}
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+
+
+def test_wider_members_keep_a_thread_per_batch(cluster: Cluster) -> None:
+    """With more than one worker slot the waiter hands batches to the shards' threads (it never runs a
+    handler itself: it must stay free to wake the others)."""
+    seen: list[tuple[int, str]] = []
+    recorder = Recorder(lambda entry: seen.append((threading.get_ident(), threading.current_thread().name)))
+    m = cluster.member(recorder, runtime=_runtime(max_concurrency=4, idle_wait_ms=60_000))
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)
+    for n in range(8):
+        cluster.send(cluster.key_for(n % 4, n))
+    eventually(lambda: recorder.count() == 8, timeout_s=10, what="8 entries handled")
+    assert "waiter" not in _handled_on(seen)
+
+
+def test_an_inline_batch_that_fails_goes_back_to_its_unit(cluster: Cluster) -> None:
+    """A handler failure in a batch the waiter runs: the unit decides (here "redeliver": retried from the
+    failed entry, in order, then handled), and nothing is lost or handled out of order."""
+    calls: list[int] = []
+    failed = threading.Event()
+    seen: list[tuple[int, str]] = []
+
+    def handle(entry: Any) -> None:
+        calls.append(entry.payload["n"])
+        seen.append((threading.get_ident(), threading.current_thread().name))
+        if entry.payload["n"] == 1 and not failed.is_set():
+            failed.set()
+            raise RuntimeError("once")
+
+    recorder = Recorder(handle)
+    m = cluster.member(
+        recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000), on_error="redeliver",
+        redeliver_backoff_ms=10,
+    )  # fmt: skip
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)
+    key = cluster.key_for(0)
+    cluster.producer.send_batch(PREFIX, [(key, {"n": n}) for n in range(3)])  # one call: one woken read
+    eventually(lambda: calls[-1:] == [2], timeout_s=10, what="the batch handled to its end")
+    assert calls == [0, 1, 1, 2]
+    assert _handled_on(seen[:2]) == {"waiter"}  # the first run was the waiter's (then the unit's)
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+
+
+def _pending(cluster: Cluster) -> int:
+    return sum(
+        int(g["pending"])
+        for key in cluster.client.scan_iter(f"rsc:{{{PREFIX}}}:v*")
+        if cluster.client.type(key) == b"stream"
+        for g in cluster.client.xinfo_groups(key)
+        if g["name"] in (GROUP, GROUP.encode())
+    )

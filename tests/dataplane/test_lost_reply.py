@@ -130,6 +130,32 @@ def test_an_append_whose_reply_is_lost_is_not_resent(harness: Harness, proxy: Lo
     client.close()
 
 
+@pytest.mark.parametrize("swallow", [False, True], ids=["connection-cut", "timeout"])
+def test_an_idempotent_send_whose_reply_is_lost_is_retried_into_the_first_append(
+    harness: Harness, proxy: LossyProxy, swallow: bool
+) -> None:
+    """Enqueue once (docs/producer.md): the call ran, its reply was lost (the connection cut, or a read
+    that times out); the caller's retry with the same key gets the first append's id and event id, and
+    the stream holds the event once."""
+    h = harness
+    h.create(shard_count=1)
+    client = redis_client(proxy.url, socket_timeout=0.3)
+    producer = Producer(client)
+    producer.route(PREFIX)
+    proxy.lose_replies(sha("idempotent_produce"), times=1, swallow=swallow)
+
+    with pytest.raises(DataPlaneUnavailable):
+        producer.send(PREFIX, "k", {"n": 1}, idempotency_key="order-1")
+    (entry_id, fields), = h.client.xrange(h.stream(V1_0))  # it ran: appended once
+    retried = producer.send(PREFIX, "k", {"n": 1}, idempotency_key="order-1")
+
+    assert proxy.calls_seen == 2 and proxy.cuts == 1
+    assert retried.duplicate and retried.entry_id == entry_id.decode()
+    assert retried.event_id.encode() in fields[b"envelope"]
+    assert h.xlen(V1_0) == 1
+    client.close()
+
+
 def test_the_clients_the_package_builds_never_resend(redis_url: str) -> None:
     for client in (
         redis_client(redis_url),

@@ -125,7 +125,9 @@ def test_a_result_is_made_as_the_dataclass_makes_it() -> None:
         "event_id",
         "routing_version",
         "shard",
+        "duplicate",
     ]
+    assert made.duplicate is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.entry_id = "2-0"  # type: ignore[misc]
 

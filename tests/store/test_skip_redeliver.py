@@ -12,7 +12,7 @@ from coordinator.protocol.errors import (
     EntryNotPending,
     GroupNotFound,
     InvalidRequest,
-    UnknownShard,
+    ShardNotFound,
 )
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.store import MetadataStore
@@ -113,8 +113,8 @@ def test_skipped_field_values_are_decoded_and_cut_for_people(store: MetadataStor
     [
         ("v1", {"entry_ids": ["1-0"]}, InvalidRequest, "shard"),
         ("v1:01", {"entry_ids": ["1-0"]}, InvalidRequest, "shard"),
-        ("v1:4", {"entry_ids": ["1-0"]}, UnknownShard, "shard"),
-        ("v2:0", {"entry_ids": ["1-0"]}, UnknownShard, "shard"),
+        ("v1:4", {"entry_ids": ["1-0"]}, ShardNotFound, "shard"),
+        ("v2:0", {"entry_ids": ["1-0"]}, ShardNotFound, "shard"),
         ("v1:0", {"entry_ids": ["abc"]}, InvalidRequest, "entry_ids"),
         ("v1:0", {"entry_ids": ["1-2-3"]}, InvalidRequest, "entry_ids"),
         ("v1:0", {"entry_ids": [" 1-0"]}, InvalidRequest, "entry_ids"),
@@ -150,9 +150,9 @@ def test_skip_and_redeliver_refuse_a_retired_shard_and_a_missing_group(store: Me
     create(store, shard_count=2)
     store.change_shard_count(PREFIX, 3, OrderingMode.STRICT)
     store.tick()  # v1 drained at once (empty) and retired
-    with pytest.raises(UnknownShard):
+    with pytest.raises(ShardNotFound):
         store.skip_entries(PREFIX, GROUP, "v1:0", older_than_ms=0)
-    with pytest.raises(UnknownShard):
+    with pytest.raises(ShardNotFound):
         store.redeliver(PREFIX, GROUP, "v1:0")
     with pytest.raises(GroupNotFound):
         store.skip_entries(PREFIX, "audit", "v2:0", older_than_ms=0)
@@ -178,7 +178,7 @@ def test_redeliver_bumps_the_shards_token_and_names_the_owner(store: MetadataSto
     assert [r["redeliver_token"] for r in store.backlog(PREFIX, GROUP)] == [1, 2]
     with pytest.raises(InvalidRequest):
         store.redeliver(PREFIX, GROUP, "1:0")
-    with pytest.raises(UnknownShard):
+    with pytest.raises(ShardNotFound):
         store.redeliver(PREFIX, GROUP, "v1:2")
     assert store.client.hgetall(rkeys.redeliver_key(PREFIX, GROUP)) == {b"v1:1": b"2", b"v1:0": b"1"}
 
@@ -266,7 +266,7 @@ def test_pending_entries_of_a_shard_without_a_consumer_group_finds_nothing_pendi
 @pytest.mark.parametrize(
     ("shard", "kwargs", "error", "field"),
     [
-        ("v1:9", {}, UnknownShard, "shard"),
+        ("v1:9", {}, ShardNotFound, "shard"),
         ("v1", {}, InvalidRequest, "shard"),
         ("v1:0", {"entry_ids": ["1-0"], "older_than_ms": 0}, InvalidRequest, "entry_ids"),
         ("v1:0", {"entry_ids": ["x"]}, InvalidRequest, "entry_ids"),

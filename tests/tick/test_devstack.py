@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,22 @@ def _post_readme_curl(port: int) -> tuple[int, Any]:
     connection.request("POST", "/api/v1/admin/groups", body=json.dumps(body), headers=headers)
     response = connection.getresponse()
     return response.status, json.loads(response.read())
+
+
+def _readme_producer(data_dir: Path, apps: Path) -> subprocess.CompletedProcess[str]:
+    """The README's producer snippet as written, in `manage.py shell` beside the stack in ``data_dir``:
+    no REDIS_URL, DEBUG or token in the environment, only where the stack is (the default .run/ needs
+    not even that) and where the user's app is importable from (the README's is at the repository root)."""
+    snippet = _readme_block("python", "Produce an order")
+    assert "redis_client(settings.REDIS_URL)" in snippet
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_", "DJANGO_"))}
+    for name in ("REDIS_URL", "DEBUG", "DEVELOPMENT", "SECRET_KEY", "DATABASE_URL"):
+        env.pop(name, None)
+    env.update(DEVSTACK_DIR=str(data_dir), PYTHONPATH=str(apps))
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", snippet], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
 
 
 def _acked_entries(redis_url: str, prefix: str, group: str) -> tuple[int, int]:
@@ -240,6 +257,30 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
         timeout_s=60,
         what="the README listener's members reading and acking 12 entries",
     )
+    # The README's producer snippet, pasted into a `manage.py shell` beside the stack (its settings,
+    # REDIS_URL included, from the stack's devstack.env: nothing set here), and the README listener's
+    # log line for it (issue 31: the listener's body was `...` and the snippet had no client).
+    produced = _readme_producer(data_dir, tmp_path / "apps")
+    assert produced.returncode == 0 and "SendResult(" in produced.stdout, produced.stderr
+    wait_until(
+        output,
+        lambda out: "billing.listeners: billed {'order': 1001, 'cents': 1250} for customer-42" in out,
+        timeout_s=45,
+        what="the README listener logging the README producer's order",
+    )
+    # An edit of the app restarts its members, which then run the new code (issue 31 item 5).
+    listeners = app / "listeners.py"
+    listeners.write_text(listeners.read_text().replace('"billed ', '"charged '))
+    wait_until(
+        output, lambda out: "app-members: " in out and "changed; restarting it" in out, timeout_s=30,
+        what="the app's members restarted after the edit",
+    )  # fmt: skip
+    wait_until(
+        lambda: (_readme_producer(data_dir, tmp_path / "apps"), output())[1],
+        lambda out: "billing.listeners: charged {'order': 1001" in out,
+        timeout_s=90,
+        what="the edited listener handling the next order",
+    )
     store = MetadataStore.from_url(redis_url)
     try:
         assert store.describe_group("demo", "demo-workers")["topology"]["shard_count"] == 4
@@ -263,6 +304,7 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
 
     assert stack.process.wait(timeout=30) == 0, stack.output()
     assert "embedded Redis stopped" in stack.output()
+    assert "Unexpected exit from worker" not in stack.output()  # issue 31: granian's, at every stop
     # The members were stopped first and left through the web server, which still answered.
     assert "COORDINATOR_UNREACHABLE" not in stack.output() and "could not leave" not in stack.output()
     assert not _accepts(port) and not _accepts(redis_port)
@@ -289,3 +331,62 @@ def test_make_run_persists_its_groups_keeps_its_port_and_runs_the_readme_listene
     again.signal(signal.SIGINT)
     assert again.process.wait(timeout=30) == 0, again.output()
     assert _processes_with(database_url) == []
+
+
+def test_without_the_demo_the_stack_runs_on_and_manage_py_beside_it_needs_no_variable(
+    tmp_path: Path, spawn: Any
+) -> None:
+    """`RSC_DEMO=false make run` runs web, worker and beat and keeps running (issue 31: it stopped 3 s after
+    start); `manage.py consumer_groups ...` beside it works with none of REDIS_URL, DEBUG or the tokens
+    set (it reads the stack's devstack.env while the stack runs), and says in one line what to set once
+    the stack is gone. Ctrl-C stops it without granian's "Unexpected exit from worker"."""
+    port = free_port()
+    data_dir = tmp_path / "run"
+    database_url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RSC_", "CELERY_"))}
+    base.pop("DJANGO_SETTINGS_MODULE", None)
+    for name in ("REDIS_URL", "DEBUG", "DEVELOPMENT", "SECRET_KEY", "DATABASE_URL", "DEVSTACK_DIR"):
+        base.pop(name, None)
+    env = {**base, "REDIS_URL": "", "CELERY_BROKER_URL": "", "DATABASE_URL": database_url}
+    env.update(PYTHONUNBUFFERED="1", RSC_DEMO="false")
+    argv = [sys.executable, "-m", "config.devstack", "--addr", f"127.0.0.1:{port}"]
+    stack = spawn("devstack", [*argv, "--data-dir", str(data_dir)], env)
+
+    def output() -> str:
+        assert stack.process.poll() is None, stack.output()
+        return stack.output()
+
+    wait_until(output, lambda out: "web is up" in out, timeout_s=90, what="the web server up")
+    out = stack.output()
+    assert "RSC_DEMO is off: no demo group, demo members or demo producer" in out
+    assert "starting demo-members" not in out and "starting demo-producer" not in out
+    assert f"DEVSTACK_DIR={data_dir} .venv/bin/python manage.py consumer_groups list" in out
+
+    # Beside it: only where its settings are (the default .run/ needs not even that).
+    beside = {**base, "DEVSTACK_DIR": str(data_dir)}
+
+    def manage(*args: str, environment: dict[str, str] = beside) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=REPO, env=environment,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    created = manage("consumer_groups", "create", "orders", "billing", "--shards", "2")
+    assert created.returncode == 0, created.stderr
+    described = manage("consumer_groups", "describe", "orders", "billing")
+    assert described.returncode == 0 and "v1:1" in described.stdout, described.stderr
+    status, body = _get(port, "/api/v1/admin/groups", token="dev-admin-token")  # the same Redis, tokens
+    assert status == 200 and b'"billing"' in body, body
+
+    time.sleep(5)  # the demo-less stack keeps running (it stopped 3 s after start)
+    assert stack.process.poll() is None, stack.output()
+    stack.signal(signal.SIGINT)
+    assert stack.process.wait(timeout=30) == 0, stack.output()
+    assert "Unexpected exit from worker" not in stack.output(), stack.output()
+    assert not (data_dir / "devstack.env").exists()
+
+    # The stack is gone: one line saying what to set, no traceback.
+    after = manage("consumer_groups", "list")
+    assert after.returncode == 1 and "Traceback" not in after.stderr, after.stderr
+    assert after.stderr.startswith("manage.py: SECRET_KEY is not set, and DEBUG is off"), after.stderr
+    gone = manage("consumer_groups", "list", environment={**beside, "DEBUG": "true", "REDIS_URL": ""})
+    assert gone.returncode == 1 and gone.stderr.count("\n") == 1, gone.stderr
+    assert "STORE_UNAVAILABLE: REDIS_URL is not set" in gone.stderr

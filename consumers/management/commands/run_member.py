@@ -31,7 +31,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from consumers import conf
+from consumers import conf, logdefaults
 from consumers import metrics as consumers_metrics
 from consumers.client import CoordinatorClient, HttpCoordinatorClient, StoreCoordinatorClient
 from consumers.conf import IN_PROCESS
@@ -88,6 +88,9 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, listeners: list[str], shutdown_timeout: float | None, **options: Any
     ) -> None:
+        # A long-running worker, like `celery worker`: without a root handler of the host's LOGGING, its
+        # own and the listeners' INFO lines go to stderr (consumers/logdefaults.py; docs/plugin.md).
+        logdefaults.install("")
         current = conf.settings()
         try:
             selected = autodiscover_listeners().select(listeners)

@@ -24,6 +24,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from coordinator import conf, operations
+from coordinator.management.reachable import require_reachable_redis
 from coordinator.protocol.commands import CreateGroup
 from coordinator.protocol.errors import CoordinatorError, GroupAlreadyExists
 from coordinator.protocol.model import OrderingMode
@@ -186,6 +187,7 @@ class Command(BaseCommand):
             "set-max-concurrency": self._set_max_concurrency,
             "delete": self._delete,
         }
+        require_reachable_redis()  # one line saying what to set, before the store logs its own error
         try:
             handlers[action](options)
         except CoordinatorError as e:

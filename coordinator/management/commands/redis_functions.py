@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from consumers.dataplane import library
+from coordinator.management.reachable import require_reachable_redis
 from coordinator.store.functions import DataPlaneFunctions
 from rsc_redis.clients import client_from_url
 
@@ -43,8 +44,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, action: str, keep: list[str], **options: Any) -> None:
-        if not settings.REDIS_URL:
-            raise CommandError("REDIS_URL is not configured")
+        if action == "show":
+            if not settings.REDIS_URL:
+                raise CommandError("REDIS_URL is not configured")
+        else:
+            require_reachable_redis()  # one line saying what to set, not a connection traceback
         # Not get_store(): its first build loads a missing library, and `check` must see what is there.
         client = client_from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=2)
         functions = DataPlaneFunctions(client)
