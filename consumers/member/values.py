@@ -110,6 +110,9 @@ class HeartbeatRequest:
     sent_ms: int = 0  # when it was built (the member's clock): the earliest moment it could renew the lease
     # Joins only: the member's count of its own joins, the same for every retry of one join (section 3).
     join_seq: int | None = None
+    # The keys parked on its shards, per shard ({"count": n, "keys": [...]}), sent when they changed
+    # since the coordinator last accepted a report ({}: none now); None: not sent (docs/protocol.md §3).
+    parked_keys: Mapping[str, Mapping[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"member_id": self.member_id, "member_epoch": self.member_epoch}
@@ -121,6 +124,8 @@ class HeartbeatRequest:
             body["client"] = dict(self.client)
         if self.join_seq is not None:
             body["join_seq"] = self.join_seq
+        if self.parked_keys is not None:
+            body["parked_keys"] = {shard: dict(report) for shard, report in self.parked_keys.items()}
         return body
 
 

@@ -46,6 +46,7 @@ from coordinator.protocol.model import (
     validate_identifier,
     validate_member_id,
 )
+from coordinator.store.parked_reports import MAX_KEY_CHARS, MAX_KEYS_PER_SHARD
 from coordinator.store.redis_store import START_FROM, default_config_from_settings
 
 from .errors import IDENTIFIER_ERROR_CODE
@@ -173,6 +174,36 @@ class ClientInfoSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
 
 
+class ParkedShardSerializer(StrictSerializer):
+    """One shard of a member's parked-keys report (coordinator/store/parked_reports.py)."""
+
+    count = StrictIntegerField(min_value=1, max_value=2**31 - 1, help_text="Keys parked on the shard.")
+    keys = serializers.ListField(
+        child=StrictCharField(max_length=MAX_KEY_CHARS),
+        max_length=MAX_KEYS_PER_SHARD,
+        help_text=f"Up to {MAX_KEYS_PER_SHARD} of them (partition keys, cut to {MAX_KEY_CHARS} characters).",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if len(attrs["keys"]) > attrs["count"]:
+            raise serializers.ValidationError({"keys": "names more keys than count says are parked"})
+        return attrs
+
+
+class ParkedKeysField(serializers.DictField):
+    """``{shard: {"count": n, "keys": [...]}}``: a shard in its wire form, at most as many as a member can
+    own."""
+
+    child = ParkedShardSerializer()
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if isinstance(data, Mapping) and len(data) > MAX_OWNED_SHARDS:
+            raise serializers.ValidationError(f"at most {MAX_OWNED_SHARDS} shards", code="max_length")
+        parsed = super().to_internal_value(data)
+        shard = ShardField()
+        return {str(shard.to_internal_value(key)): value for key, value in parsed.items()}
+
+
 class HeartbeatSerializer(StrictSerializer):
     """A member heartbeat (docs/protocol.md section 3). Unknown fields are rejected. A join (member_epoch
     0) must report capacity (an integer, not null)."""
@@ -209,6 +240,7 @@ class HeartbeatSerializer(StrictSerializer):
         "unchanged.",
     )
     client = ClientInfoSerializer(required=False, allow_null=True)
+    parked_keys = ParkedKeysField(required=False, allow_null=True)
     join_seq = StrictIntegerField(
         min_value=0,
         max_value=MAX_MEMBER_EPOCH,
@@ -219,6 +251,11 @@ class HeartbeatSerializer(StrictSerializer):
         "id's last is refused (STALE_JOIN); the same number again answers the member as it is, without "
         "fencing it.",
     )
+
+    def parked_report(self) -> dict[str, dict[str, Any]] | None:
+        """The member's report of its parked keys (``{}``: none now), or None when not sent."""
+        parked = self.validated_data.get("parked_keys")
+        return None if parked is None else {shard: dict(report) for shard, report in parked.items()}
 
     def to_heartbeat(self) -> Heartbeat:
         data = self.validated_data
