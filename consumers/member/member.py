@@ -66,6 +66,7 @@ log = logging.getLogger("consumers.member")
 # coordinator's limits: coordinator/store/parked_reports.py; tests/consumers/test_parked_report.py).
 PARKED_KEYS_REPORTED = 16
 PARKED_KEY_CHARS = 256
+PARKED_SHARDS_REPORTED = 256
 
 
 def _monotonic_ms() -> int:
@@ -393,7 +394,9 @@ class Member:
                 "count": len(keys),
                 "keys": [k[:PARKED_KEY_CHARS] for k in sorted(keys)][:PARKED_KEYS_REPORTED],
             }
-            for shard, keys in self.parked_keys().items()
+            for shard, keys in sorted(self.parked_keys().items(), key=lambda item: Shard.parse(item[0]))[
+                :PARKED_SHARDS_REPORTED
+            ]
         }
         with self._cond:
             if self._parked_reported == (request.incarnation, report):

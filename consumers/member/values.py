@@ -124,8 +124,10 @@ class HeartbeatRequest:
             body["client"] = dict(self.client)
         if self.join_seq is not None:
             body["join_seq"] = self.join_seq
-        if self.parked_keys is not None:
-            body["parked_keys"] = {shard: dict(report) for shard, report in self.parked_keys.items()}
+        if self.parked_keys is not None:  # on the wire, a list of {"shard", "count", "keys"}
+            body["parked_keys"] = [
+                {"shard": shard, **report} for shard, report in sorted(self.parked_keys.items())
+            ]
         return body
 
 

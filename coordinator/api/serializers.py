@@ -47,6 +47,7 @@ from coordinator.protocol.model import (
     validate_member_id,
 )
 from coordinator.store.parked_reports import MAX_KEY_CHARS, MAX_KEYS_PER_SHARD
+from coordinator.store.parked_reports import MAX_SHARDS as MAX_PARKED_SHARDS
 from coordinator.store.redis_store import START_FROM, default_config_from_settings
 
 from .errors import IDENTIFIER_ERROR_CODE
@@ -177,31 +178,15 @@ class ClientInfoSerializer(StrictSerializer):
 class ParkedShardSerializer(StrictSerializer):
     """One shard of a member's parked-keys report (coordinator/store/parked_reports.py)."""
 
-    count = StrictIntegerField(min_value=1, max_value=2**31 - 1, help_text="Keys parked on the shard.")
+    shard = ShardField()
+    count = StrictIntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="Keys parked on the shard (at least those named)."
+    )
     keys = serializers.ListField(
         child=StrictCharField(max_length=MAX_KEY_CHARS),
         max_length=MAX_KEYS_PER_SHARD,
         help_text=f"Up to {MAX_KEYS_PER_SHARD} of them (partition keys, cut to {MAX_KEY_CHARS} characters).",
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if len(attrs["keys"]) > attrs["count"]:
-            raise serializers.ValidationError({"keys": "names more keys than count says are parked"})
-        return attrs
-
-
-class ParkedKeysField(serializers.DictField):
-    """``{shard: {"count": n, "keys": [...]}}``: a shard in its wire form, at most as many as a member can
-    own."""
-
-    child = ParkedShardSerializer()
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if isinstance(data, Mapping) and len(data) > MAX_OWNED_SHARDS:
-            raise serializers.ValidationError(f"at most {MAX_OWNED_SHARDS} shards", code="max_length")
-        parsed = super().to_internal_value(data)
-        shard = ShardField()
-        return {str(shard.to_internal_value(key)): value for key, value in parsed.items()}
 
 
 class HeartbeatSerializer(StrictSerializer):
@@ -240,7 +225,14 @@ class HeartbeatSerializer(StrictSerializer):
         "unchanged.",
     )
     client = ClientInfoSerializer(required=False, allow_null=True)
-    parked_keys = ParkedKeysField(required=False, allow_null=True)
+    parked_keys = serializers.ListField(
+        child=ParkedShardSerializer(),
+        required=False,
+        allow_null=True,
+        max_length=MAX_PARKED_SHARDS,
+        help_text="The keys parked on the member's shards (docs/protocol.md section 3, \"Parked keys\"), "
+        "one item per shard with any; [] none. Sent when they change.",
+    )
     join_seq = StrictIntegerField(
         min_value=0,
         max_value=MAX_MEMBER_EPOCH,
@@ -253,9 +245,16 @@ class HeartbeatSerializer(StrictSerializer):
     )
 
     def parked_report(self) -> dict[str, dict[str, Any]] | None:
-        """The member's report of its parked keys (``{}``: none now), or None when not sent."""
+        """The member's report of its parked keys by shard (``{}``: none now), or None when not sent.
+        A count below the number of keys named is taken as that number; a shard listed twice, as its
+        last item."""
         parked = self.validated_data.get("parked_keys")
-        return None if parked is None else {shard: dict(report) for shard, report in parked.items()}
+        if parked is None:
+            return None
+        return {
+            str(item["shard"]): {"count": max(item["count"], len(item["keys"])), "keys": list(item["keys"])}
+            for item in parked
+        }
 
     def to_heartbeat(self) -> Heartbeat:
         data = self.validated_data

@@ -26,6 +26,7 @@ import redis
 from rsc_redis import keys as rkeys
 
 MAX_KEYS_PER_SHARD = 16  # keys named per shard in a report (the count says how many there are)
+MAX_SHARDS = 256  # shards in a report (a member with parked keys on more reports the first ones)
 MAX_KEY_CHARS = 256  # a partition key longer than this is shown cut to it
 SEPARATOR = "\n"  # between group and member id in a field (neither identifier may contain it)
 

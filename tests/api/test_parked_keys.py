@@ -26,21 +26,26 @@ def test_a_report_is_shown_until_cleared(api: Api) -> None:
     joined = api.join("a")
     owned = [s["shard"] for s in joined["shards"]]
     assert parked_view(api) == {}
-    report = {"v1:0": {"count": 3, "keys": ["k1", "k2"]}}
+    report = [{"shard": "v1:0", "count": 3, "keys": ["k1", "k2"]}]
     response = renew(api, "a", joined["member_epoch"], owned, parked_keys=report)
     assert response.status_code == 200, response.content
-    assert parked_view(api) == {"a": report}
+    shown = {"a": {"v1:0": {"count": 3, "keys": ["k1", "k2"]}}}
+    assert parked_view(api) == shown
     response = renew(api, "a", joined["member_epoch"], owned)  # no report: unchanged
-    assert response.status_code == 200 and parked_view(api) == {"a": report}
-    response = renew(api, "a", joined["member_epoch"], owned, parked_keys={})
+    assert response.status_code == 200 and parked_view(api) == shown
+    response = renew(api, "a", joined["member_epoch"], owned, parked_keys=[])
     assert response.status_code == 200 and parked_view(api) == {}
+    # A count below the keys named is taken as the number named.
+    report = [{"shard": "v1:1", "count": 1, "keys": ["x", "y"]}]
+    renew(api, "a", joined["member_epoch"], owned, parked_keys=report)
+    assert parked_view(api) == {"a": {"v1:1": {"count": 2, "keys": ["x", "y"]}}}
 
 
 def test_a_member_that_left_is_not_shown(api: Api) -> None:
     api.create_group(shard_count=2)
     joined = api.join("a")
     owned = [s["shard"] for s in joined["shards"]]
-    renew(api, "a", joined["member_epoch"], owned, parked_keys={"v1:1": {"count": 1, "keys": ["k"]}})
+    renew(api, "a", joined["member_epoch"], owned, parked_keys=[{"shard": "v1:1", "count": 1, "keys": ["k"]}])
     assert api.heartbeat(member_id="a", member_epoch=-1).status_code == 200
     assert parked_view(api) == {}
 
@@ -48,16 +53,16 @@ def test_a_member_that_left_is_not_shown(api: Api) -> None:
 @pytest.mark.parametrize(
     "report",
     [
-        [],
-        {"v1:0": {"count": 0, "keys": []}},
-        {"v1:0": {"count": 1, "keys": ["a", "b"]}},  # names more than it counts
-        {"v1:0": {"count": 20, "keys": [f"k{i}" for i in range(17)]}},
-        {"v1:0": {"count": 1, "keys": ["x" * 257]}},
-        {"v1:0": {"count": 1, "keys": [5]}},
-        {"v1:0": {"count": "1", "keys": []}},
-        {"v1:0": {"count": 1}},
-        {"v1:0": {"count": 1, "keys": [], "extra": 1}},
-        {"shard-0": {"count": 1, "keys": []}},
+        {"v1:0": {"count": 1, "keys": []}},
+        [{"shard": "v1:0", "count": 0, "keys": []}],
+        [{"shard": "v1:0", "count": 20, "keys": [f"k{i}" for i in range(17)]}],
+        [{"shard": "v1:0", "count": 1, "keys": ["x" * 257]}],
+        [{"shard": "v1:0", "count": 1, "keys": [5]}],
+        [{"shard": "v1:0", "count": "1", "keys": []}],
+        [{"shard": "v1:0", "count": 1}],
+        [{"shard": "v1:0", "count": 1, "keys": [], "extra": 1}],
+        [{"shard": "shard-0", "count": 1, "keys": []}],
+        [{"count": 1, "keys": []}],
     ],
 )
 def test_a_malformed_report_is_a_problem_and_writes_nothing(api: Api, store: Any, report: Any) -> None:
@@ -78,7 +83,7 @@ def test_a_refused_heartbeat_keeps_no_report(api: Api) -> None:
     api.create_group(shard_count=2)
     joined = api.join("a")
     owned = [s["shard"] for s in joined["shards"]]
-    report = {"v1:0": {"count": 1, "keys": ["k"]}}
+    report = [{"shard": "v1:0", "count": 1, "keys": ["k"]}]
     response = renew(api, "a", joined["member_epoch"] + 5, owned, parked_keys=report)
     assert_problem(response, 409, "FENCED_MEMBER_EPOCH")
     assert parked_view(api) == {}

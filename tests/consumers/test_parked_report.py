@@ -18,6 +18,7 @@ WIDE = Runtime(max_concurrency=8, batch_size=8)
 def test_the_member_and_the_coordinator_agree_on_the_limits() -> None:
     assert member_module.PARKED_KEYS_REPORTED == parked_reports.MAX_KEYS_PER_SHARD
     assert member_module.PARKED_KEY_CHARS == parked_reports.MAX_KEY_CHARS
+    assert member_module.PARKED_SHARDS_REPORTED == parked_reports.MAX_SHARDS
 
 
 def test_describe_shows_the_parked_keys_until_they_go_on(cluster: Cluster) -> None:
