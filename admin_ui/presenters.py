@@ -246,6 +246,18 @@ def assignment_text(current: list[Mapping[str, Any]]) -> str:
     return "; ".join(f"{', '.join(shards)} @ {epoch}" for epoch, shards in sorted(by_epoch.items()))
 
 
+def parked_rows(view: View) -> list[dict[str, Any]]:
+    """Keys parked on the group's shards, waiting for a retry, per member and shard, as the members last
+    reported them (coordinator/store/parked_reports.py): sorted by shard."""
+    rows = [
+        {"member_id": member_id, "shard": shard, "count": r["count"], "keys": list(r["keys"]),
+         "more": r["count"] - len(r["keys"])}
+        for member_id, shards in (view.get("parked_keys") or {}).items()
+        for shard, r in shards.items()
+    ]  # fmt: skip
+    return sorted(rows, key=lambda r: (Shard.parse(r["shard"]), r["member_id"]))
+
+
 def revocation_rows(view: View) -> dict[str, list[dict[str, Any]]]:
     now_ms = view["now_ms"]
     return {
@@ -327,6 +339,7 @@ def group_detail(
         "backlog_idle": [b for b in backlog if b["idle"]],
         "dead_letters": view.get("dead_letters"),
         "revocations": revocation_rows(view),
+        "parked": parked_rows(view),
         "migration": migration_progress(view, prefix_view, samples),
         "undrained": undrained_rows(view),
         "release_drain_allowed": release_drain_allowed(view),

@@ -276,7 +276,11 @@ class StoreCoordinatorClient:
             instance_id=request.instance_id,
         )
         try:
-            return self.store.heartbeat(stream_prefix, consumer_group, hb)  # type: ignore[no-any-return]
+            answer = self.store.heartbeat(stream_prefix, consumer_group, hb)
+            parked = request.parked_keys
+            if parked is not None and request.member_epoch >= 0:  # as the API view does
+                self.store.parked.record(stream_prefix, consumer_group, request.member_id, parked)
+            return answer  # type: ignore[no-any-return]
         except CoordinatorError as e:
             wait_ms = e.details.get("retry_after_ms")
             raise CoordinatorRequestError(

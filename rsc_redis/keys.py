@@ -115,6 +115,14 @@ def once_previous_key(stream_prefix: str) -> str:
     return f"rsc:{{{stream_prefix}}}:once:prev"
 
 
+def parked_reports_key(stream_prefix: str) -> str:
+    """Hash ``<group>\n<member> -> JSON``: the last report of the keys parked on each live member's shards
+    (``ordering="key"``/``"none"`` with ``on_error="redeliver"``), as the member sent it with a heartbeat
+    (coordinator/store/parked_reports.py; docs/protocol.md section 3). Written by the coordinator only;
+    not metadata (the group's state does not depend on it)."""
+    return f"rsc:{{{stream_prefix}}}:parked"
+
+
 # ------------------------------------------------------------------------------- keys of a credential
 # ``credential``: the digest of an API credential's identity (coordinator.store.codec.identity_digest
 # of "database:<pk>", "environment:<digest>", "session:<user pk>"): 16 hex digits, never a token.

@@ -78,6 +78,14 @@ def test_describe_is_a_table_of_shards_with_lag_and_pending() -> None:
     assert [row["assignment"] for row in view["backlog"]] == ["READABLE"] * 4
 
 
+def test_describe_lists_the_keys_members_report_parked(store: MetadataStore) -> None:
+    assert "PARKED-KEYS" not in run("describe", PREFIX, GROUP)
+    store.parked.record(PREFIX, GROUP, "m1", {"v1:2": {"count": 3, "keys": ["a", "b"]}})
+    lines = run("describe", PREFIX, GROUP).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:3] == ["SHARD", "MEMBER", "PARKED-KEYS"])
+    assert lines[at + 1].split() == ["v1:2", "m1", "3", "a,", "b", "..."]
+
+
 def test_reshard_and_max_concurrency_go_through_the_operations_layer(store: MetadataStore) -> None:
     assert "v1 -> v2" in run("reshard", PREFIX, "6")
     assert "is now 3" in run("set-max-concurrency", PREFIX, GROUP, "3")

@@ -25,6 +25,7 @@ the data plane's ``DataPlaneUnavailable`` is retried inside the units. Nothing h
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -60,6 +61,12 @@ from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
 
 log = logging.getLogger("consumers.member")
+
+# A heartbeat's parked-keys report names up to this many keys per shard, each cut to this length (the
+# coordinator's limits: coordinator/store/parked_reports.py; tests/consumers/test_parked_report.py).
+PARKED_KEYS_REPORTED = 16
+PARKED_KEY_CHARS = 256
+PARKED_SHARDS_REPORTED = 256
 
 
 def _monotonic_ms() -> int:
@@ -157,6 +164,8 @@ class Member:
         )
         self._sm = MemberStateMachine(config, clock_ms())
         self._incarnation = self._sm.incarnation
+        # (incarnation, report) of the last parked-keys report the coordinator accepted
+        self._parked_reported: tuple[int, Any] | None = None
         self.metrics = MemberMetrics(self.stream_prefix, self.consumer_group, self.member_id)
         self._thread = threading.Thread(
             target=logcontext.bound(self._heartbeat_loop, **self.log_fields),
@@ -299,7 +308,7 @@ class Member:
                         wake = self._sm.next_wakeup_ms()
                         self._cond.wait(None if wake is None else max(0, wake - now) / 1000)
                         continue
-                self._send(request)
+                self._send(self._with_parked_keys(request))
         except Exception:
             log.exception("%s: the member loop failed; abandoning every shard", self.label)
         finally:
@@ -373,12 +382,34 @@ class Member:
         else:
             with self._cond:
                 self.stats.heartbeats += 1
+                if request.parked_keys is not None:  # what the coordinator now shows for that incarnation
+                    self._parked_reported = (request.incarnation, request.parked_keys)
                 self._apply(self._sm.on_heartbeat_response(request, body, self._clock_ms()))
 
     def _unit(self, **unit: Any) -> ShardUnit:
         if self.ordering is Ordering.SHARD:
             return ShardUnit(**unit)
         return ConcurrentUnit(ordering=self.ordering, max_in_flight=self.max_in_flight, **unit)
+
+    def _with_parked_keys(self, request: HeartbeatRequest) -> HeartbeatRequest:
+        """A renewal carries the parked keys when they changed since the coordinator last accepted a
+        report of this incarnation (none yet: unknown, so a report is sent, even an empty one, which
+        clears what an earlier incarnation reported under the same member id)."""
+        if request.member_epoch <= 0:
+            return request
+        report = {
+            shard: {
+                "count": len(keys),
+                "keys": [k[:PARKED_KEY_CHARS] for k in sorted(keys)][:PARKED_KEYS_REPORTED],
+            }
+            for shard, keys in sorted(self.parked_keys().items(), key=lambda item: Shard.parse(item[0]))[
+                :PARKED_SHARDS_REPORTED
+            ]
+        }
+        with self._cond:
+            if self._parked_reported == (request.incarnation, report):
+                return request
+        return dataclasses.replace(request, parked_keys=report)
 
     def parked_keys(self) -> dict[str, dict[str, float]]:
         """Per shard, the keys (lanes) waiting for the retry of a failed entry and in how many seconds

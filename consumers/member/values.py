@@ -116,6 +116,9 @@ class HeartbeatRequest:
     # Joins only: the member's count of its own joins, the same for every retry of one join (section 3).
     join_seq: int | None = None
     instance_id: str | None = None  # joins only: a static member's instance id
+    # The keys parked on its shards, per shard ({"count": n, "keys": [...]}), sent when they changed
+    # since the coordinator last accepted a report ({}: none now); None: not sent (docs/protocol.md §3).
+    parked_keys: Mapping[str, Mapping[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"member_id": self.member_id, "member_epoch": self.member_epoch}
@@ -129,6 +132,10 @@ class HeartbeatRequest:
             body["join_seq"] = self.join_seq
         if self.instance_id is not None:
             body["instance_id"] = self.instance_id
+        if self.parked_keys is not None:  # on the wire, a list of {"shard", "count", "keys"}
+            body["parked_keys"] = [
+                {"shard": shard, **report} for shard, report in sorted(self.parked_keys.items())
+            ]
         return body
 
 

@@ -435,6 +435,11 @@ class DeadLetterStreamSerializer(serializers.Serializer):
     length = serializers.IntegerField()
 
 
+class ParkedShardViewSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Keys parked on the shard.")
+    keys = serializers.ListField(child=serializers.CharField(), help_text="Up to 16 of them.")
+
+
 class GroupDescriptionSerializer(serializers.Serializer):
     stream_prefix = serializers.CharField()
     consumer_group = serializers.CharField()
@@ -455,6 +460,11 @@ class GroupDescriptionSerializer(serializers.Serializer):
     migration = GroupMigrationSerializer(allow_null=True)
     backlog = BacklogRowSerializer(many=True)
     dead_letters = DeadLetterStreamSerializer()
+    parked_keys = serializers.DictField(
+        child=serializers.DictField(child=ParkedShardViewSerializer()),
+        help_text="Live member id -> shard -> the keys parked there waiting for a retry, as the member last "
+        "reported them (ordering key/none with on_error redeliver); members with none are left out.",
+    )
     now_ms = serializers.IntegerField(help_text="Redis's clock when this was read.")
 
 

@@ -47,6 +47,8 @@ from coordinator.protocol.model import (
     validate_instance_id,
     validate_member_id,
 )
+from coordinator.store.parked_reports import MAX_KEY_CHARS, MAX_KEYS_PER_SHARD
+from coordinator.store.parked_reports import MAX_SHARDS as MAX_PARKED_SHARDS
 from coordinator.store.redis_store import START_FROM, default_config_from_settings
 
 from .errors import IDENTIFIER_ERROR_CODE
@@ -179,6 +181,20 @@ class ClientInfoSerializer(StrictSerializer):
     version = StrictCharField(max_length=64, required=False, allow_blank=True, default="")
 
 
+class ParkedShardSerializer(StrictSerializer):
+    """One shard of a member's parked-keys report (coordinator/store/parked_reports.py)."""
+
+    shard = ShardField()
+    count = StrictIntegerField(
+        min_value=1, max_value=2**31 - 1, help_text="Keys parked on the shard (at least those named)."
+    )
+    keys = serializers.ListField(
+        child=StrictCharField(max_length=MAX_KEY_CHARS),
+        max_length=MAX_KEYS_PER_SHARD,
+        help_text=f"Up to {MAX_KEYS_PER_SHARD} of them (partition keys, cut to {MAX_KEY_CHARS} characters).",
+    )
+
+
 class HeartbeatSerializer(StrictSerializer):
     """A member heartbeat (docs/protocol.md section 3). Unknown fields are rejected. A join (member_epoch
     0) must report capacity (an integer, not null)."""
@@ -217,6 +233,14 @@ class HeartbeatSerializer(StrictSerializer):
         "unchanged.",
     )
     client = ClientInfoSerializer(required=False, allow_null=True)
+    parked_keys = serializers.ListField(
+        child=ParkedShardSerializer(),
+        required=False,
+        allow_null=True,
+        max_length=MAX_PARKED_SHARDS,
+        help_text="The keys parked on the member's shards (docs/protocol.md section 3, \"Parked keys\"), "
+        "one item per shard with any; [] none. Sent when they change.",
+    )
     join_seq = StrictIntegerField(
         min_value=0,
         max_value=MAX_MEMBER_EPOCH,
@@ -227,7 +251,6 @@ class HeartbeatSerializer(StrictSerializer):
         "id's last is refused (STALE_JOIN); the same number again answers the member as it is, without "
         "fencing it.",
     )
-
     instance_id = IdentifierField(
         "instance_id",
         required=False,
@@ -239,6 +262,18 @@ class HeartbeatSerializer(StrictSerializer):
         "id a live member of another id holds is refused (409 UNRELEASED_INSTANCE_ID, retriable) and "
         "fences nobody.",
     )
+
+    def parked_report(self) -> dict[str, dict[str, Any]] | None:
+        """The member's report of its parked keys by shard (``{}``: none now), or None when not sent.
+        A count below the number of keys named is taken as that number; a shard listed twice, as its
+        last item."""
+        parked = self.validated_data.get("parked_keys")
+        if parked is None:
+            return None
+        return {
+            str(item["shard"]): {"count": max(item["count"], len(item["keys"])), "keys": list(item["keys"])}
+            for item in parked
+        }
 
     def to_heartbeat(self) -> Heartbeat:
         data = self.validated_data

@@ -29,6 +29,7 @@ from rest_framework.views import APIView
 from coordinator import operations
 from coordinator.credentials import Role, TokenPrincipal
 from coordinator.protocol.errors import CoordinatorError, ErrorCode
+from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import GroupConfig, validate_identifier
 from coordinator.store import MetadataStore, get_store
 
@@ -208,23 +209,33 @@ class HeartbeatView(ApiView):
     )
     def post(self, request: Request, stream_prefix: str, consumer_group: str) -> Response:
         prefix, group = self.path_identifiers()
-        heartbeat = self.body(HeartbeatSerializer).to_heartbeat()
+        body = self.body(HeartbeatSerializer)
+        heartbeat, parked = body.to_heartbeat(), body.parked_report()
         require_scope(request, prefix, group, heartbeat.member_id)
         heartbeat = dataclasses.replace(heartbeat, owner=identity_of(request))
+        answer = self._heartbeat(request, prefix, group, heartbeat)
+        if parked is not None and heartbeat.member_epoch >= 0:
+            # Accepted, so from the member at its live epoch: keep its report of parked keys
+            # (coordinator/store/parked_reports.py). A failure here is the heartbeat's (503: it is
+            # sent again, which is safe).
+            self.store.parked.record(prefix, group, heartbeat.member_id, parked)
+        return Response(answer)
+
+    def _heartbeat(self, request: Request, prefix: str, group: str, heartbeat: Heartbeat) -> Any:
         # The pre-DRF fast path (fastpath.py) already ran the script (floor included) for this request
         # and found the member not steady: straight to the full path, the floor counted once.
         if request._request.META.get(FAST_TRIED):
-            return Response(self.store.heartbeat(prefix, group, heartbeat, fast_tried=True))
+            return self.store.heartbeat(prefix, group, heartbeat, fast_tried=True)
         owner = heartbeat.owner or ""
         if heartbeat.member_epoch == 0:
             # Joins are shed first under load (429 JOINS_THROTTLED), then held to the credential's join
             # rate and cap on live members across every process (429 CREDENTIAL_*).
             with admit_join(), admit_credential_join(self.store, owner, prefix, group, heartbeat.member_id):
-                return Response(self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor()))
+                return self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor())
         answer = self.store.heartbeat(prefix, group, heartbeat, heartbeat_floor())
         if heartbeat.member_epoch < 0:  # left, for good or for now: not one of its credential's live members
             forget_left_member(self.store, owner, prefix, group, heartbeat.member_id)
-        return Response(answer)
+        return answer
 
 
 class RoutingView(ApiView):

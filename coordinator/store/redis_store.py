@@ -77,6 +77,7 @@ from .credential_limits import CredentialLimits
 from .dead_letters import DeadLetters
 from .functions import DataPlaneFunctions
 from .operator_scripts import OperatorScripts
+from .parked_reports import ParkedReports
 from .reading import Loaded, Reader
 from .replies import translate_redis_errors
 from .retention import DEFAULT_MAX_STREAMS, DEFAULT_MAX_TRIM_PER_STREAM, Retention, RetentionReport
@@ -147,6 +148,7 @@ class MetadataStore:
         # The parts (docs/store.md); the store's own operations they use are handed in as callables.
         scripts = OperatorScripts(client)
         self.scaling = Scaling(client, self.reader)  # autoscaling figures (docs/autoscaling.md)
+        self.parked = ParkedReports(client)  # the keys members report parked (parked_reports.py)
         self.backlog_reads = BacklogReads(client, self.reader, self.scaling)
         self.backlog_actions = BacklogActions(
             client,
@@ -410,6 +412,9 @@ class MetadataStore:
         view = describe_group(state, consumer_group, now_ms)
         view["now_ms"] = now_ms
         self.backlog_reads.decorate_group_view(view, state, consumer_group, now_ms)
+        live = [m.member_id for m in state.groups[consumer_group].live_members()]
+        with translate_redis_errors():
+            view["parked_keys"] = self.parked.for_group(stream_prefix, consumer_group, live)
         return view
 
     def describe_prefix(self, stream_prefix: str) -> dict[str, Any]:

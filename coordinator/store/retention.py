@@ -280,6 +280,7 @@ class Retention:
         others = [rkeys.redeliver_key(prefix, g) for g in result.consumer_groups]
         others += codec.commit_keys(prefix)[1:]  # the members' own renewals and both indexes
         others += [rkeys.once_key(prefix), rkeys.once_previous_key(prefix)]  # the producers' idempotency keys
+        others.append(rkeys.parked_reports_key(prefix))  # the members' parked-key reports
         with _redis_errors():
             reply = self._retention_scripts["delete_prefix"](
                 keys=[rkeys.meta_key(prefix), *streams, *others],

@@ -270,3 +270,24 @@ def test_static_members_show_their_instance_id_and_a_held_target(
     (ended,) = table_rows(r, "ended-members-table")
     assert "ended: LEFT" in ended[0] and "target held" in ended[0]
     assert "held for restart" in text(r) and "held for instance pod-b.ship.0" in text(r)
+
+
+def test_the_group_page_shows_the_keys_members_report_parked(viewer: Client, store: MetadataStore) -> None:
+    """Issue 27: the keys waiting for a retry, per shard and member, as the members report them; a member
+    that ended is no longer shown; the keys are escaped (a member's report is not trusted markup)."""
+    create(store, shard_count=2)
+    a = hb(store, "a", 0, [], capacity=1)
+    hb(store, "a", 1, [s["shard"] for s in a["shards"]])
+    r = viewer.get(url("group_detail"))
+    assert "No key is parked: no member reports a key waiting for a retry." in text(r)
+    keys = [f"k{i}" for i in range(15)] + ["<b>x</b>"]
+    store.parked.record(
+        PREFIX, GROUP, "a", {"v1:1": {"count": 40, "keys": keys}, "v1:0": {"count": 1, "keys": ["z"]}}
+    )
+    r = viewer.get(url("group_detail"))
+    rows = table_rows(r, "parked-keys-table")
+    assert [row[:3] for row in rows] == [["v1:0", "a", "1"], ["v1:1", "a", "40"]]
+    assert rows[1][3].endswith("and 24 more")
+    assert "&lt;b&gt;x&lt;/b&gt;" in r.content.decode() and "<b>x</b>" not in r.content.decode()
+    hb(store, "a", -1, [])
+    assert "No key is parked" in text(viewer.get(url("group_detail")))

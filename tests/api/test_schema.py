@@ -63,6 +63,7 @@ def test_spectacular_validates_the_schema_without_warnings(tmp_path: Path) -> No
     assert set(operations) == {
         ("POST", "/api/v1/groups/{stream_prefix}/{consumer_group}/heartbeat"),
         ("GET", "/api/v1/routing/{stream_prefix}"),
+        ("GET", "/api/v1/autoscaling/{stream_prefix}/{consumer_group}"),
         ("GET", "/api/v1/admin/groups"),
         ("POST", "/api/v1/admin/groups"),
         ("GET", "/api/v1/admin/groups/{stream_prefix}/{consumer_group}"),

@@ -86,7 +86,10 @@ def test_kill_9_of_a_member_its_unacked_entries_go_to_the_new_owner(
     me = member_by_pid(stack.describe(), victim.pid)
     victim_id, shards = me["member_id"], [a["shard"] for a in me["current_assignment"]]
 
-    _stopped_ns, pending = freeze_holding_unhandled(stack, victim, victim_id, shards, logs, at_least=2)
+    # At least one entry read and not handled (a handler call in progress, or read behind it): a
+    # one-worker member runs the batch its waiter woke for at once (docs/consumers.md), so two at a time
+    # are rare at this load.
+    _stopped_ns, pending = freeze_holding_unhandled(stack, victim, victim_id, shards, logs, at_least=1)
     victim.signal(signal.SIGKILL)
     killed_ns = time.monotonic_ns()
     victim.wait(10)

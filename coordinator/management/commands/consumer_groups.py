@@ -133,6 +133,13 @@ def describe_lines(view: dict[str, Any]) -> list[str]:
             "Held for restart:",
             table(("INSTANCE-ID", "ENDED-MEMBER", "SHARDS", "HELD-FOR"), held_rows),
         ]
+    parked = [
+        (shard, member_id, r["count"], ", ".join(r["keys"]) + (" ..." if r["count"] > len(r["keys"]) else ""))
+        for member_id, shards in sorted((view.get("parked_keys") or {}).items())
+        for shard, r in sorted(shards.items())
+    ]
+    if parked:  # keys waiting for a retry (issue 27), as their members last reported them
+        lines += ["", table(("SHARD", "MEMBER", "PARKED-KEYS", "KEYS"), parked)]
     migration = view.get("migration")
     if isinstance(migration, dict) and migration.get("active"):
         undrained = ", ".join(row["shard"] for row in migration.get("undrained", [])) or "none"
