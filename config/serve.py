@@ -74,6 +74,9 @@ def parse(args: Sequence[str]) -> argparse.Namespace:
 def main(args: Sequence[str] | None = None) -> None:
     options = parse(sys.argv[1:] if args is None else args)
     require("granian", "The API server (python -m config.serve)")
+    settings_problem = refused_settings()
+    if settings_problem:  # say it once, in one line, before the workers each print a traceback
+        sys.exit(f"config.serve: {settings_problem}")
     host, _, port = options.bind.rpartition(":")
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
@@ -88,6 +91,20 @@ def main(args: Sequence[str] | None = None) -> None:
         graceful_s=options.graceful_s,
     )
     os.execv(argv[0], argv)
+
+
+def refused_settings() -> str:
+    """What config/settings.py refuses (its one-line message), or "" when the settings load."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from django.conf import settings
+
+    from config.errors import SettingsError
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 - loads the settings module
+    except SettingsError as exc:
+        return str(exc)
+    return ""
 
 
 # WSGI keys a server sets for the request itself: never taken for the process's environment.

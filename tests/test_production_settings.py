@@ -121,6 +121,15 @@ def test_debug_off_with_a_bad_secret_key_refuses_to_start(secret_key: str | None
     assert "DEBUG is off: refusing to start" in result.stderr
 
 
+def test_the_api_server_refuses_a_missing_key_in_one_line_too() -> None:
+    """``python -m config.serve`` checks the settings before it becomes granian, whose workers would
+    each print a traceback."""
+    result = run(["-m", "config.serve", "--workers", "1"], {"DEBUG": "false"})
+    assert result.returncode != 0
+    assert result.stderr.startswith("config.serve: SECRET_KEY is not set"), result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
 def test_a_weak_fallback_key_refuses_to_start_too() -> None:
     env = {"DEBUG": "false", "SECRET_KEY": get_random_secret_key(), "SECRET_KEY_FALLBACKS": "old-and-short"}
     result = run(["-c", "import config.settings"], env)

@@ -85,7 +85,10 @@ def test_the_process_environment_never_reaches_the_application(monkeypatch: pyte
 
 
 def test_a_worker_exits_once_its_parent_is_gone() -> None:
-    child = "import time; from config.serve import exit_with_parent; exit_with_parent(0.05); time.sleep(60)"
+    child = (
+        "import time; from config.serve import exit_with_parent; exit_with_parent(0.05); "
+        "print('watching', flush=True); time.sleep(60)"
+    )
     parent = (
         "import subprocess, sys, time; "
         f"p = subprocess.Popen([sys.executable, '-c', {child!r}]); print(p.pid, flush=True); time.sleep(60)"
@@ -95,7 +98,7 @@ def test_a_worker_exits_once_its_parent_is_gone() -> None:
     )
     assert outer.stdout is not None
     worker = int(outer.stdout.readline())
-    time.sleep(0.5)  # the worker is up and watching
+    assert outer.stdout.readline().strip() == "watching"  # the worker is up and watching (its stdout is ours)
     os.kill(worker, 0)  # alive
     outer.kill()
     outer.wait()

@@ -109,6 +109,18 @@ class EntryWait:
             return [_text(key) for key in reply]
         return [_text(stream[0]) for stream in reply or ()]  # RESP2: [[stream, entries], ...]
 
+    def news(self, after: Mapping[str, str]) -> list[str]:
+        """Which of the streams ``after`` names have an entry after the id given for it, now (a plain
+        ``XREAD`` that does not block, on a pooled connection: the wait's own one stays for waits)."""
+        if not after:
+            return []
+        node = self._node_client()
+        with scripts.translate_redis_errors(f"look for new entries on {len(after)} streams"):
+            reply = node.execute_command("XREAD", "COUNT", 1, "STREAMS", *after.keys(), *after.values())
+        if isinstance(reply, dict):  # RESP3: {stream: entries}
+            return [_text(key) for key in reply]
+        return [_text(stream[0]) for stream in reply or ()]  # RESP2: [[stream, entries], ...]
+
     def interrupt(self) -> bool:
         """End the armed wait, if one is (its :meth:`wait` returns []). False when none is armed. Never
         raises: an interrupt that fails leaves the wait to end by its timeout."""

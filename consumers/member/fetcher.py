@@ -38,9 +38,10 @@ thread name and log fields, while the unit's own thread stays asleep on its tick
 hand-over: whoever holds it acts for the unit). A whole batch's ids go with the ticket into the next
 call, which the waiter makes at once (with every other due ticket) when none is in flight: so a woken
 shard costs the wait, the read, the handlers and the next read (its acks folded in), on one thread, as a
-plain blocking consumer does. What that next call reads goes to the units' threads as usual: the waiter
-is back on its wait after one batch per woken shard and one call, so a shard that stays busy cannot
-keep it from the others. The call in flight is released before a batch runs. Anything else (a
+plain blocking consumer does; what that call reads runs there too, round after round, until every
+ticket is parked again. Each round first looks (one ``XREAD`` that does not block) for news on the
+parked tickets' streams, which join the round's call: a shard that stays busy cannot keep the others
+waiting. The call in flight is released before a batch runs. Anything else (a
 failure, a stop, the lease in doubt, the slot taken, a resync pending) sends the ticket back to its
 unit with what was done (``Ticket.ran``), and the unit carries on from there as if it had run the batch
 itself. A member with more slots keeps a thread per batch (the waiter must stay free to wake the other
@@ -393,35 +394,59 @@ class Fetcher:
 
     def _send_inline(self, batch: list[Ticket]) -> None:
         """The waiter's call for the tickets it woke (module docstring, "Inline"): their batches run on
-        this thread where their units allow it, then this thread makes their next call (acks and reads)
-        once, without running what it reads: the waiter is back on its wait after one batch per woken
-        shard and one call, so a shard that stays busy cannot keep it from the others. The call in
-        flight is released before a batch runs, so the fetcher's thread and the units call meanwhile."""
-        ready: list[tuple[Ticket, FetchResult]] = []
-        try:
-            self._send(batch, ready)
-        except Exception as e:  # a bug: every ticket of the call must still go back to its unit
-            log.exception("%s: a fetch failed unexpectedly", self.host.label)
-            for ticket in batch:
-                if not ticket.done.is_set() and all(ticket is not t for t, _ in ready):
-                    _finish(ticket, Wake.ERROR, error=e)
-        finally:
-            self._release()
-        again: list[Ticket] = []
-        for ticket, result in ready:
+        this thread where their units allow it, and this thread makes their next call (acks and reads),
+        whose entries it runs again, round after round, until every ticket is parked again or back with
+        its unit: a one-worker member drains on one thread, as a plain consumer loop does. Each round
+        first looks (one ``XREAD`` that does not block) for news on the parked tickets' streams, which
+        then join the round's call: a busy shard cannot keep the others waiting. The call in flight is
+        released before a batch runs, so the fetcher's thread and the units call meanwhile."""
+        while batch:
+            ready: list[tuple[Ticket, FetchResult]] = []
             try:
-                whole = ticket.inline(ticket, result)  # type: ignore[misc]
-            except Exception as e:  # a bug in the runner: its unit stops, as with a failed call
-                log.exception("%s: shard %s: an inline batch failed", self.host.label, ticket.shard)
-                _finish(ticket, Wake.ERROR, error=e)
-                continue
-            if whole:
-                again.append(ticket)
-            else:
-                _finish(ticket, Wake.RESULT, result=result)
-        following = self._resubmit(again)
-        if following:
-            self._send_and_release(following)
+                self._send(batch, ready)
+            except Exception as e:  # a bug: every ticket of the call must still go back to its unit
+                log.exception("%s: a fetch failed unexpectedly", self.host.label)
+                for ticket in batch:
+                    if not ticket.done.is_set() and all(ticket is not t for t, _ in ready):
+                        _finish(ticket, Wake.ERROR, error=e)
+            finally:
+                self._release()
+            again: list[Ticket] = []
+            for ticket, result in ready:
+                try:
+                    whole = ticket.inline(ticket, result)  # type: ignore[misc]
+                except Exception as e:  # a bug in the runner: its unit stops, as with a failed call
+                    log.exception("%s: shard %s: an inline batch failed", self.host.label, ticket.shard)
+                    _finish(ticket, Wake.ERROR, error=e)
+                    continue
+                if whole:
+                    again.append(ticket)
+                else:
+                    _finish(ticket, Wake.RESULT, result=result)
+            if again:
+                self._mark_news()
+            batch = self._resubmit(again)
+
+    def _mark_news(self) -> None:
+        """Parked tickets whose streams have news now are due (they join the next call). A failed look
+        changes nothing: the wait that follows finds them."""
+        waiter = self._waiter
+        if waiter is None:
+            return
+        with self._cond:
+            after = {t.wait_key: t.wait_id for t in self._tickets if t.wait_id}
+        if not after:
+            return
+        try:
+            keys = set(waiter.wait.news(after))
+        except Exception:  # the blocking wait reports a lasting failure
+            return
+        if keys:
+            with self._cond:
+                now = time.monotonic()
+                for ticket in self._tickets:
+                    if ticket.wait_id and ticket.wait_key in keys:
+                        ticket.due_s, ticket.wait_id = now, ""
 
     def _resubmit(self, tickets: list[Ticket]) -> list[Ticket]:
         """Tickets whose batches ran inline, due now with their acks: the next call to make on this

@@ -27,6 +27,7 @@ def test_redis_killed_then_restarted(api: Api, settings: Any, disposable_redis: 
         lambda: api.heartbeat(member_id="m2", member_epoch=0, capacity=1),  # the full path
         lambda: api.get(f"routing/{PREFIX}", token=MEMBER_TOKEN),
         lambda: api.get("admin/groups"),
+        lambda: api.get(f"autoscaling/{PREFIX}/{GROUP}"),  # a scaler's read (docs/autoscaling.md)
         lambda: api.post("admin/groups", {"stream_prefix": PREFIX, "consumer_group": "g2"}),
         lambda: api.delete(f"admin/groups/{PREFIX}/{GROUP}"),
     ):

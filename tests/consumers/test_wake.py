@@ -212,3 +212,41 @@ def _pending(cluster: Cluster) -> int:
         for g in cluster.client.xinfo_groups(key)
         if g["name"] in (GROUP, GROUP.encode())
     )
+
+
+def test_a_busy_shard_does_not_keep_the_waiter_from_the_others(cluster: Cluster) -> None:
+    """One worker, shard 0 kept busy by a producer: the waiter runs its batches round after round. An
+    entry on another, idle shard is still read and handled at once (each round looks for news on the
+    parked streams), not once shard 0 goes quiet (nor by a poll or the safety net: a minute)."""
+
+    def handle(entry: Any) -> None:
+        time.sleep(0.005)
+
+    recorder = Recorder(handle)
+    m = cluster.member(recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000))
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)
+    busy, stop = cluster.key_for(0), threading.Event()
+
+    def feed() -> None:
+        while not stop.is_set():
+            cluster.producer.send_batch(PREFIX, [(busy, {"n": -1})] * 8)
+            time.sleep(0.001)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        eventually(lambda: recorder.count() > 50, timeout_s=10, what="shard 0 busy")
+        entry_id = cluster.send(cluster.key_for(2))
+        started = time.monotonic()
+        eventually(
+            lambda: entry_id in {c.entry_id for c in recorder.snapshot()}, timeout_s=10,
+            what="the idle shard's entry handled while shard 0 stays busy",
+        )  # fmt: skip
+        # A round takes a batch of 8 entries (40 ms of handler): the next round's look finds it. Without
+        # the look it waits for shard 0 to go quiet, which this producer never lets happen.
+        assert time.monotonic() - started < 2.0
+        assert feeder.is_alive()
+    finally:
+        stop.set()
+        feeder.join(5)
