@@ -399,7 +399,11 @@ class Fetcher:
         its unit: a one-worker member drains on one thread, as a plain consumer loop does. Each round
         first looks (one ``XREAD`` that does not block) for news on the parked tickets' streams, which
         then join the round's call: a busy shard cannot keep the others waiting. The call in flight is
-        released before a batch runs, so the fetcher's thread and the units call meanwhile."""
+        released before a batch runs, so the fetcher's thread and the units call meanwhile. The first
+        round looks too: a producer's pipeline of appends to several shards woke the wait at its first."""
+        self._mark_news()
+        with self._cond:  # this thread owns the call: it takes every ticket due now
+            batch = [*batch, *self._take_due(time.monotonic())]
         while batch:
             ready: list[tuple[Ticket, FetchResult]] = []
             try:

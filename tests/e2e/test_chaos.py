@@ -1,9 +1,9 @@
 """Soak / chaos runs (``make chaos``; excluded from ``make test``): the short scenarios of this directory,
 longer, random and mixed, under load.
 
-``E2E_CHAOS_SECONDS`` (default 120) bounds the run, ``E2E_CHAOS_ORDERING`` (``shard``, the default,
-``key`` or ``none``) is the listener's ordering (under ``none`` per-key order is not checked: it promises
-none), ``E2E_CHAOS_SEED`` replays one (the seed is printed
+``E2E_CHAOS_SECONDS`` (default 120) bounds each run; it runs once per listener ordering (``shard``,
+``key``, ``none``; ``E2E_CHAOS_ORDERING`` picks one; under ``none`` per-key order is not checked: it
+promises none), ``E2E_CHAOS_SEED`` replays one (the seed is printed
 and part of every failure message). After every action the test waits for the group to settle (STABLE,
 balanced over the member processes alive), so a run is a sequence of real rebalances, not a pile-up.
 
@@ -128,15 +128,19 @@ class Chaos:
         wait_until(settled, timeout_s=60, interval_s=0.1, what=f"settled after {self.history[-3:]}")
 
 
+# Every ordering by default (issue 27: key and none face the same faults); E2E_CHAOS_ORDERING picks one.
+CHAOS_ORDERINGS = [o for o in ("shard", "key", "none") if os.environ.get("E2E_CHAOS_ORDERING", o) == o]
+
+
 @pytest.mark.chaos
+@pytest.mark.parametrize("ordering", CHAOS_ORDERINGS)
 def test_soak_random_failures_under_load(
-    make_stack: Callable[..., Stack], producers: Callable[..., ProducerLoop]
+    make_stack: Callable[..., Stack], producers: Callable[..., ProducerLoop], ordering: str
 ) -> None:
     seconds = float(os.environ.get("E2E_CHAOS_SECONDS", "120"))
     seed = int(os.environ.get("E2E_CHAOS_SEED", str(time.time_ns() % 1_000_000)))
-    print(f"chaos seed {seed} ({seconds:.0f} s)")
+    print(f"chaos seed {seed} ({seconds:.0f} s, ordering {ordering})")
     rng = random.Random(seed)
-    ordering = os.environ.get("E2E_CHAOS_ORDERING", "shard")
     stack = make_stack(
         member_env={"E2E_HANDLER_SLEEP_MS": "3", "RSC_RUNTIME_MAX_CONCURRENCY": "2", "E2E_ORDERING": ordering}
     )
