@@ -105,9 +105,7 @@ class EntryWait:
                 with self._lock:
                     self._drop()
                 raise
-        if isinstance(reply, dict):  # RESP3: {stream: entries}
-            return [_text(key) for key in reply]
-        return [_text(stream[0]) for stream in reply or ()]  # RESP2: [[stream, entries], ...]
+        return _streams_of(reply)
 
     def news(self, after: Mapping[str, str]) -> list[str]:
         """Which of the streams ``after`` names have an entry after the id given for it, now (a plain
@@ -117,9 +115,7 @@ class EntryWait:
         node = self._node_client()
         with scripts.translate_redis_errors(f"look for new entries on {len(after)} streams"):
             reply = node.execute_command("XREAD", "COUNT", 1, "STREAMS", *after.keys(), *after.values())
-        if isinstance(reply, dict):  # RESP3: {stream: entries}
-            return [_text(key) for key in reply]
-        return [_text(stream[0]) for stream in reply or ()]  # RESP2: [[stream, entries], ...]
+        return _streams_of(reply)
 
     def interrupt(self) -> bool:
         """End the armed wait, if one is (its :meth:`wait` returns []). False when none is armed. Never
@@ -175,6 +171,13 @@ class EntryWait:
             self._connection.disconnect()
             self._node.connection_pool.release(self._connection)
         self._connection = self._node = None
+
+
+def _streams_of(reply: Any) -> list[str]:
+    """The stream names of an ``XREAD`` reply (None: none had anything)."""
+    if isinstance(reply, dict):  # RESP3: {stream: entries}
+        return [_text(key) for key in reply]
+    return [_text(stream[0]) for stream in reply or ()]  # RESP2: [[stream, entries], ...]
 
 
 def _unblock(node: Any, client_id: int, over: Any) -> bool:

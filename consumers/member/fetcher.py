@@ -266,14 +266,18 @@ class Fetcher:
         self._tickets = [t for t in self._tickets if t.due_s - now > t.idle_s / 2]
         return batch
 
-    def _send_and_release(self, batch: list[Ticket]) -> None:
-        """Make the call (this thread owns it), then let the next one go."""
+    def _send_and_release(
+        self, batch: list[Ticket], ready: list[tuple[Ticket, FetchResult]] | None = None
+    ) -> None:
+        """Make the call (this thread owns it), then let the next one go. ``ready``: as for :meth:`_send`
+        (the tickets put there are the caller's to finish)."""
         try:
-            self._send(batch)
+            self._send(batch, ready)
         except Exception as e:  # a bug: every ticket of the call must still go back to its unit
             log.exception("%s: a fetch failed unexpectedly", self.host.label)
+            kept = {id(ticket) for ticket, _ in ready or ()}
             for ticket in batch:
-                if not ticket.done.is_set():
+                if not ticket.done.is_set() and id(ticket) not in kept:
                     _finish(ticket, Wake.ERROR, error=e)
         finally:
             self._release()
@@ -406,15 +410,7 @@ class Fetcher:
             batch = [*batch, *self._take_due(time.monotonic())]
         while batch:
             ready: list[tuple[Ticket, FetchResult]] = []
-            try:
-                self._send(batch, ready)
-            except Exception as e:  # a bug: every ticket of the call must still go back to its unit
-                log.exception("%s: a fetch failed unexpectedly", self.host.label)
-                for ticket in batch:
-                    if not ticket.done.is_set() and all(ticket is not t for t, _ in ready):
-                        _finish(ticket, Wake.ERROR, error=e)
-            finally:
-                self._release()
+            self._send_and_release(batch, ready)
             again: list[Ticket] = []
             for ticket, result in ready:
                 try:

@@ -67,9 +67,7 @@ class WorkerPool:
         try:
             return fn(*args)
         finally:
-            with self._lock:
-                self._busy -= 1
-                self._grant()
+            self._release()
 
     def try_run(self, fn: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
         """``(True, fn(*args))`` on the calling thread when a slot is free now and no unit waits for one;
@@ -81,9 +79,7 @@ class WorkerPool:
         try:
             return True, fn(*args)
         finally:
-            with self._lock:
-                self._busy -= 1
-                self._grant()
+            self._release()
 
     def shutdown(self) -> None:
         """No new batches: every unit waiting for a slot gets :class:`PoolClosed`; running ones finish."""
@@ -105,6 +101,12 @@ class WorkerPool:
         waiter.lock.acquire()
         if not waiter.granted:
             raise PoolClosed(f"worker pool {self.name} is shut down")
+
+    def _release(self) -> None:
+        """A batch is over: its slot goes to the longest waiting unit, if any."""
+        with self._lock:
+            self._busy -= 1
+            self._grant()
 
     def _grant(self) -> None:
         """Hand free slots to the longest waiting units (the caller holds the lock)."""
