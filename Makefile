@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench bench-latency bench-producer clean constraints
+.PHONY: help venv test lint run chaos bench bench-latency bench-producer bench-jobs clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench  heartbeat, producer, end-to-end and slow-job benchmarks; rewrites docs/benchmarks.md"
 	@echo "make bench-producer  the producer benchmarks only; rewrites their section of docs/benchmarks.md"
 	@echo "make bench-latency   the latency and idle-cost benchmark only; rewrites its section of docs/benchmarks.md"
+	@echo "make bench-jobs      the slow-jobs benchmark only (orderings against Celery); rewrites its section of docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
@@ -80,6 +81,11 @@ bench-latency: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(BIN)/python bench/latency_bench.py --out bench/results/latency.json
 	$(BIN)/python bench/report.py --latency-only bench/results/latency.json docs/benchmarks.md
+
+bench-jobs: $(BENCH_STAMP)
+	mkdir -p bench/results
+	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json
+	$(BIN)/python bench/report.py --jobs-only bench/results/jobs.json docs/benchmarks.md
 
 bench-producer: $(BENCH_STAMP)
 	mkdir -p bench/results

@@ -765,7 +765,8 @@ def start_orderings(
     noop: bool = False,
 ) -> list[Side]:
     """One group and its members per ordering the product has (``shard`` only, when it has none)."""
-    orderings = [o for o in ORDERINGS if o == "shard" or "ordering" not in missing]
+    wanted = str(args.orderings).split(",")
+    orderings = [o for o in ORDERINGS if o in wanted and (o == "shard" or "ordering" not in missing)]
     return [
         start_members(
             stack,
@@ -1173,6 +1174,9 @@ def main() -> None:
         help="fast handlers: workers per member, comma-separated (1: e2e_bench's shape)",
     )
     parser.add_argument("--sections", default="slow,failing,fast", help="comma-separated: slow,failing,fast")
+    parser.add_argument(
+        "--orderings", default=",".join(ORDERINGS), help="slow and fast: the sides to run (comma-separated)"
+    )
     parser.add_argument(
         "--workdir", default="", help="keep the processes' logs here (default: a temporary dir)"
     )

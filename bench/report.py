@@ -681,6 +681,17 @@ def main() -> None:
         out.write_text(replace_section(out.read_text(), "## Latency and idle cost (", section))
         print(f"wrote the latency section of {out}")
         return
+    if sys.argv[1] == "--jobs-only":
+        # `python bench/report.py --jobs-only bench/results/jobs.json docs/benchmarks.md` (make bench-jobs):
+        # the slow-jobs section alone, from bench/jobs_bench.py's results (which name the commit they ran
+        # at); every other section of the page is left as it was.
+        results, out = Path(sys.argv[2]), Path(sys.argv[3])
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        section = jobs_section(results)
+        section = [*section[:2], f"Run separately by `make bench-jobs`: {when}.", "", *section[2:]]
+        out.write_text(replace_section(out.read_text(), "## Slow jobs (", section))
+        print(f"wrote the jobs section of {out}")
+        return
     heartbeat_file, e2e_file, out = (Path(a) for a in sys.argv[1:4])
     redis_version = subprocess.run(
         ["redis-server", "--version"], capture_output=True, text=True

@@ -21,7 +21,10 @@ the lease gate, the error policies - and changes only who runs the handler and w
   are not counted: one may be in a long job), at most the pool's size, and no more than it takes to
   run them within one share. So slow jobs spread over every free worker, one entry per task, while
   fast ones run back to back on one thread, and the dispatcher runs a batch of them itself in a
-  worker's place when one is free (no hand-off at all). Each entry is acked on its own, whatever the
+  worker's place when one is free (no hand-off at all). With an empty window too, it runs the batch
+  *straight*, in stream order with no lanes, as a shard unit does (:meth:`ConcurrentUnit._run_straight`):
+  stream order is every key's order, and only what is left after a failure, a stop, the lease in doubt
+  or a turn past its share goes into the lanes. Each entry is acked on its own, whatever the
   others do: the ids ride in the shard's next fetch (the folded ack) or, while the window is full, in
   a plain fenced ack at most ``ACK_LINGER_S`` later. Workers do no I/O but the handler.
 
@@ -129,7 +132,18 @@ class ConcurrentUnit(ShardUnit):
         return entry.entry_id
 
     def _process(self, entries: list[Any]) -> None:
-        """Put ``entries`` (in stream order) in their lanes, start what may start, then wait for room."""
+        """Put ``entries`` (in stream order) in their lanes, start what may start, then wait for room.
+        Fast handlers and an empty window: run them straight here first (:meth:`_run_straight`)."""
+        with self._lock:
+            straight = not self._lanes and not self._failed and self._fast() and self.pool.try_claim()
+        if straight:
+            try:
+                entries = self._run_straight(entries)
+            finally:
+                self.pool.unclaim()
+            if not entries:
+                self._wait_for_room()
+                return
         keyed = [(self._key(entry), entry) for entry in entries]
         with self._lock:
             for key, entry in keyed:
@@ -148,6 +162,38 @@ class ConcurrentUnit(ShardUnit):
             with self._lock:
                 self._dispatch_ready()  # what this turn left (a key's next entries, its share used up)
         self._wait_for_room()
+
+    def _run_straight(self, entries: list[Any]) -> list[Any]:
+        """Fast handlers, nothing in the window (no lane running, parked or waiting), a worker's place
+        taken: run the batch here in stream order, as a shard unit does, which keeps every key's order
+        without lanes (no key is even read). Until something unusual happens: a failure under
+        "redeliver" (the entry becomes its lane's failed head, for the dispatcher to decide), the lease
+        in doubt, a stop, or the turn past its share (slower than the mean said). What was not run is
+        returned, for the lanes. Caller holds a worker's place (:meth:`TaskPool.try_claim`)."""
+        started = time.perf_counter()
+        batch = self._run_batch(entries, started + DRAIN_SHARE_S)
+        elapsed_s = time.perf_counter() - started
+        rest = entries[batch.attempted :]
+        fenced: list[str] = []
+        with self._lock:
+            if batch.attempted and self._mean_s is not None:
+                self._mean_s = 0.8 * self._mean_s + 0.2 * elapsed_s / batch.attempted
+            if self._abandoned.is_set():
+                fenced = batch.handled
+            else:
+                self._done += batch.handled
+            if batch.failure is not None:  # "redeliver": its lane waits for the decision (in _serve)
+                entry, error = batch.failure
+                self._lanes.add(self._key(entry), entry)
+                self._lanes.take_one()  # the window was empty: its lane is the one ready
+                self._running += 1
+                self._finish(entry, error)
+            elif batch.lease_doubt:
+                self._lease_doubt = True  # the dispatcher probes the fence until the lease is renewed
+        if batch.failed and batch.failure is None:
+            self._keep(batch.failed)  # "keep": pending on purpose, the keys go on
+        self._count_fenced_acks(fenced)
+        return rest
 
     def _fast(self) -> bool:
         """Handlers fast enough that a whole batch fits in one share: the dispatcher runs a batch itself

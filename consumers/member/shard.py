@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -137,6 +138,7 @@ class _Batch:
     failed: list[str] = field(default_factory=list)  # ids whose handler raised
     attempted: int = 0  # entries handed to the handler (a prefix of the batch)
     failure: tuple[Any, str] | None = None  # "redeliver": the entry the batch stopped at, and its error
+    lease_doubt: bool = False  # it stopped early because the lease may have ended (not told to stop)
 
 
 class ShardUnit:
@@ -388,9 +390,10 @@ class ShardUnit:
             if entries:
                 self._call(_lease_confirmed)  # returns once renewed; raises _Stopped on stop or fence
 
-    def _run_batch(self, entries: list[Any]) -> _Batch:
+    def _run_batch(self, entries: list[Any], until_s: float = math.inf) -> _Batch:
         """In a worker slot: the handler, entry by entry, until done, told to stop, the lease may have
-        ended, or (under "redeliver") an entry failed."""
+        ended, (under "redeliver") an entry failed, or ``time.perf_counter()`` passed ``until_s`` after
+        an entry (a unit with other workers to give the rest to, :mod:`consumers.member.concurrent`)."""
         self._run_hooks()
         batch = _Batch()
         # The lease check of every handler call, against the deadline as of now: one lock per batch, not
@@ -399,8 +402,14 @@ class ShardUnit:
         clock_ms, handler, stopping = self.host.clock_ms, self.handler, self._stopping
         seconds: list[float] = []  # each call's latency, observed once the batch is over
         try:
+            ended = 0.0
             for entry in entries:
-                if stopping.is_set() or deadline is None or clock_ms() >= deadline:
+                if stopping.is_set():
+                    break
+                if deadline is None or clock_ms() >= deadline:
+                    batch.lease_doubt = True
+                    break
+                if ended >= until_s:
                     break
                 batch.attempted += 1
                 entry.revoked = stopping
@@ -408,14 +417,16 @@ class ShardUnit:
                 try:
                     handler(entry)
                 except Exception as e:
-                    seconds.append(time.perf_counter() - started)
+                    ended = time.perf_counter()
+                    seconds.append(ended - started)
                     batch.failed.append(entry.entry_id)
                     self._log_failure(entry)
                     if self.failures.stops_batch:
                         batch.failure = (entry, f"{type(e).__name__}: {e}")
                         break
                 else:
-                    seconds.append(time.perf_counter() - started)
+                    ended = time.perf_counter()
+                    seconds.append(ended - started)
                     batch.handled.append(entry.entry_id)
         finally:
             if self.metrics is not None:

@@ -369,3 +369,61 @@ def test_handlers_that_turn_slow_are_spread_over_the_workers_at_once(cluster: Cl
     late = recorder.snapshot()[fast:]
     # Run at once on several workers (overlapping), not one after another on one thread.
     assert overlapped(late, lambda c: c.shard)
+
+
+STRAIGHT = Runtime(max_concurrency=8, batch_size=8, idle_backoff_min_ms=2, idle_backoff_max_ms=20)
+
+
+@pytest.mark.parametrize(
+    ("ordering", "on_error"), [("key", "redeliver"), ("key", "keep"), ("none", "redeliver")]
+)
+def test_a_fast_batch_that_fails_midway_goes_on_in_lanes(
+    cluster: Cluster, ordering: str, on_error: str
+) -> None:
+    """Once the handler is known to be fast and the window is empty, a batch runs straight on the
+    dispatcher's thread in stream order (consumers/member/concurrent.py, ``_run_straight``). An entry that
+    fails there becomes its lane's head: under "redeliver" its key's later entries wait for the retry while
+    the rest of the batch goes on; under "keep" it stays pending and its key goes on."""
+    k1, k2, k3 = (cluster.key_for(0, n) for n in range(3))
+
+    def handler(entry: Any) -> None:
+        if entry.payload.get("fail") and (on_error == "keep" or entry.deliveries < 2):
+            raise RuntimeError("not yet")
+
+    recorder = Recorder(handler)
+    retries = {"redeliver_backoff_ms": 300, "max_deliveries": 5} if on_error == "redeliver" else {}
+    m = cluster.member(recorder, runtime=STRAIGHT, ordering=ordering, on_error=on_error, **retries)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    warm = cluster.send_many([k1, k2, k3], per_key=8)  # the unit learns that the handler is fast
+    eventually(lambda: recorder.count() == warm, what="warm-up handled")
+    eventually(lambda: not any(cluster.all_pending().values()), what="warm-up acked")
+    # One append of the whole batch (one call per shard), so one read takes it all.
+    items = [(k2, {"n": warm}), (k1, {"n": warm + 1, "fail": True}), (k1, {"n": warm + 2}),
+             (k3, {"n": warm + 3}), (k2, {"n": warm + 4}), (k1, {"n": warm + 5})]  # fmt: skip
+    ids = [r.entry_id for r in cluster.producer.send_batch(PREFIX, items)]
+    failing, later_k1 = ids[1], [ids[2], ids[5]]
+    others = [ids[0], ids[3], ids[4]]
+    eventually(lambda: {c.entry_id for c in recorder.snapshot()} >= set(ids), what="the batch handled")
+    calls = recorder.snapshot()[warm:]
+    attempts = sorted((c for c in calls if c.entry_id == failing), key=lambda c: c.started)
+    assert len(calls) == len(ids) + len(attempts) - 1  # each once, the failing one per attempt
+    first_try = attempts[0]
+    # Straight: the batch ran one entry after another (no other entry overlapped the failing one).
+    alone = [c.ended <= first_try.started or c.started >= first_try.ended for c in calls if c != first_try]
+    assert all(alone)
+    if on_error == "keep":
+        assert len(attempts) == 1
+        assert all(any(c.entry_id == i for c in calls) for i in later_k1)  # its key went on
+        eventually(lambda: [e for e, _ in cluster.pending("v1:0")] == [failing], what="only it pending")
+        assert m.stats.failed == 1
+        return
+    eventually(lambda: len([c for c in recorder.snapshot() if c.entry_id == failing]) == 2, what="retried")
+    calls = recorder.snapshot()[warm:]
+    retry = max((c for c in calls if c.entry_id == failing), key=lambda c: c.started)
+    assert retry.started - first_try.ended >= 0.25  # after its backoff, not in a busy loop
+    assert all(c.ended <= retry.started for c in calls if c.entry_id in others)  # the rest went on
+    if ordering == "key":
+        assert all(c.started >= retry.ended for c in calls if c.entry_id in later_k1)  # its key waited
+        assert_per_key_order(calls)
+    eventually(lambda: not any(cluster.all_pending().values()), what="everything acked")
+    assert m.stats.failed == 1 and m.stats.redelivered == 1
