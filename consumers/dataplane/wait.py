@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -107,15 +107,38 @@ class EntryWait:
                 raise
         return _streams_of(reply)
 
-    def news(self, after: Mapping[str, str]) -> list[str]:
-        """Which of the streams ``after`` names have an entry after the id given for it, now (a plain
-        ``XREAD`` that does not block, on a pooled connection: the wait's own one stays for waits)."""
+    def news_later(self, after: Mapping[str, str]) -> Callable[[], list[str]]:
+        """Which of the streams ``after`` names have an entry after the id given for it: a plain ``XREAD``
+        that does not block, on a pooled connection (the wait's own one stays for waits), split in two
+        so that it overlaps another call. It is sent now; the function returned reads its answer (call
+        it exactly once: it gives the connection back to the pool; it raises ``DataPlaneUnavailable``
+        and the like, as any call does)."""
         if not after:
-            return []
+            return lambda: []
         node = self._node_client()
-        with scripts.translate_redis_errors(f"look for new entries on {len(after)} streams"):
-            reply = node.execute_command("XREAD", "COUNT", 1, "STREAMS", *after.keys(), *after.values())
-        return _streams_of(reply)
+        pool = node.connection_pool
+        connection = pool.get_connection()
+        command = ("XREAD", "COUNT", 1, "STREAMS", *after.keys(), *after.values())
+        what = f"look for new entries on {len(after)} streams"
+        try:
+            with scripts.translate_redis_errors(what):
+                connection.send_command(*command)
+        except BaseException:
+            connection.disconnect()
+            pool.release(connection)
+            raise
+
+        def answer() -> list[str]:
+            try:
+                with scripts.translate_redis_errors(what):
+                    return _streams_of(connection.read_response())
+            except BaseException:
+                connection.disconnect()  # its reply may still be on the way: never reuse it
+                raise
+            finally:
+                pool.release(connection)
+
+        return answer
 
     def interrupt(self) -> bool:
         """End the armed wait, if one is (its :meth:`wait` returns []). False when none is armed. Never

@@ -400,17 +400,21 @@ class Fetcher:
         """The waiter's call for the tickets it woke (module docstring, "Inline"): their batches run on
         this thread where their units allow it, and this thread makes their next call (acks and reads),
         whose entries it runs again, round after round, until every ticket is parked again or back with
-        its unit: a one-worker member drains on one thread, as a plain consumer loop does. Each round
-        first looks (one ``XREAD`` that does not block) for news on the parked tickets' streams, which
-        then join the round's call: a busy shard cannot keep the others waiting. The call in flight is
-        released before a batch runs, so the fetcher's thread and the units call meanwhile. The first
-        round looks too: a producer's pipeline of appends to several shards woke the wait at its first."""
-        self._mark_news()
+        its unit: a one-worker member drains on one thread, as a plain consumer loop does. Each call
+        goes out with a look (one ``XREAD`` that does not block, on another connection, so both take
+        one round trip) for news on the parked tickets' streams; those with news join the next round's
+        call: a busy shard cannot keep the others waiting, and a producer's pipeline of appends to
+        several shards, which woke the wait at its first, is read by the second call. The call in
+        flight is released before a batch runs, so the fetcher's thread and the units call meanwhile."""
         with self._cond:  # this thread owns the call: it takes every ticket due now
             batch = [*batch, *self._take_due(time.monotonic())]
         while batch:
             ready: list[tuple[Ticket, FetchResult]] = []
-            self._send_and_release(batch, ready)
+            answer = self._look()
+            try:
+                self._send_and_release(batch, ready)
+            finally:
+                news = self._mark_news(answer)
             again: list[Ticket] = []
             for ticket, result in ready:
                 try:
@@ -423,35 +427,47 @@ class Fetcher:
                     again.append(ticket)
                 else:
                     _finish(ticket, Wake.RESULT, result=result)
-            if again:
-                self._mark_news()
-            batch = self._resubmit(again)
+            batch = self._resubmit(again, news)
 
-    def _mark_news(self) -> None:
-        """Parked tickets whose streams have news now are due (they join the next call). A failed look
-        changes nothing: the wait that follows finds them."""
+    def _look(self) -> Callable[[], list[str]] | None:
+        """Send the look for news on the parked tickets' streams (None: nothing to look at, or it could
+        not be sent: the wait that follows finds them)."""
         waiter = self._waiter
         if waiter is None:
-            return
+            return None
         with self._cond:
             after = {t.wait_key: t.wait_id for t in self._tickets if t.wait_id}
         if not after:
-            return
+            return None
         try:
-            keys = set(waiter.wait.news(after))
+            return waiter.wait.news_later(after)
         except Exception:  # the blocking wait reports a lasting failure
-            return
-        if keys:
-            with self._cond:
-                now = time.monotonic()
-                for ticket in self._tickets:
-                    if ticket.wait_id and ticket.wait_key in keys:
-                        ticket.due_s, ticket.wait_id = now, ""
+            return None
 
-    def _resubmit(self, tickets: list[Ticket]) -> list[Ticket]:
+    def _mark_news(self, answer: Callable[[], list[str]] | None) -> bool:
+        """Parked tickets whose streams had news are due now (True when any is): they join the next call.
+        A failed look changes nothing: the wait that follows finds them."""
+        if answer is None:
+            return False
+        try:
+            keys = set(answer())
+        except Exception:
+            return False
+        if not keys:
+            return False
+        due = False
+        with self._cond:
+            now = time.monotonic()
+            for ticket in self._tickets:
+                if ticket.wait_id and ticket.wait_key in keys:
+                    ticket.due_s, ticket.wait_id, due = now, "", True
+        return due
+
+    def _resubmit(self, tickets: list[Ticket], news: bool = False) -> list[Ticket]:
         """Tickets whose batches ran inline, due now with their acks: the next call to make on this
-        thread (with every other due ticket) when none is in flight; else they wait for the next one."""
-        if not tickets:
+        thread (with every other due ticket) when none is in flight; else they wait for the next one.
+        ``news``: tickets were made due by a look (they go with that call, even with no ``tickets``)."""
+        if not tickets and not news:
             return []
         now = time.monotonic()
         for ticket in tickets:
@@ -461,8 +477,9 @@ class Fetcher:
                 self._tickets += tickets
                 return []  # the call in flight's end takes them (_release)
             if not self._closed:
-                self._sending = True
-                return [*tickets, *self._take_due(now)]
+                batch = [*tickets, *self._take_due(now)]
+                self._sending = bool(batch)  # none left due (taken meanwhile): no call to own
+                return batch
         for ticket in tickets:
             _finish(ticket, Wake.STOPPED)
         return []

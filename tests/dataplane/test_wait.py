@@ -129,3 +129,27 @@ def test_an_interrupt_is_aimed_at_one_wait_only(one_stream: tuple[dict[str, str]
 def test_the_probe_passes_for_a_user_with_every_right(harness: Harness) -> None:
     harness.create(shard_count=1)
     EntryWait(harness.client, harness.plane._meta, harness.plane.stream_key(V1_0)).probe()
+
+
+def test_a_look_overlaps_another_call_and_names_the_streams_with_news(harness: Harness) -> None:
+    """``news_later``: the XREAD goes out at once on a pooled connection, another call runs meanwhile, and
+    the answer names the streams with an entry after the given id; the connection goes back to the pool."""
+    h = harness
+    h.create(shard_count=2)
+    h.join("m1")
+    k0, k1 = h.plane.stream_key(V1_0), h.plane.stream_key(V1_1)
+    wait = h.plane.entry_wait()
+    pool = h.client.connection_pool
+    try:
+        first = h.produce(V1_0, 2, 1)[0]
+        in_use = len(pool._in_use_connections)  # the plane's own (its hot calls keep one)
+        assert wait.news_later({})() == []
+        answer = wait.news_later({k0: "0-0", k1: "0-0"})
+        assert h.client.ping()  # another call while the look is out
+        assert answer() == [k0]
+        assert wait.news_later({k0: first, k1: "0-0"})() == []  # nothing after what was seen
+        h.produce(V1_1, 2, 1)
+        assert wait.news_later({k0: first, k1: "0-0"})() == [k1]
+        assert len(pool._in_use_connections) == in_use  # every look gave its connection back
+    finally:
+        wait.close()
