@@ -14,6 +14,7 @@ from coordinator.protocol.group import Heartbeat
 from coordinator.protocol.model import OrderingMode, Shard
 from coordinator.store import MetadataStore
 from rsc_redis import keys as rkeys
+from rsc_redis.dataplane.library import function_name
 
 from .conftest import GROUP, PREFIX, create
 from .test_delta_load import Spy, without_leases
@@ -34,6 +35,52 @@ def _heartbeat(store: MetadataStore, member: str, view: dict[str, Any] | None) -
         owned = frozenset(Shard.parse(s["shard"]) for s in view["shards"])
         hb = Heartbeat(member_id=member, member_epoch=view["member_epoch"], owned=owned)
     return store.heartbeat(PREFIX, GROUP, hb)
+
+
+def _renew_as_the_member(store: MetadataStore, member: str) -> bytes:
+    """The member renews its own lease in Redis with the data plane's own function (renew_lease.lua), at
+    its live epoch: the record says Redis's TIME + the lease TTL, so every later read counts it as
+    written. (A record further ahead, as no script writes one, counts only up to the reader's TIME + TTL:
+    two reads a millisecond apart would read two leases, whatever they kept.) Its outcome (MEMBER_FENCED
+    for a member that ended or whose lease has ended)."""
+    epoch = store.client.hget(META, f"m:{GROUP}:{member}")
+    if epoch is None:
+        return b"MEMBER_FENCED"
+    keys = (META, rkeys.lease_records_key(PREFIX))
+    reply = store.client.fcall(function_name("renew_lease"), len(keys), *keys, GROUP, member, epoch)
+    assert reply[0] in (b"OK", b"MEMBER_FENCED"), reply
+    return bytes(reply[0])
+
+
+def _after_the_redis_clock_moved(client: Any) -> None:
+    """Return once Redis's TIME (ms, what a load reads) is later than when called."""
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    while True:
+        seconds, micros = client.time()
+        if seconds * 1000 + micros // 1000 > now_ms:
+            return
+
+
+def test_a_lease_the_member_renewed_itself_reads_the_same_at_any_later_moment(store: MetadataStore) -> None:
+    """A renewal as the members write it (_renew_as_the_member, which the test below drives) reads the same
+    whenever it is read, so that comparing a kept decode with a fresh one read a moment later compares
+    decodes, not moments. The member's lease here was granted 4.5 s before (TTL 10 s): the record that
+    test wrote before, its lease + 5 s, is past TIME + TTL, where the lease rule (rsc_redis/
+    lease_record.lua) counts it only up to each read's own TIME + TTL: two reads 1 ms apart differed (the
+    test failed whenever a run lasted over 4 s, as under load)."""
+    create(store, shard_count=2, lease_ttl_ms=10_000)
+    _heartbeat(store, "m0", None)
+    seconds, micros = store.client.time()
+    granted_ms = seconds * 1000 + micros // 1000 + 5_500
+    store.client.hset(META, f"l:{GROUP}:m0", granted_ms)
+    kept = store._load(PREFIX, None).state  # the store keeps this decode
+    assert kept is not None and kept.groups[GROUP].members["m0"].lease_deadline_ms == granted_ms
+    assert _renew_as_the_member(store, "m0") == b"OK"
+    first = _fresh(store.client)
+    assert first is not None and first.groups[GROUP].members["m0"].lease_deadline_ms > granted_ms
+    _after_the_redis_clock_moved(store.client)
+    assert store._load(PREFIX, None).state == first == _fresh(store.client)
 
 
 def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: MetadataStore) -> None:
@@ -63,14 +110,8 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
                 member = rng.choice(sorted(views))
                 store.client.hset(META, f"l:{GROUP}:{member}", 1)
                 actor.tick()
-            elif op < 0.88:  # a member renews its own lease in Redis (renew_lease.lua's record)
-                member = rng.choice(sorted(views))
-                epoch = store.client.hget(META, f"m:{GROUP}:{member}")
-                if epoch is not None:
-                    far = int(store.client.hget(META, f"l:{GROUP}:{member}") or 0) + 5_000
-                    store.client.hset(
-                        rkeys.lease_records_key(PREFIX), f"{GROUP}:{member}", f"{epoch.decode()} {far}"
-                    )
+            elif op < 0.88:  # a member renews its own lease in Redis
+                _renew_as_the_member(store, rng.choice(sorted(views)))
             elif op < 0.95:
                 actor.set_max_concurrency(PREFIX, GROUP, rng.randint(1, 4))
             else:
