@@ -123,19 +123,44 @@ def test_a_kept_decode_reads_exactly_as_a_fresh_one_whoever_wrote_last(store: Me
         hits += kept is not None and kept.raw == store.client.hget(META, f"g:{GROUP}")
         fresh = _fresh(store.client)
         for reader in (store, other):
-            assert reader._load(PREFIX, None).state == fresh
+            whole = reader._load(PREFIX, None).state
+            assert whole == fresh
+            assert whole is not None and fresh is not None
+            assert list(whole.groups[GROUP].members) == list(fresh.groups[GROUP].members)  # (== ignores it)
             if views:  # a heartbeat's read: the same but for the other members' leases (test_delta_load)
                 member = rng.choice(sorted(views))
                 partial = reader._load(PREFIX, [GROUP], lease_of=member).state
-                assert partial is not None and fresh is not None
+                assert partial is not None
                 assert partial.groups[GROUP].members[member] == fresh.groups[GROUP].members[member]
                 assert without_leases(partial.groups[GROUP]) == without_leases(fresh.groups[GROUP])
+                assert list(partial.groups[GROUP].members) == list(fresh.groups[GROUP].members)
         assert_derived_fields_consistent(store)
     # The comparison above ran on kept decodes most of the time, not only on fresh ones, and most reads
     # were deltas of what the store knew.
     assert hits > 200, hits
     deltas = [whole for spy in spies for _, whole, _, _ in spy.rows]
     assert deltas.count(0) > len(deltas) / 2, (deltas.count(0), len(deltas))
+
+
+def test_a_kept_decode_lists_its_members_in_a_fresh_ones_order_after_another_process_added_one(
+    store: MetadataStore,
+) -> None:
+    """A fresh decode lists a group's members in the order of their ids (its documents' order, which
+    codec.in_document_order keeps for the groups a store commits); a load that reads only what changed
+    since the decode it kept, every lease with it (a description, a tick), lists them the same."""
+    other = MetadataStore(store.client)  # another API process
+    spy = Spy(other)
+    create(store, shard_count=2, max_members=200)
+    for i in range(10):
+        _heartbeat(store, f"m{i}", None)
+    other._load(PREFIX, None)  # it keeps the group of ten
+    _heartbeat(store, "m10", None)  # "m10" comes between "m1" and "m2"
+    kept = other._load(PREFIX, None).state
+    assert spy.last()[1:3] == (0, ["m10"])  # a delta: the new member's record only
+    fresh = _fresh(store.client)
+    assert kept is not None and fresh is not None and kept == fresh
+    assert list(kept.groups[GROUP].members) == list(fresh.groups[GROUP].members)
+    assert list(fresh.groups[GROUP].members) == sorted(fresh.groups[GROUP].members)
 
 
 def test_delta_loads_read_as_fresh_ones_across_groups_and_rollbacks(store: MetadataStore) -> None:
@@ -190,7 +215,11 @@ def test_delta_loads_read_as_fresh_ones_across_groups_and_rollbacks(store: Metad
         fresh = _fresh(store.client)
         assert fresh is not None
         for reader in (store, other):
-            assert reader._load(PREFIX, None).state == fresh
+            whole = reader._load(PREFIX, None).state
+            assert whole == fresh
+            assert whole is not None
+            for g in groups:  # (== ignores the order)
+                assert list(whole.groups[g].members) == list(fresh.groups[g].members)
             for g in groups:
                 live = sorted(fresh.groups[g].members)
                 if live:
@@ -199,4 +228,5 @@ def test_delta_loads_read_as_fresh_ones_across_groups_and_rollbacks(store: Metad
                     assert partial is not None
                     assert partial.groups[g].members[member] == fresh.groups[g].members[member]
                     assert without_leases(partial.groups[g]) == without_leases(fresh.groups[g])
+                    assert list(partial.groups[g].members) == list(fresh.groups[g].members)
     assert rollbacks > 5, rollbacks
