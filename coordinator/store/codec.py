@@ -341,10 +341,11 @@ def decode_group_cached(
     same_ttl = known is not None and known.group.config.lease_ttl_ms == ttl
     scan: Iterable[str] = texts
     added = False
+    every = True  # every member is compared (scan is texts), not only the changed ones
     if changed is not None and form == GROUP_FORMAT and same_ttl:  # (same_ttl: known is not None)
         # Only these members may differ from ``known`` (a delta load): every other one is known's.
         members, recorded = dict(kept_members), dict(kept_heartbeats)
-        unchanged = same_document
+        unchanged, every = same_document, False
         scan = [m for m in changed if m in texts]
         for mid in changed:
             if mid not in texts and members.pop(mid, None) is not None:
@@ -355,7 +356,15 @@ def decode_group_cached(
     else:
         members, recorded = {}, {}
         unchanged = same_document and len(texts) == len(kept_members)
+    # Whether the members come in id order: a whole read's records do, but a delta load's are the kept
+    # ones with the records written since appended (patched); a load that read every lease (a
+    # description, a tick) compares every member: they are put in order below, as a fresh decode lists
+    # them (the changed ones alone are put in order with ``added``).
+    in_order, previous = True, ""
     for mid in scan:
+        if mid < previous:
+            in_order = False
+        previous = mid
         record = texts[mid]
         member = kept_members.get(mid)
         if leases_complete:
@@ -377,6 +386,8 @@ def decode_group_cached(
         members[mid] = member
     if added:  # in the order of the records (a whole read's: sorted member ids)
         members = in_key_order(members, ordered)
+    elif every and not in_order:
+        members = {mid: members[mid] for mid in sorted(members)}
     if unchanged:
         assert known is not None
         return known  # nothing moved: the very same state
