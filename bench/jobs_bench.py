@@ -620,6 +620,35 @@ class CeleryBaseline:
                     producer=producer,
                 )
 
+    def encoded(self, produced: list[dict[str, Any]], ms: int) -> list[bytes]:
+        """The broker messages ``enqueue`` would push for ``produced``, made now (kombu's encoding costs
+        about 0.5 ms of CPU a task, which on 2 cores would be taken from the worker while a window runs):
+        sent by the same ``send_task`` to the same queue name in another database of the broker, where
+        no worker listens, and taken back from there, oldest first."""
+        from celery import Celery
+
+        scratch_url = self.url.rsplit("/", 1)[0] + "/1"
+        app = Celery("jobs_bench_encoder", broker=scratch_url)
+        app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True)
+        scratch = redis.Redis.from_url(scratch_url, socket_timeout=10)
+        try:
+            scratch.delete(CELERY_QUEUE)
+            with app.producer_or_acquire() as producer:
+                for p in produced:
+                    app.send_task(CELERY_TASK, args=[p["event_id"], p["partition_key"], p["seq"], ms],
+                                  queue=CELERY_QUEUE, producer=producer)  # fmt: skip
+            messages = scratch.lrange(CELERY_QUEUE, 0, -1)[::-1]  # LPUSHed: the oldest is last
+            scratch.delete(CELERY_QUEUE)
+        finally:
+            scratch.close()
+        assert len(messages) == len(produced), f"{len(messages)} messages for {len(produced)} tasks"
+        return list(messages)
+
+    def push(self, messages: list[bytes]) -> None:
+        """What kombu's Redis transport does with each: ``LPUSH`` to the queue's list (one command here)."""
+        if messages:
+            self.client.lpush(CELERY_QUEUE, *messages)
+
     def close(self) -> None:
         for proc in self.side.procs:
             proc.kill()
@@ -763,9 +792,10 @@ def start_orderings(
     members: int,
     workers: int,
     noop: bool = False,
+    only: tuple[str, ...] = ORDERINGS,
 ) -> list[Side]:
     """One group and its members per ordering the product has (``shard`` only, when it has none)."""
-    wanted = str(args.orderings).split(",")
+    wanted = [o for o in str(args.orderings).split(",") if o in only]
     orderings = [o for o in ORDERINGS if o in wanted and (o == "shard" or "ordering" not in missing)]
     return [
         start_members(
@@ -963,6 +993,169 @@ def shard_of(key: str) -> str:
     from coordinator.protocol.routing import shard_index
 
     return str(Shard(version=1, index=shard_index(key, SHARDS)))
+
+
+# ---------------------------------------------------------------------------------------- 4. sustained load
+
+
+class Offer:
+    """Jobs offered at a steady rate to one side: the product's (``send_batch`` to the prefix) or
+    Celery's (``send_task``), in small sends every ``SEND_EVERY_S``; keys round-robin over the 256 keys,
+    with a per-key ``seq``."""
+
+    SEND_EVERY_S = 0.02
+    serial = 0  # Celery's event ids: unique over the whole run (the handled logs are read by id)
+
+    def __init__(self, backlog: Backlog, celery: CeleryBaseline | None) -> None:
+        self.backlog, self.celery = backlog, celery
+        self._rows: list[dict[str, Any]] = []  # Celery: the jobs made before the window, and their
+        self._messages: list[bytes] = []  # broker messages (CeleryBaseline.encoded), sent in order
+
+    def prepare(self, per_s: float, seconds: float, ms: int) -> None:
+        """Celery: make every message the window may send before it starts (the product's producer
+        encodes in the window: it costs microseconds per entry, docs/producer.md)."""
+        if self.celery is None:
+            return
+        self._rows = []
+        for _ in range(int(per_s * seconds) + 1):
+            k = self.backlog.next_key % KEYS
+            self.backlog.next_key += 1
+            self.backlog.seq[k] += 1
+            Offer.serial += 1
+            seq = self.backlog.seq[k]
+            self._rows.append({"event_id": f"sustained-{Offer.serial}", "partition_key": f"k{k}", "seq": seq,
+                               "routing_version": 1, "shard": "-"})  # fmt: skip
+        self._messages = self.celery.encoded(self._rows, ms)
+
+    def run(self, per_s: float, seconds: float, ms: int) -> list[dict[str, Any]]:
+        produced: list[dict[str, Any]] = []
+        started = time.monotonic()
+        while (now := time.monotonic()) - started < seconds:
+            due = int((now - started) * per_s) - len(produced)
+            if due > 0:
+                produced += self._send(due, ms)
+            time.sleep(max(0.0, self.SEND_EVERY_S - (time.monotonic() - now)))
+        return produced
+
+    def _send(self, jobs: int, ms: int) -> list[dict[str, Any]]:
+        if self.celery is None:
+            return self.backlog.produce(jobs, ms)
+        rows, self._rows = self._rows[:jobs], self._rows[jobs:]
+        messages, self._messages = self._messages[:jobs], self._messages[jobs:]
+        assert len(rows) == jobs, "more jobs due than prepared"
+        self.celery.push(messages)
+        return rows
+
+
+def busy_in(rows: list[dict[str, Any]], ids: set[str], start_ns: int, end_ns: int) -> tuple[float, int]:
+    """Handler seconds that fall inside [start_ns, end_ns] (successful handlings of ``ids``), and how many
+    of them ended inside it."""
+    busy, ended = 0, 0
+    for r in rows:
+        if r["event_id"] not in ids or r.get("failed"):
+            continue
+        busy += max(0, min(r["end_ns"], end_ns) - max(r["start_ns"], start_ns))
+        ended += start_ns <= r["end_ns"] <= end_ns
+    return busy / 1e9, ended
+
+
+def sustained_window(
+    side: Side, offer: Offer, client: redis.Redis, prefix: str, ms: int, per_s: float, seconds: float,
+    warm_s: float, ideal: float,
+) -> dict[str, Any]:
+    """Jobs offered at ``per_s`` for ``seconds`` to ``side`` (which starts with nothing to do); what its
+    handlers did in the window after ``warm_s``; then it works off what is left, untimed."""
+    if side.group:
+        skip_to_tail(client, prefix, side.group, [])  # only what is offered from now on is new to it
+    cpu0 = group_cpu_s(side.pgids)
+    side.signal(signal.SIGCONT)
+    t0 = time.monotonic_ns()
+    produced = offer.run(per_s, seconds, ms)
+    t1 = time.monotonic_ns()
+    cpu_s = group_cpu_s(side.pgids) - cpu0
+    ids = {p["event_id"] for p in produced}
+    count = handled_count(side, ids)
+    wait_until(lambda: count() >= len(ids), timeout_s=max(60.0, 3 * len(ids) / ideal), interval_s=0.05,
+               what=f"{side.name}: the offered jobs handled")  # fmt: skip
+    side.stop()
+    assert side.logs is not None
+    rows = side.logs.refresh()
+    start_ns = t0 + int(warm_s * 1e9)
+    busy_s, ended = busy_in(rows, ids, start_ns, t1)
+    window_s = (t1 - start_ns) / 1e9
+    report = delivery(produced, rows)
+    return {
+        "offered": len(produced),
+        "window_s": round(window_s, 2),
+        "busy_workers": busy_s / window_s,
+        "jobs_per_s": busy_s / window_s / (ms / 1000),
+        "ended_in_window": ended,
+        "client_cpu_us_per_job": cpu_s * 1e6 / max(1, len(produced)),
+        "lost": report["lost"],
+        "reorders": report["reorders"],
+    }
+
+
+def bench_sustained(
+    stack: Stack, args: argparse.Namespace, missing: dict[str, str], log_root: Path
+) -> dict[str, Any]:
+    """The issue's own measurement: jobs offered steadily above what the pool can do (``--offer`` x the
+    ideal), one side at a time; the rate is the handlers' busy time in the window after the warm-up over
+    the job time (no quantization by job length, as counting completions would have at 1 s)."""
+    prefix, members, workers = "sustained", 2, args.workers
+    total = members * workers
+    sides = start_orderings(stack, args, missing, log_root, prefix, members=members, workers=workers,
+                            only=("key", "none"))  # fmt: skip
+    celery: CeleryBaseline | None = None
+    with running(sides, lambda: celery.close() if celery is not None else None):
+        wait_formed(stack, prefix, sides, members)
+        warm_up(stack, prefix, sides, 50)
+        celery = CeleryBaseline(stack, log_root / "sustained", total)
+        client = stack.client()
+        backlog = Backlog(client, prefix)
+        rows = []
+        for ms, seconds, warm_s in ((50, args.sustained_s, args.sustained_s / 3),
+                                    (1000, 2 * args.sustained_s, 2 * args.sustained_s / 3)):  # fmt: skip
+            ideal = total * 1000 / ms
+            per_s = args.offer * ideal
+            runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in [*sides, celery.side]}
+            for rep in range(args.reps):
+                order = [*sides, celery.side]
+                order = order[rep % len(order) :] + order[: rep % len(order)]
+                for side in order:
+                    offer = Offer(backlog, celery if side is celery.side else None)
+                    offer.prepare(per_s, seconds, ms)
+                    run = sustained_window(side, offer, client, prefix, ms, per_s, seconds, warm_s, ideal)
+                    run["rep"] = rep
+                    runs[side.name].append(run)
+                    print(f"sustained {ms} ms, rep {rep + 1}, {side.name}: {run['jobs_per_s']:.1f} jobs/s "
+                          f"({run['jobs_per_s'] / ideal:.3f} x ideal), busy {run['busy_workers']:.1f}",
+                          flush=True)  # fmt: skip
+            row: dict[str, Any] = {
+                "job_ms": ms, "offered_per_s": per_s, "seconds": seconds, "warm_s": warm_s,
+                "ideal_jobs_per_s": ideal, "sides": {},
+            }  # fmt: skip
+            for name, side_runs in runs.items():
+                by_rep = {r["rep"]: r for r in runs["celery"]}
+                summary = {
+                    "jobs_per_s": median([r["jobs_per_s"] for r in side_runs]),
+                    "runs_jobs_per_s": [round(r["jobs_per_s"], 1) for r in side_runs],
+                    "of_ideal": round(median([r["jobs_per_s"] / ideal for r in side_runs]), 3),
+                    "busy_workers": median([r["busy_workers"] for r in side_runs]),
+                    "client_cpu_us_per_job": median([r["client_cpu_us_per_job"] for r in side_runs]),
+                    "offered": median([r["offered"] for r in side_runs]),
+                    "lost": sum(r["lost"] for r in side_runs),
+                    "reorders": sum(r["reorders"] for r in side_runs),
+                }
+                if name != "celery":
+                    summary["over_celery"] = round(
+                        median([r["jobs_per_s"] / by_rep[r["rep"]]["jobs_per_s"] for r in side_runs]), 3
+                    )
+                row["sides"][name] = rounded(summary)
+            rows.append(row)
+    return {
+        "members": members, "workers": total, "offer": args.offer, "repetitions": args.reps, "rows": rows,
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------- 3. fast handlers
@@ -1173,7 +1366,20 @@ def main() -> None:
         default="1,16",
         help="fast handlers: workers per member, comma-separated (1: e2e_bench's shape)",
     )
-    parser.add_argument("--sections", default="slow,failing,fast", help="comma-separated: slow,failing,fast")
+    parser.add_argument(
+        "--sections",
+        default="slow,failing,fast,sustained",
+        help="comma-separated: slow,failing,fast,sustained",
+    )
+    parser.add_argument(
+        "--offer", type=float, default=1.25, help="sustained: jobs offered per second, x the ideal"
+    )
+    parser.add_argument(
+        "--sustained-s",
+        type=float,
+        default=12.0,
+        help="sustained: seconds offered (50 ms jobs; 1 s jobs: twice as long)",
+    )
     parser.add_argument(
         "--orderings", default=",".join(ORDERINGS), help="slow and fast: the sides to run (comma-separated)"
     )
@@ -1210,6 +1416,7 @@ def main() -> None:
             ("slow", "slow_jobs", bench_slow),
             ("failing", "failing_key", bench_failing),
             ("fast", "fast_handlers", bench_fast),
+            ("sustained", "sustained", bench_sustained),
         ):
             if section not in sections:
                 continue
