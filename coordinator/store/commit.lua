@@ -7,7 +7,7 @@
 -- KEYS[4]  rsc:{P}:sz, the schedule index: live members scored by when the tick must next look at their
 --          revocation
 -- ARGV[1]  commit token (unique per attempt)
--- ARGV[2]  now_ms the caller decided at
+-- ARGV[2]  now_ms the caller decided at (the TIME its load read)
 -- then seven sections, each a count followed by its items:
 --   rev checks      field, expected value ("" = field must be absent)  (t#, g#:<g>, gm#:<g>, d#:<g>:<m>)
 --   sets            field, value                                         (docs, revs, derived fields)
@@ -23,6 +23,12 @@
 -- record written at the old epoch into its l: field (the later of the two) and deletes the record, so
 -- the lease the member knows does not shrink under it when the answer that moved it is lost.
 --
+-- Records are judged (rsc_redis/lease_record.lua) on Redis's TIME at this commit, as every other reader
+-- judges them, never earlier than now_ms: a member may renew after the load (its record says that
+-- renewal's TIME + TTL); judged at now_ms, the record would count only up to now_ms + TTL or, landed
+-- over RECORD_SLACK_MS after the load (a slow commit), be taken for a forged one and deleted unfolded,
+-- shrinking the lease. The expiry check still compares with now_ms, the moment the expiry was decided at.
+--
 -- The lease index follows every member whose m: or l: field this commit writes or deletes (in it, at
 -- its l: deadline, while m: exists; out of it otherwise). A group whose tick schedule (ts:) is written
 -- for the first time (metadata from before the index) has all its members indexed here, once.
@@ -34,7 +40,7 @@
 -- the entry at seq - 1, false if there is none or the last commit is not in the log, so the caller can
 -- tell whether any other commit came between its load and this one), {2} when this token was already committed (a retry after a lost
 -- reply), {0} on conflict (nothing written). Touches: the fields listed plus `txn`, `ds` and one `dl:`
--- slot; HGET/HDEL on KEYS[2]; ZADD/ZREM on KEYS[3] and KEYS[4].
+-- slot; TIME; HGET/HDEL on KEYS[2]; ZADD/ZREM on KEYS[3] and KEYS[4].
 local meta = KEYS[1]
 local records = require_lease_records_key(meta, KEYS[2])
 local index = require_lease_index_key(meta, KEYS[3])
@@ -47,6 +53,10 @@ local records_written = {}  -- <group>:<member> tags whose d: record this commit
 local new_groups = {}  -- groups indexed for the first time
 local token = ARGV[1]
 local now = tonumber(ARGV[2])
+local t = redis.call('TIME')
+-- The moment lease records are judged at: TIME, or now_ms (a TIME the load read) if the clock stepped
+-- back since (a failover), so that no record the load counted is dropped here.
+local records_now = math.max(now, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local i = 3
 
 local function section()
@@ -78,7 +88,7 @@ for j = 0, exp_n - 1 do
   if lease > now then
     return {0}
   end
-  if renewed_until(meta, records, string.sub(field, 3), nil, now) > now then
+  if renewed_until(meta, records, string.sub(field, 3), nil, records_now) > now then
     return {0}  -- the member renewed its lease itself since the caller loaded: not expired
   end
 end
@@ -97,7 +107,7 @@ for j = 0, set_n - 1, 2 do
     local tag = string.sub(field, 3)
     local old_epoch = redis.call('HGET', meta, field)
     if old_epoch and old_epoch ~= value then
-      local deadline = renewed_until(meta, records, tag, old_epoch, now)
+      local deadline = renewed_until(meta, records, tag, old_epoch, records_now)
       if deadline > 0 and deadline > tonumber(redis.call('HGET', meta, 'l:' .. tag) or '0') then
         redis.call('HSET', meta, 'l:' .. tag, deadline)
       end
