@@ -19,6 +19,13 @@ Script calls (the coordinator's store: ``EVALSHA``): :func:`run_scripts` and :fu
 (the data plane and the producer: ``FCALL`` of the Redis Functions library that the coordinator loads,
 :mod:`rsc_redis.functions`): :func:`run_functions` (pipelined) and :class:`HotFunction` (one call on a
 hot path). Django-free: the store and the data plane and the producer (``consumers``) use it alike.
+
+The gate. Where Redis has the gate module loaded (rsc_redis/module/rsc_gate.c) and the client's Redis
+user may use it, function calls go through ``RSC.FCALL`` / ``RSC.FCALL_RO`` instead of ``FCALL`` /
+``FCALL_RO``: same arguments and replies, but the functions' inner commands are not checked against the
+caller's ACL, so a member's or a producer's user holds none of them (docs/redis-acl.md, "The gate
+module"). :func:`fcall_commands` finds out once per client (one probe on its first function call) and
+remembers the answer on the client; every call after that costs nothing more.
 """
 
 from __future__ import annotations
@@ -112,6 +119,41 @@ def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
     return RedisCluster.from_url(node_url(url), startup_nodes=more, **options)
 
 
+# The function-call commands: the gate's (rsc_redis/module/rsc_gate.c) and Redis's own.
+GATED = ("RSC.FCALL", "RSC.FCALL_RO")
+DIRECT = ("FCALL", "FCALL_RO")
+# What the gate is asked when a client looks for it: a name of the gate's shape (rsc_<digest>_version)
+# that no library defines, so an answer changes nothing and "Function not found" means the gate ran.
+_GATE_PROBE = ("RSC.FCALL_RO", "rsc_000000000000_version", 0)
+
+
+def fcall_commands(client: Any) -> tuple[str, str]:
+    """``(call, read-only call)`` for ``client``'s function calls: :data:`GATED` when Redis has the gate
+    module and this client's user may use it, else :data:`DIRECT`. Found out by one probe of the gate on
+    one primary, the first time, and remembered on the client (two threads may both probe: same answer).
+    A connection error or a transient refusal (``LOADING``, ...) raises, and the next call asks again."""
+    found: tuple[str, str] | None = getattr(client, "rsc_fcall_commands", None)
+    if found is None:
+        found = GATED if _gate_answers(client) else DIRECT
+        client.rsc_fcall_commands = found
+    return found
+
+
+def _gate_answers(client: Any) -> bool:
+    node = client.get_redis_connection(client.get_primaries()[0]) if is_cluster(client) else client
+    try:
+        node.execute_command(*_GATE_PROBE)
+    except redis.exceptions.NoPermissionError:  # the module is there, this user may not use it
+        return False
+    except redis.ResponseError as e:
+        if str(e).startswith("Function not found"):  # the gate ran, and found no such function
+            return True
+        if str(e).lower().startswith("unknown command"):  # no gate module on this Redis
+            return False
+        raise
+    return True
+
+
 # Replies that say the command did not run on that node: it is safe to send it again elsewhere.
 _REDIRECTED = (MovedError, AskError, TryAgainError)
 
@@ -146,18 +188,22 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
 
 
 def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
-    """``FCALL function *call`` for each call (``numkeys, key..., arg...``), pipelined, on one Redis or a
-    cluster; the replies in order, an error reply returned as its exception (``Function not found``
-    included: nothing ran; the library is loaded by the coordinator, never from here).
+    """``FCALL function *call`` (``RSC.FCALL`` through the gate, :func:`fcall_commands`) for each call
+    (``numkeys, key..., arg...``), pipelined, on one Redis or a cluster; the replies in order, an
+    error reply returned as its exception (``Function not found`` included: nothing ran; the library is
+    loaded by the coordinator, never from here).
 
     On a cluster, grouped by the primary of each call's first key as :func:`run_evalsha` does (plain
     pipelines that never re-send; a redirected call runs again alone through the cluster client)."""
+    if not calls:
+        return []
+    fcall = fcall_commands(client)[0]
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command("FCALL", function, *call)
-        return list(pipe.execute(raise_on_error=False)) if calls else []
-    return _run_grouped(client, ("FCALL", function), calls, None)
+            pipe.execute_command(fcall, function, *call)
+        return list(pipe.execute(raise_on_error=False))
+    return _run_grouped(client, (fcall, function), calls, None)
 
 
 # The slot map is suspect after these: the node that served the slot may be gone or demoted.
@@ -200,16 +246,17 @@ def run_functions_replicated(
     whose connection this code does not hold (rare: a slot on the move)."""
     acks: list[int | None] = [None] * len(calls)
     wait = (replicas, timeout_ms, acks)
+    fcall = fcall_commands(client)[0] if calls else "FCALL"
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command("FCALL", function, *call)
+            pipe.execute_command(fcall, function, *call)
         pipe.execute_command("WAIT", replicas, timeout_ms)
         *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
         if isinstance(acked, Exception):
             raise acked
         return [(reply, int(acked)) for reply in replies]
-    replies = _run_grouped(client, ("FCALL", function), calls, None, wait)
+    replies = _run_grouped(client, (fcall, function), calls, None, wait)
     return list(zip(replies, acks, strict=True))
 
 
@@ -390,7 +437,8 @@ class HotScript(_HotCall):
 
 class HotFunction(_HotCall):
     """A function of a loaded Redis Functions library called on a hot path (a member's fetch, a
-    producer's single send): ``function(keys=, args=)``, one ``FCALL`` (:class:`_HotCall`). Nothing is
+    producer's single send): ``function(keys=, args=)``, one ``FCALL`` or ``RSC.FCALL``
+    (:func:`fcall_commands`; :class:`_HotCall`). Nothing is
     loaded from here: ``Function not found`` raises as the error reply it is (nothing ran). On a cluster
     the call goes to its first key's primary as :func:`run_functions` sends it (redis-py's own routing of
     ``FCALL`` asks the server for the keys first: a round trip more)."""
@@ -399,6 +447,7 @@ class HotFunction(_HotCall):
         super().__init__(client)
         self.client = client
         self.function = function
+        self._fcall: str | None = None  # FCALL or RSC.FCALL (fcall_commands), known after the first call
 
     def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if is_cluster(self.client):
@@ -406,8 +455,13 @@ class HotFunction(_HotCall):
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        return self.client.execute_command("FCALL", self.function, len(keys), *keys, *args)
+        fcall = self._fcall or self._find_fcall()
+        return self.client.execute_command(fcall, self.function, len(keys), *keys, *args)
 
     def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        self._command(connection, "FCALL", self.function, len(keys), *keys, *args)
+        self._command(connection, self._fcall or self._find_fcall(), self.function, len(keys), *keys, *args)
         return connection.read_response()
+
+    def _find_fcall(self) -> str:
+        self._fcall = fcall_commands(self.client)[0]
+        return self._fcall

@@ -47,10 +47,12 @@ CONFIG = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private Redis whose users come from an ACL file rendered from rsc_redis/acl.py."""
+    """A private Redis whose users come from an ACL file rendered from rsc_redis/acl.py. Without the gate
+    module, as a managed Redis may be: these are the profiles for it (the gated ones:
+    tests/test_redis_gate.py)."""
     path = tmp_path_factory.mktemp("redis-acl") / "users.acl"
     path.write_text(redis_acl.aclfile({user: f">{pw}" for user, pw in PASSWORDS.items()}))
-    with RedisServer(extra_args=["--aclfile", str(path)]) as server:
+    with RedisServer(extra_args=["--aclfile", str(path)], gate_module=False) as server:
         yield server
 
 

@@ -23,8 +23,9 @@ from . import library
 
 
 class Function:
-    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL`` (routed to
-    its first key's primary on a Redis Cluster)."""
+    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL``, or
+    ``RSC.FCALL`` where the gate module serves this client (:func:`rsc_redis.clients.fcall_commands`),
+    routed to its first key's primary on a Redis Cluster."""
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
@@ -36,7 +37,8 @@ class Function:
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        return self.client.execute_command("FCALL", self.name, len(keys), *keys, *args)
+        fcall = clients.fcall_commands(self.client)[0]
+        return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
 
 
 def function(client: Any, name: str) -> Function:

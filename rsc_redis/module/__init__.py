@@ -1,0 +1,89 @@
+"""The gate module (``rsc_gate.c`` beside this file): ``RSC.FCALL`` / ``RSC.FCALL_RO``, through which
+members and producers call the data plane's functions without holding the raw commands those run
+(docs/redis-acl.md, "The gate module").
+
+:func:`path` returns the compiled module for ``redis-server --loadmodule``, compiling it first when
+needed: with the machine's C compiler (``$CC``, else ``cc``), into a per-user cache directory, under a
+name that carries a digest of the C source and its header, so a changed source is compiled afresh and
+two processes that compile at once each write their own file and move it into place. ``$RSC_GATE_MODULE``
+names a module built elsewhere (a production Redis loads the file its operators built; this is for
+the dev stack and the tests). ``python -m rsc_redis.module`` compiles it and prints its path (the
+Makefile runs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+_DIR = Path(__file__).resolve().parent
+SOURCES = (_DIR / "rsc_gate.c", _DIR / "redismodule.h")
+ENV_VAR = "RSC_GATE_MODULE"
+# The gate's commands (rsc_gate.c), in the case Redis reports them.
+FCALL = "rsc.fcall"
+FCALL_RO = "rsc.fcall_ro"
+_CFLAGS = ("-O2", "-Wall", "-Werror", "-fPIC", "-shared", "-std=gnu99")
+
+
+class ModuleBuildError(RuntimeError):
+    """The gate module could not be compiled (no C compiler, or the compiler refused it)."""
+
+
+def digest() -> str:
+    """The first 12 hex digits of the SHA-256 of the module's sources: what its file name carries."""
+    h = hashlib.sha256()
+    for source in SOURCES:
+        h.update(source.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rsc-redis"
+
+
+def path() -> Path:
+    """The compiled module (``$RSC_GATE_MODULE``, else compiled here if not yet): see the module docstring."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return Path(override)
+    target = cache_dir() / f"rsc_gate-{digest()}.so"
+    if not target.is_file():
+        build(target)
+    return target
+
+
+def build(target: Path) -> None:
+    """Compile the module into ``target`` (written beside it, then moved into place)."""
+    compiler = shlex.split(os.environ.get("CC") or "cc")
+    if shutil.which(compiler[0]) is None:
+        raise ModuleBuildError(
+            f"no C compiler ({compiler[0]!r}) to build the Redis gate module {SOURCES[0]}: install gcc, "
+            f"set CC, or point {ENV_VAR} at a built rsc_gate.so"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix=target.name, suffix=".partial", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [*compiler, *_CFLAGS, "-I", str(_DIR), "-o", partial, str(SOURCES[0])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ModuleBuildError(f"compiling {SOURCES[0]} failed:\n{done.stderr.strip()}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+def server_args() -> list[str]:
+    """The ``redis-server`` arguments that load the gate module."""
+    return ["--loadmodule", str(path())]
