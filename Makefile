@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench bench-latency bench-producer clean constraints
+.PHONY: help venv test lint run chaos bench bench-latency bench-producer clean constraints gate-module
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
@@ -31,6 +31,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	touch $@
 
+# The Redis gate module (rsc_redis/module/rsc_gate.c) that the embedded Redis of `make run` and of the
+# tests loads: compiled with the machine's C compiler into ~/.cache/rsc-redis/ when its source changed
+# (a no-op otherwise; docs/redis-acl.md, "The gate module").
+gate-module: $(STAMP)
+	$(BIN)/python -m rsc_redis.module
+
 # After changing a range in pyproject.toml: resolve it afresh and record the exact set that was tested.
 constraints:
 	rm -rf .venv-constraints
@@ -47,7 +53,7 @@ lint: $(STAMP)
 
 # Two passes: the whole suite on SQLite, then the tests that touch the database again on a private
 # PostgreSQL server that tests/postgres.py starts (skipped, saying so, where no PostgreSQL is installed).
-test: lint
+test: lint gate-module
 	$(BIN)/pytest -q
 	$(BIN)/python -m tests.postgres -q -p no:cacheprovider --ignore=tests/e2e
 
@@ -87,7 +93,7 @@ bench-producer: $(BENCH_STAMP)
 	$(BIN)/python bench/producer_instructions.py --out bench/results/producer_instructions.json
 	$(BIN)/python bench/report.py --producer-only bench/results/producer.json docs/benchmarks.md
 
-run: $(STAMP)
+run: gate-module
 	$(BIN)/python -m config.devstack $(RUN_ARGS)
 
 clean:

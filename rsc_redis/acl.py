@@ -39,15 +39,15 @@ owners and leases. The docs spell this out.
 The gate
 --------
 Where Redis loads the gate module (rsc_redis/module/rsc_gate.c), members and producers get *gated*
-profiles (``rules_for(kind, gated=True)``; ``manage.py redis_acl --gated``): ``RSC.FCALL`` and
-``RSC.FCALL_RO`` instead of ``FCALL`` / ``FCALL_RO``, and none of the data commands the functions run,
-because the gate runs a function's inner commands unchecked by the caller's command rules (its key
-patterns still apply to the keys the call declares). What is left outside the gate is read-only: the
-producer's route read (``HGET`` of the metadata) and the member's wake-up (``XREAD`` and ``XINFO
-GROUPS`` on the shard streams, ``CLIENT ID`` / ``CLIENT UNBLOCK``). Gated rules name the gate's commands,
-so Redis refuses to load them where the module is not loaded (``Unknown command``). The coordinator's
-gated profile adds ``+rsc.fcall_ro``, for its library check through the gate
-(rsc_redis/clients.py, ``fcall_commands``).
+profiles (``rules_for(kind, gated=True)``; ``manage.py redis_acl --gated``): the gate's command of their
+role (``RSC.FCALL_MEMBER`` or ``RSC.FCALL_PRODUCER``) and ``RSC.FCALL_RO`` instead of ``FCALL`` /
+``FCALL_RO``, and none of the data commands the functions run, because the gate runs a function's inner
+commands unchecked by the caller's command rules (its key patterns still apply to the keys the call
+declares). What is left outside the gate is read-only: the producer's route read (``HGET`` of the
+metadata) and the member's wake-up (``XREAD`` and ``XINFO GROUPS`` on the shard streams, ``CLIENT ID``
+/ ``CLIENT UNBLOCK``). Gated rules name the gate's commands, so Redis refuses to load them where the
+module is not loaded (``Unknown command``). The coordinator's gated profile adds ``+rsc.fcall_ro``, for
+its library check through the gate (rsc_redis/clients.py, ``gated``).
 
 Scoped users
 ------------
@@ -98,7 +98,8 @@ _LOADS_FUNCTIONS = ("+fcall_ro", "+function|load", "+function|list", "+function|
 _CALLS_FUNCTIONS = ("+fcall", "+fcall_ro")
 # The same through the gate module (rsc_redis/module/rsc_gate.c): the function's inner commands are not
 # checked against these users' command rules, so they hold none of them.
-_CALLS_THROUGH_THE_GATE = ("+rsc.fcall", "+rsc.fcall_ro")
+_MEMBER_GATE = ("+rsc.fcall_member", "+rsc.fcall_ro")
+_PRODUCER_GATE = ("+rsc.fcall_producer", "+rsc.fcall_ro")
 # Members: the wake-up's blocking XREAD runs on its own connection, which another one interrupts when
 # the set of streams to wait on changes (consumers/dataplane/wait.py). CLIENT UNBLOCK can end any
 # client's blocking command early (it then returns as on its timeout): a member could make other
@@ -243,7 +244,7 @@ def _gated_rules(kind: str, scope: list[str]) -> tuple[str, ...]:
             *_patterns(shards, scope),
             *once,
             *_CONNECTION,
-            *_CALLS_THROUGH_THE_GATE,
+            *_PRODUCER_GATE,
             _selector(*_patterns(meta, scope, "%R~"), "+hget"),
         )
     # The fenced functions and renew_lease declare these five families; the wake-up reads the shard
@@ -253,7 +254,7 @@ def _gated_rules(kind: str, scope: list[str]) -> tuple[str, ...]:
         "resetchannels",
         *(pattern for family in families for pattern in _patterns(family, scope)),
         *_CONNECTION,
-        *_CALLS_THROUGH_THE_GATE,
+        *_MEMBER_GATE,
         *_WAITS,
         _selector(*_patterns(shards, scope, "%R~"), "+xread", "+xinfo|groups"),
     )

@@ -21,11 +21,12 @@ Script calls (the coordinator's store: ``EVALSHA``): :func:`run_scripts` and :fu
 hot path). Django-free: the store and the data plane and the producer (``consumers``) use it alike.
 
 The gate. Where Redis has the gate module loaded (rsc_redis/module/rsc_gate.c) and the client's Redis
-user may use it, function calls go through ``RSC.FCALL`` / ``RSC.FCALL_RO`` instead of ``FCALL`` /
-``FCALL_RO``: same arguments and replies, but the functions' inner commands are not checked against the
-caller's ACL, so a member's or a producer's user holds none of them (docs/redis-acl.md, "The gate
-module"). :func:`fcall_commands` finds out once per client (one probe on its first function call) and
-remembers the answer on the client; every call after that costs nothing more.
+user may use it, function calls go through the gate's commands (``RSC.FCALL_MEMBER``,
+``RSC.FCALL_PRODUCER``, ``RSC.FCALL_RO``) instead of ``FCALL`` / ``FCALL_RO``: same arguments and
+replies, but the functions' inner commands are not checked against the caller's ACL, so a member's or a
+producer's user holds none of them (docs/redis-acl.md, "The gate module"). :func:`gated` finds out once
+per client (one probe on its first function call) and remembers the answer on the client; every call
+after that costs nothing more.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
+
+from . import module
 
 try:  # a dependency (pyproject.toml); redis-py itself works without it
     from hiredis import pack_command as _pack_command
@@ -119,24 +122,30 @@ def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
     return RedisCluster.from_url(node_url(url), startup_nodes=more, **options)
 
 
-# The function-call commands: the gate's (rsc_redis/module/rsc_gate.c) and Redis's own.
-GATED = ("RSC.FCALL", "RSC.FCALL_RO")
-DIRECT = ("FCALL", "FCALL_RO")
 # What the gate is asked when a client looks for it: a name of the gate's shape (rsc_<digest>_version)
 # that no library defines, so an answer changes nothing and "Function not found" means the gate ran.
-_GATE_PROBE = ("RSC.FCALL_RO", "rsc_000000000000_version", 0)
+_GATE_PROBE = (module.FCALL_RO, "rsc_000000000000_version", 0)
 
 
-def fcall_commands(client: Any) -> tuple[str, str]:
-    """``(call, read-only call)`` for ``client``'s function calls: :data:`GATED` when Redis has the gate
-    module and this client's user may use it, else :data:`DIRECT`. Found out by one probe of the gate on
-    one primary, the first time, and remembered on the client (two threads may both probe: same answer).
-    A connection error or a transient refusal (``LOADING``, ...) raises, and the next call asks again."""
-    found: tuple[str, str] | None = getattr(client, "rsc_fcall_commands", None)
+def gated(client: Any) -> bool:
+    """Whether ``client``'s function calls go through the gate module: Redis has it loaded and this
+    client's user may use it (``RSC.FCALL_RO``). Found out by one probe on one primary the first time,
+    and remembered on the client (two threads may both probe: same answer). A connection error or a
+    transient refusal (``LOADING``, ...) raises, and the next call asks again."""
+    found: bool | None = getattr(client, "rsc_gated", None)
     if found is None:
-        found = GATED if _gate_answers(client) else DIRECT
-        client.rsc_fcall_commands = found
+        found = client.rsc_gated = _gate_answers(client)
     return found
+
+
+def fcall_command(client: Any, function: str) -> str:
+    """``FCALL``, or the gate's command for ``function`` where the gate serves ``client``."""
+    return module.gate_command(function) if gated(client) else "FCALL"
+
+
+def fcall_ro_command(client: Any) -> str:
+    """``FCALL_RO``, or ``RSC.FCALL_RO`` where the gate serves ``client``."""
+    return module.FCALL_RO if gated(client) else "FCALL_RO"
 
 
 def _gate_answers(client: Any) -> bool:
@@ -188,7 +197,7 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
 
 
 def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
-    """``FCALL function *call`` (``RSC.FCALL`` through the gate, :func:`fcall_commands`) for each call
+    """``FCALL function *call`` (the gate's command where it serves, :func:`fcall_command`) for each call
     (``numkeys, key..., arg...``), pipelined, on one Redis or a cluster; the replies in order, an
     error reply returned as its exception (``Function not found`` included: nothing ran; the library is
     loaded by the coordinator, never from here).
@@ -197,7 +206,7 @@ def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) ->
     pipelines that never re-send; a redirected call runs again alone through the cluster client)."""
     if not calls:
         return []
-    fcall = fcall_commands(client)[0]
+    fcall = fcall_command(client, function)
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
@@ -246,7 +255,7 @@ def run_functions_replicated(
     whose connection this code does not hold (rare: a slot on the move)."""
     acks: list[int | None] = [None] * len(calls)
     wait = (replicas, timeout_ms, acks)
-    fcall = fcall_commands(client)[0] if calls else "FCALL"
+    fcall = fcall_command(client, function) if calls else "FCALL"
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
@@ -437,8 +446,8 @@ class HotScript(_HotCall):
 
 class HotFunction(_HotCall):
     """A function of a loaded Redis Functions library called on a hot path (a member's fetch, a
-    producer's single send): ``function(keys=, args=)``, one ``FCALL`` or ``RSC.FCALL``
-    (:func:`fcall_commands`; :class:`_HotCall`). Nothing is
+    producer's single send): ``function(keys=, args=)``, one ``FCALL`` or the gate's command
+    (:func:`fcall_command`; :class:`_HotCall`). Nothing is
     loaded from here: ``Function not found`` raises as the error reply it is (nothing ran). On a cluster
     the call goes to its first key's primary as :func:`run_functions` sends it (redis-py's own routing of
     ``FCALL`` asks the server for the keys first: a round trip more)."""
@@ -447,7 +456,7 @@ class HotFunction(_HotCall):
         super().__init__(client)
         self.client = client
         self.function = function
-        self._fcall: str | None = None  # FCALL or RSC.FCALL (fcall_commands), known after the first call
+        self._fcall: str | None = None  # FCALL or the gate's (fcall_command), known after the first call
 
     def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if is_cluster(self.client):
@@ -463,5 +472,5 @@ class HotFunction(_HotCall):
         return connection.read_response()
 
     def _find_fcall(self) -> str:
-        self._fcall = fcall_commands(self.client)[0]
+        self._fcall = fcall_command(self.client, self.function)
         return self._fcall

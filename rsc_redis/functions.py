@@ -38,7 +38,7 @@ from typing import Any
 
 import redis
 
-from .clients import fcall_commands, is_cluster
+from .clients import fcall_ro_command, is_cluster
 
 LIBRARY_PREFIX = "rsc_"
 DIGEST_CHARS = 12
@@ -146,9 +146,9 @@ def primaries(client: Any) -> list[tuple[str, redis.Redis]]:
 def installed_version(node: redis.Redis, library: Library) -> str | None:
     """What ``library``'s version function answers on ``node`` (``"<digest> <key id>"``), or None when
     that library is not loaded there. ``FCALL_RO``, or ``RSC.FCALL_RO`` through the gate module
-    (:func:`rsc_redis.clients.fcall_commands`)."""
+    (:func:`rsc_redis.clients.fcall_ro_command`)."""
     try:
-        reply = node.execute_command(fcall_commands(node)[1], library.version_function, 0)
+        reply = node.execute_command(fcall_ro_command(node), library.version_function, 0)
     except redis.ResponseError as e:
         if is_not_found(e):
             return None

@@ -23,8 +23,8 @@ from . import library
 
 
 class Function:
-    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL``, or
-    ``RSC.FCALL`` where the gate module serves this client (:func:`rsc_redis.clients.fcall_commands`),
+    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL``, or the gate
+    module's command where it serves this client (:func:`rsc_redis.clients.fcall_command`),
     routed to its first key's primary on a Redis Cluster."""
 
     def __init__(self, client: Any, name: str) -> None:
@@ -37,7 +37,7 @@ class Function:
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        fcall = clients.fcall_commands(self.client)[0]
+        fcall = clients.fcall_command(self.client, self.name)
         return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
 
 

@@ -1,6 +1,8 @@
-"""The gate module (``rsc_gate.c`` beside this file): ``RSC.FCALL`` / ``RSC.FCALL_RO``, through which
-members and producers call the data plane's functions without holding the raw commands those run
-(docs/redis-acl.md, "The gate module").
+"""The gate module (``rsc_gate.c`` beside this file): ``RSC.FCALL_MEMBER``, ``RSC.FCALL_PRODUCER`` and
+``RSC.FCALL_RO``, through which members and producers call the data plane's functions without holding
+the raw commands those run (docs/redis-acl.md, "The gate module"). Which operation each command calls:
+:data:`COMMANDS` (rsc_gate.c has the same lists; tests/test_redis_gate.py keeps them equal, and equal to
+rsc_redis/dataplane/library.py's functions).
 
 :func:`path` returns the compiled module for ``redis-server --loadmodule``, compiling it first when
 needed: with the machine's C compiler (``$CC``, else ``cc``), into a per-user cache directory, under a
@@ -24,14 +26,25 @@ from pathlib import Path
 _DIR = Path(__file__).resolve().parent
 SOURCES = (_DIR / "rsc_gate.c", _DIR / "redismodule.h")
 ENV_VAR = "RSC_GATE_MODULE"
-# The gate's commands (rsc_gate.c), in the case Redis reports them.
-FCALL = "rsc.fcall"
-FCALL_RO = "rsc.fcall_ro"
+# The gate's commands (rsc_gate.c) and the operations of the data plane's library each one calls:
+# a member's, a producer's, and the version check (FCALL_RO) that both make at start.
+MEMBER = ("fetch", "read_new", "read_pending", "claim", "ack", "delete_ghosts", "dead_letter", "renew_lease")
+PRODUCER = ("produce", "idempotent_produce")
+READ_ONLY = ("version",)
+FCALL_MEMBER, FCALL_PRODUCER, FCALL_RO = "RSC.FCALL_MEMBER", "RSC.FCALL_PRODUCER", "RSC.FCALL_RO"
+COMMANDS = {FCALL_MEMBER: MEMBER, FCALL_PRODUCER: PRODUCER, FCALL_RO: READ_ONLY}
+_NAME_HEAD = len("rsc_") + 12 + 1  # rsc_<digest>_ (rsc_redis/functions.py)
 _CFLAGS = ("-O2", "-Wall", "-Werror", "-fPIC", "-shared", "-std=gnu99")
 
 
 class ModuleBuildError(RuntimeError):
     """The gate module could not be compiled (no C compiler, or the compiler refused it)."""
+
+
+def gate_command(function: str) -> str:
+    """The gate's write command for ``function`` (``rsc_<digest>_<operation>``): the producer's for
+    its operations, else the member's (which refuses anything not of :data:`MEMBER`)."""
+    return FCALL_PRODUCER if function[_NAME_HEAD:] in PRODUCER else FCALL_MEMBER
 
 
 def digest() -> str:
