@@ -18,8 +18,9 @@
  *     function, nor a producer act as a member;
  *   - its key patterns: every command declares its keys exactly as FCALL does (key spec: the argument at
  *     index 2 is the number of keys, which follow it), so Redis checks them against the caller's
- *     ~patterns before the command runs (read-write, or read for RSC.FCALL_RO), and a Redis Cluster
- *     routes the command to the slot of its keys. Our functions touch only the keys they are given (and
+ *     ~patterns before the command runs (read-write, or read for RSC.FCALL_RO). A Redis Cluster (7.0)
+ *     routes a module command by its getkeys callback instead (report_keys: the same keys), so a call
+ *     on a node that does not serve its slot is answered MOVED / ASK before it runs. Our functions touch only the keys they are given (and
  *     check them: rsc_redis/dataplane/fence.lua), so a user's key scope bounds what the gate changes;
  *   - only this project's functions: rsc_<12 lower-case hex digits>_<operation>, <operation> one of the
  *     command's list below (rsc_redis/dataplane/library.py's FUNCTIONS and version function, split by
@@ -65,8 +66,26 @@ static int is_library_function(const char *name, size_t len, const char *const *
     return 0;
 }
 
+/* The keys of a call, for Redis Cluster's routing: it finds a module command's keys through this
+ * callback ("getkeys-api"), not through the key spec, which the ACL check uses. Both name the same
+ * arguments. A malformed number of keys names none; FCALL then refuses the call. */
+static int report_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int flags) {
+    long long numkeys;
+    if (argc >= 3 && RedisModule_StringToLongLong(argv[2], &numkeys) == REDISMODULE_OK && numkeys >= 0 &&
+        numkeys <= argc - 3) {
+        for (int i = 0; i < numkeys; i++) RedisModule_KeyAtPosWithFlags(ctx, 3 + i, flags);
+    }
+    return REDISMODULE_OK;
+}
+
 static int gate(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, const char *command,
                 const char *const *operations, const char *refusal) {
+    int read_only = strcmp(command, "FCALL_RO") == 0;
+    if (RedisModule_IsKeysPositionRequest(ctx)) {
+        int flags = read_only ? REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS
+                              : REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE;
+        return report_keys(ctx, argv, argc, flags);
+    }
     if (argc < 3) return RedisModule_WrongArity(ctx);
     size_t len;
     const char *name = RedisModule_StringPtrLen(argv[1], &len);
@@ -126,13 +145,13 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     (void)argc;
     if (RedisModule_Init(ctx, "rsc_gate", 1, REDISMODULE_APIVER_1) == REDISMODULE_ERR) return REDISMODULE_ERR;
     const uint64_t rw = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE;
-    if (create(ctx, "rsc.fcall_member", fcall_member, "write deny-script", rw) == REDISMODULE_ERR) {
+    if (create(ctx, "rsc.fcall_member", fcall_member, "write deny-script getkeys-api", rw) == REDISMODULE_ERR) {
         return REDISMODULE_ERR;
     }
-    if (create(ctx, "rsc.fcall_producer", fcall_producer, "write deny-script", rw) == REDISMODULE_ERR) {
+    if (create(ctx, "rsc.fcall_producer", fcall_producer, "write deny-script getkeys-api", rw) == REDISMODULE_ERR) {
         return REDISMODULE_ERR;
     }
-    if (create(ctx, "rsc.fcall_ro", fcall_ro, "readonly deny-script",
+    if (create(ctx, "rsc.fcall_ro", fcall_ro, "readonly deny-script getkeys-api",
                REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS) == REDISMODULE_ERR) {
         return REDISMODULE_ERR;
     }
