@@ -130,12 +130,25 @@ _GATE_PROBE = (module.FCALL_RO, "rsc_000000000000_version", 0)
 def gated(client: Any) -> bool:
     """Whether ``client``'s function calls go through the gate module: Redis has it loaded and this
     client's user may use it (``RSC.FCALL_RO``). Found out by one probe on one primary the first time,
-    and remembered on the client (two threads may both probe: same answer). A connection error or a
+    and remembered on the client (two threads may both probe: same answer) until a call is refused in
+    a way that says the answer is out of date (:func:`forget_stale_gate`). A connection error or a
     transient refusal (``LOADING``, ...) raises, and the next call asks again."""
     found: bool | None = getattr(client, "rsc_gated", None)
     if found is None:
         found = client.rsc_gated = _gate_answers(client)
     return found
+
+
+def forget_stale_gate(client: Any, error: BaseException) -> None:
+    """After a function call that Redis refused before it ran because ``client``'s answer of
+    :func:`gated` is out of date (``NOPERM`` for the command: the user's rules changed; ``unknown
+    command``: the module is gone), the next call asks again. Nothing else forgets it: a refusal of
+    the keys (``NOPERM`` ... keys) says nothing about the gate."""
+    text = str(error)
+    if (isinstance(error, redis.exceptions.NoPermissionError) and "permissions to run" in text) or (
+        isinstance(error, redis.ResponseError) and text.lower().startswith("unknown command")
+    ):
+        client.rsc_gated = None
 
 
 def fcall_command(client: Any, function: str) -> str:
@@ -211,8 +224,17 @@ def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) ->
         pipe = client.pipeline(transaction=False)
         for call in calls:
             pipe.execute_command(fcall, function, *call)
-        return list(pipe.execute(raise_on_error=False))
-    return _run_grouped(client, (fcall, function), calls, None)
+        replies = list(pipe.execute(raise_on_error=False))
+    else:
+        replies = _run_grouped(client, (fcall, function), calls, None)
+    _forget_stale_gate_on(client, replies)
+    return replies
+
+
+def _forget_stale_gate_on(client: Any, replies: Sequence[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            forget_stale_gate(client, reply)
 
 
 # The slot map is suspect after these: the node that served the slot may be gone or demoted.
@@ -262,10 +284,12 @@ def run_functions_replicated(
             pipe.execute_command(fcall, function, *call)
         pipe.execute_command("WAIT", replicas, timeout_ms)
         *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
+        _forget_stale_gate_on(client, replies)
         if isinstance(acked, Exception):
             raise acked
         return [(reply, int(acked)) for reply in replies]
     replies = _run_grouped(client, (fcall, function), calls, None, wait)
+    _forget_stale_gate_on(client, replies)
     return list(zip(replies, acks, strict=True))
 
 
@@ -456,7 +480,15 @@ class HotFunction(_HotCall):
         super().__init__(client)
         self.client = client
         self.function = function
-        self._fcall: str | None = None  # FCALL or the gate's (fcall_command), known after the first call
+        # The command by the answer of gated(client): one dict look-up per call.
+        self._fcall = {True: module.gate_command(function), False: "FCALL"}
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            return super().__call__(keys, args)
+        except redis.ResponseError as e:
+            forget_stale_gate(self.client, e)
+            raise
 
     def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if is_cluster(self.client):
@@ -464,13 +496,9 @@ class HotFunction(_HotCall):
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        fcall = self._fcall or self._find_fcall()
+        fcall = self._fcall[gated(self.client)]
         return self.client.execute_command(fcall, self.function, len(keys), *keys, *args)
 
     def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        self._command(connection, self._fcall or self._find_fcall(), self.function, len(keys), *keys, *args)
+        self._command(connection, self._fcall[gated(self.client)], self.function, len(keys), *keys, *args)
         return connection.read_response()
-
-    def _find_fcall(self) -> str:
-        self._fcall = fcall_command(self.client, self.function)
-        return self._fcall

@@ -38,7 +38,7 @@ from typing import Any
 
 import redis
 
-from .clients import fcall_ro_command, is_cluster
+from .clients import fcall_ro_command, forget_stale_gate, is_cluster
 
 LIBRARY_PREFIX = "rsc_"
 DIGEST_CHARS = 12
@@ -152,6 +152,7 @@ def installed_version(node: redis.Redis, library: Library) -> str | None:
     except redis.ResponseError as e:
         if is_not_found(e):
             return None
+        forget_stale_gate(node, e)
         raise
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 

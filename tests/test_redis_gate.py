@@ -261,6 +261,37 @@ def test_without_the_module_or_its_permission_a_client_calls_fcall(gated_server:
         admin.close()
 
 
+def test_a_client_asks_again_when_its_users_rules_change(
+    store: MetadataStore, gated_server: RedisServer, admin: redis.Redis
+) -> None:
+    """The upgrade (docs/redis-acl.md, "Loading it in production"): a running producer whose user moves
+    from the profile without the gate to the gated one is refused once (NOPERM for FCALL: nothing ran)
+    and goes through the gate from its next call on; and back."""
+    create_group(store)
+    name, password = "moving-producer", "pw-moving-producer-0123456789"
+
+    def rules(gated: bool) -> None:
+        profile = redis_acl.rules_for(redis_acl.PRODUCER, gated=gated)
+        admin.execute_command("ACL", "SETUSER", name, *redis_acl.setuser_args(name, f">{password}", profile))
+
+    rules(gated=False)
+    client = redis_client(url_for(gated_server, name, password))
+    try:
+        producer = Producer(client)
+        producer.send(PREFIX, "k", {"n": 0})
+        assert not clients.gated(client)
+        for gated, refused in ((True, "'fcall'"), (False, "'rsc.fcall_producer'")):
+            rules(gated)
+            with pytest.raises(DataPlaneError, match=refused):
+                producer.send(PREFIX, "k", {"n": 1})
+            producer.send(PREFIX, "k", {"n": 2})
+            assert clients.gated(client) is gated
+        assert admin.xlen(stream_key(PREFIX, V1_0)) + admin.xlen(stream_key(PREFIX, V1_1)) == 3
+    finally:
+        client.close()
+        admin.acl_deluser(name)
+
+
 # -------------------------------------------------------------------------- gated users at work
 
 

@@ -38,7 +38,11 @@ class Function:
                 raise reply
             return reply
         fcall = clients.fcall_command(self.client, self.name)
-        return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
+        try:
+            return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
+        except redis.ResponseError as e:
+            clients.forget_stale_gate(self.client, e)
+            raise
 
 
 def function(client: Any, name: str) -> Function:
