@@ -139,16 +139,19 @@ def gated(client: Any) -> bool:
     return found
 
 
-def forget_stale_gate(client: Any, error: BaseException) -> None:
-    """After a function call that Redis refused before it ran because ``client``'s answer of
-    :func:`gated` is out of date (``NOPERM`` for the command: the user's rules changed; ``unknown
-    command``: the module is gone), the next call asks again. Nothing else forgets it: a refusal of
-    the keys (``NOPERM`` ... keys) says nothing about the gate."""
+def forget_stale_gate(client: Any, error: BaseException) -> bool:
+    """True, and the next call asks :func:`gated` again, when Redis refused a function call before it
+    ran because ``client``'s answer is out of date: ``NOPERM`` for the command (the user's rules
+    changed) or ``unknown command`` (the module came or went). The callers then send the call once more:
+    nothing ran, so that is no re-send of something that did. A refusal of the keys (``NOPERM`` ...
+    keys) says nothing about the gate: False."""
     text = str(error)
     if (isinstance(error, redis.exceptions.NoPermissionError) and "permissions to run" in text) or (
         isinstance(error, redis.ResponseError) and text.lower().startswith("unknown command")
     ):
         client.rsc_gated = None
+        return True
+    return False
 
 
 def fcall_command(client: Any, function: str) -> str:
@@ -209,14 +212,18 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
     return _run_grouped(client, ("EVALSHA", sha), calls, text)
 
 
-def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
+def run_functions(
+    client: Any, function: str, calls: Sequence[Sequence[Any]], *, again: bool = True
+) -> list[Any]:
     """``FCALL function *call`` (the gate's command where it serves, :func:`fcall_command`) for each call
     (``numkeys, key..., arg...``), pipelined, on one Redis or a cluster; the replies in order, an
     error reply returned as its exception (``Function not found`` included: nothing ran; the library is
     loaded by the coordinator, never from here).
 
     On a cluster, grouped by the primary of each call's first key as :func:`run_evalsha` does (plain
-    pipelines that never re-send; a redirected call runs again alone through the cluster client)."""
+    pipelines that never re-send; a redirected call runs again alone through the cluster client).
+    Calls refused because the gate answer was out of date (:func:`forget_stale_gate`: nothing ran) are
+    sent once more (``again``)."""
     if not calls:
         return []
     fcall = fcall_command(client, function)
@@ -227,14 +234,21 @@ def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) ->
         replies = list(pipe.execute(raise_on_error=False))
     else:
         replies = _run_grouped(client, (fcall, function), calls, None)
-    _forget_stale_gate_on(client, replies)
+    stale = _stale_gate_refusals(client, replies) if again else []
+    if stale:
+        retried = run_functions(client, function, [calls[i] for i in stale], again=False)
+        for i, reply in zip(stale, retried, strict=True):
+            replies[i] = reply
     return replies
 
 
-def _forget_stale_gate_on(client: Any, replies: Sequence[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, redis.ResponseError):
-            forget_stale_gate(client, reply)
+def _stale_gate_refusals(client: Any, replies: Sequence[Any]) -> list[int]:
+    """The indices of ``replies`` refused because the gate answer was out of date (forgotten now)."""
+    return [
+        i
+        for i, reply in enumerate(replies)
+        if isinstance(reply, redis.ResponseError) and forget_stale_gate(client, reply)
+    ]
 
 
 # The slot map is suspect after these: the node that served the slot may be gone or demoted.
@@ -268,7 +282,13 @@ def _refresh_if_stale(client: Any) -> None:
 
 
 def run_functions_replicated(
-    client: Any, function: str, calls: Sequence[Sequence[Any]], replicas: int, timeout_ms: int
+    client: Any,
+    function: str,
+    calls: Sequence[Sequence[Any]],
+    replicas: int,
+    timeout_ms: int,
+    *,
+    again: bool = True,
 ) -> list[tuple[Any, int | None]]:
     """:func:`run_functions`, each node's pipeline followed by ``WAIT replicas timeout_ms`` on the same
     connection (``WAIT`` waits for the writes of the connection it is sent on, so it cannot go on
@@ -284,13 +304,20 @@ def run_functions_replicated(
             pipe.execute_command(fcall, function, *call)
         pipe.execute_command("WAIT", replicas, timeout_ms)
         *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
-        _forget_stale_gate_on(client, replies)
         if isinstance(acked, Exception):
             raise acked
-        return [(reply, int(acked)) for reply in replies]
-    replies = _run_grouped(client, (fcall, function), calls, None, wait)
-    _forget_stale_gate_on(client, replies)
-    return list(zip(replies, acks, strict=True))
+        pairs: list[tuple[Any, int | None]] = [(reply, int(acked)) for reply in replies]
+    else:
+        replies = _run_grouped(client, (fcall, function), calls, None, wait)
+        pairs = list(zip(replies, acks, strict=True))
+    stale = _stale_gate_refusals(client, [reply for reply, _ in pairs]) if again else []
+    if stale:  # nothing of those ran: once more, with the gate asked again (run_functions)
+        retried = run_functions_replicated(
+            client, function, [calls[i] for i in stale], replicas, timeout_ms, again=False
+        )
+        for i, pair in zip(stale, retried, strict=True):
+            pairs[i] = pair
+    return pairs
 
 
 def _run_grouped(
@@ -487,8 +514,9 @@ class HotFunction(_HotCall):
         try:
             return super().__call__(keys, args)
         except redis.ResponseError as e:
-            forget_stale_gate(self.client, e)
-            raise
+            if not forget_stale_gate(self.client, e):
+                raise
+        return super().__call__(keys, args)  # nothing ran: once more, with the gate asked again
 
     def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if is_cluster(self.client):

@@ -37,12 +37,16 @@ class Function:
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        fcall = clients.fcall_command(self.client, self.name)
         try:
-            return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
+            return self._send(keys, args)
         except redis.ResponseError as e:
-            clients.forget_stale_gate(self.client, e)
-            raise
+            if not clients.forget_stale_gate(self.client, e):
+                raise
+        return self._send(keys, args)  # nothing ran: once more, with the gate asked again
+
+    def _send(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        fcall = clients.fcall_command(self.client, self.name)
+        return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
 
 
 def function(client: Any, name: str) -> Function:
