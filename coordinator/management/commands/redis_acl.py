@@ -13,7 +13,7 @@ without ``--password-sha256`` gets the placeholder ``#<sha256 of NAME's password
 (``printf %s "$PASSWORD" | sha256sum``) before loading: Redis refuses a file with a placeholder.
 
 ``--gated``: the profiles for a Redis that loads the gate module (docs/redis-acl.md, "The gate module"):
-members and producers call the functions through ``RSC.FCALL`` and hold none of the raw commands.
+members and producers call the functions through the gate's commands and hold none of the raw ones.
 """
 
 from __future__ import annotations
