@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench bench-latency bench-producer clean constraints gate-module
+.PHONY: help venv test lint run chaos bench bench-latency bench-producer clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
@@ -34,6 +34,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The Redis gate module (rsc_redis/module/rsc_gate.c) that the embedded Redis of `make run` and of the
 # tests loads: compiled with the machine's C compiler into ~/.cache/rsc-redis/ when its source changed
 # (a no-op otherwise; docs/redis-acl.md, "The gate module").
+.PHONY: gate-module
 gate-module: $(STAMP)
 	$(BIN)/python -m rsc_redis.module
 
