@@ -113,6 +113,23 @@ def _c_list(source: str, name: str) -> tuple[str, ...]:
     return tuple(re.findall(r'"([a-z_]+)"', body.group(1)))
 
 
+def test_the_module_is_compiled_from_its_source_where_it_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(module.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    built = module.path()
+    assert built == tmp_path / "cache" / "rsc-redis" / f"rsc_gate-{module.digest()}.so" and built.is_file()
+    assert module.server_args() == ["--loadmodule", str(built)]
+    assert [p.name for p in built.parent.iterdir()] == [built.name]  # nothing partial left behind
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("CC", "no-such-compiler")
+    with pytest.raises(module.ModuleBuildError, match="no C compiler"):
+        module.path()
+    monkeypatch.setenv(module.ENV_VAR, str(built))
+    assert module.path() == built
+
+
 def test_the_gates_lists_are_the_librarys_functions_split_by_role() -> None:
     source = module.SOURCES[0].read_text()
     assert _c_list(source, "MEMBER") == module.MEMBER
