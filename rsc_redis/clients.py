@@ -165,9 +165,15 @@ def fcall_ro_command(client: Any) -> str:
 
 
 def _gate_answers(client: Any) -> bool:
-    node = client.get_redis_connection(client.get_primaries()[0]) if is_cluster(client) else client
+    if is_cluster(client):  # one primary answers for all: every node loads the module, or none
+        _refresh_if_stale(client)
+        try:
+            return _gate_answers(client.get_redis_connection(client.get_primaries()[0]))
+        except (redis.ConnectionError, redis.TimeoutError):
+            mark_slot_map_stale(client)  # that primary may be gone: the next call asks another
+            raise
     try:
-        node.execute_command(*_GATE_PROBE)
+        client.execute_command(*_GATE_PROBE)
     except redis.exceptions.NoPermissionError:  # the module is there, this user may not use it
         return False
     except redis.ResponseError as e:
