@@ -385,7 +385,8 @@ ROGUE_LIBRARY = "#!lua name=rogue\nredis.register_function('rogue', function(key
 
 
 def raw_writes(store: MetadataStore, entry_id: str) -> dict[str, list[Any]]:
-    """Every raw action that issue 29 found a member's or a producer's user could make, as commands."""
+    """Every raw action a member's or a producer's user could make without the gate (docs/redis-acl.md,
+    "What Redis 7 alone cannot close"), as commands."""
     meta, shard, dlq = meta_key(PREFIX), stream_key(PREFIX, V1_0), dead_letter_key(PREFIX, GROUP)
     records = f"rsc:{{{PREFIX}}}:lr"
     produce = library.function_name("produce")
