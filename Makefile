@@ -32,6 +32,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	touch $@
 
+# The Redis gate module (rsc_redis/module/rsc_gate.c) that the embedded Redis of `make run` and of the
+# tests loads: compiled with the machine's C compiler into ~/.cache/rsc-redis/ when its source changed
+# (a no-op otherwise; docs/redis-acl.md, "The gate module").
+.PHONY: gate-module
+gate-module: $(STAMP)
+	$(BIN)/python -m rsc_redis.module
+
 # After changing a range in pyproject.toml: resolve it afresh and record the exact set that was tested.
 constraints:
 	rm -rf .venv-constraints
@@ -48,7 +55,7 @@ lint: $(STAMP)
 
 # Two passes: the whole suite on SQLite, then the tests that touch the database again on a private
 # PostgreSQL server that tests/postgres.py starts (skipped, saying so, where no PostgreSQL is installed).
-test: lint
+test: lint gate-module
 	$(BIN)/pytest -q
 	$(BIN)/python -m tests.postgres -q -p no:cacheprovider --ignore=tests/e2e
 
@@ -93,7 +100,7 @@ bench-producer: $(BENCH_STAMP)
 	$(BIN)/python bench/producer_instructions.py --out bench/results/producer_instructions.json
 	$(BIN)/python bench/report.py --producer-only bench/results/producer.json docs/benchmarks.md
 
-run: $(STAMP)
+run: gate-module
 	$(BIN)/python -m config.devstack $(RUN_ARGS)
 
 clean:

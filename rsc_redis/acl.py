@@ -36,6 +36,19 @@ What ACLs cannot express: whether a command comes from one of *our* functions. A
 stream commands of its selector directly, outside the fence; only the fence (a function) checks epochs,
 owners and leases. The docs spell this out.
 
+The gate
+--------
+Where Redis loads the gate module (rsc_redis/module/rsc_gate.c), members and producers get *gated*
+profiles (``rules_for(kind, gated=True)``; ``manage.py redis_acl --gated``): the gate's command of their
+role (``RSC.FCALL_MEMBER`` or ``RSC.FCALL_PRODUCER``) and ``RSC.FCALL_RO`` instead of ``FCALL`` /
+``FCALL_RO``, and none of the data commands the functions run, because the gate runs a function's inner
+commands unchecked by the caller's command rules (its key patterns still apply to the keys the call
+declares). What is left outside the gate is read-only: the producer's route read (``HGET`` of the
+metadata) and the member's wake-up (``XREAD`` and ``XINFO GROUPS`` on the shard streams, ``CLIENT ID``
+/ ``CLIENT UNBLOCK``). Gated rules name the gate's commands, so Redis refuses to load them where the
+module is not loaded (``Unknown command``). The coordinator's gated profile adds ``+rsc.fcall_ro``, for
+its library check through the gate (rsc_redis/clients.py, ``gated``).
+
 Scoped users
 ------------
 :func:`rules_for` renders a member's or a producer's rules for a list of stream prefixes (every key
@@ -83,6 +96,10 @@ _LOADS_FUNCTIONS = ("+fcall_ro", "+function|load", "+function|list", "+function|
 # Members and producers: the library's functions (FCALL) and its version check (FCALL_RO). Nothing that
 # sends or reads code: no EVAL*, SCRIPT, FUNCTION.
 _CALLS_FUNCTIONS = ("+fcall", "+fcall_ro")
+# The same through the gate module (rsc_redis/module/rsc_gate.c): the function's inner commands are not
+# checked against these users' command rules, so they hold none of them.
+_MEMBER_GATE = ("+rsc.fcall_member", "+rsc.fcall_ro")
+_PRODUCER_GATE = ("+rsc.fcall_producer", "+rsc.fcall_ro")
 # Members: the wake-up's blocking XREAD runs on its own connection, which another one interrupts when
 # the set of streams to wait on changes (consumers/dataplane/wait.py). CLIENT UNBLOCK can end any
 # client's blocking command early (it then returns as on its timeout): a member could make other
@@ -148,17 +165,20 @@ def _selector(*parts: str) -> str:
     return "(" + " ".join(parts) + ")"
 
 
-def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ...]:
+def rules_for(kind: str, prefixes: Sequence[str] | None = None, *, gated: bool = False) -> tuple[str, ...]:
     """The ACL rules (after ``reset on <password>``) of a user of ``kind`` (:data:`KINDS`) whose keys
     are those of ``prefixes`` (None: every prefix, ``{*}``). The coordinator is never scoped: it keeps
-    the global keys (the prefix index, the retention cursor, the metrics) and every prefix."""
+    the global keys (the prefix index, the retention cursor, the metrics) and every prefix. ``gated``:
+    the profile for a Redis with the gate module (module docstring, "The gate")."""
     if kind == COORDINATOR:
         if prefixes is not None:
             raise ValueError("the coordinator's user is not scoped to prefixes: it serves them all")
-        return _COORDINATOR_RULES
+        return (*_COORDINATOR_RULES, "+rsc.fcall_ro") if gated else _COORDINATOR_RULES
     if kind not in (MEMBER, PRODUCER):
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     scope = ["*"] if prefixes is None else _checked(prefixes)
+    if gated:
+        return _gated_rules(kind, scope)
     meta, shards = keys.META, keys.SHARD_STREAMS
     if kind == PRODUCER:
         # produce (produce.lua), and the route read of Producer.route(). TIME: idempotent_produce.lua
@@ -210,6 +230,36 @@ def rules_for(kind: str, prefixes: Sequence[str] | None = None) -> tuple[str, ..
     )
 
 
+def _gated_rules(kind: str, scope: list[str]) -> tuple[str, ...]:
+    """A member's or a producer's rules on a Redis with the gate module: the keys the library's functions
+    are given (read-write, as the gate declares them), the gate's two commands, and only reads besides."""
+    meta, shards = keys.META, keys.SHARD_STREAMS
+    if kind == PRODUCER:
+        # produce / idempotent_produce declare the metadata, the shard streams and the idempotency keys;
+        # Producer.route() reads the route itself (HGET).
+        once = [*_patterns(keys.ONCE, scope), *_patterns(keys.ONCE_PREVIOUS, scope)]
+        return (
+            "resetchannels",
+            *_patterns(meta, scope),
+            *_patterns(shards, scope),
+            *once,
+            *_CONNECTION,
+            *_PRODUCER_GATE,
+            _selector(*_patterns(meta, scope, "%R~"), "+hget"),
+        )
+    # The fenced functions and renew_lease declare these five families; the wake-up reads the shard
+    # streams itself (consumers/dataplane/wait.py: XREAD, and XINFO GROUPS in its start-up probe).
+    families = (meta, shards, keys.DEAD_LETTERS, keys.REDELIVER, keys.LEASE_RECORDS)
+    return (
+        "resetchannels",
+        *(pattern for family in families for pattern in _patterns(family, scope)),
+        *_CONNECTION,
+        *_MEMBER_GATE,
+        *_WAITS,
+        _selector(*_patterns(shards, scope, "%R~"), "+xread", "+xinfo|groups"),
+    )
+
+
 def _checked(prefixes: Sequence[str]) -> list[str]:
     if isinstance(prefixes, str) or not prefixes:
         raise ValueError("give a non-empty list of stream prefixes")
@@ -221,6 +271,8 @@ def _checked(prefixes: Sequence[str]) -> list[str]:
 
 # The three profiles over every prefix: the users of one deployment that serves all of its prefixes.
 ACL_RULES: dict[str, tuple[str, ...]] = {kind: rules_for(kind) for kind in KINDS}
+# The same users on a Redis with the gate module.
+GATED_ACL_RULES: dict[str, tuple[str, ...]] = {kind: rules_for(kind, gated=True) for kind in KINDS}
 
 
 def setuser_args(user: str, password_rule: str, rules: Sequence[str] | None = None) -> list[str]:

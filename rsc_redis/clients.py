@@ -19,6 +19,14 @@ Script calls (the coordinator's store: ``EVALSHA``): :func:`run_scripts` and :fu
 (the data plane and the producer: ``FCALL`` of the Redis Functions library that the coordinator loads,
 :mod:`rsc_redis.functions`): :func:`run_functions` (pipelined) and :class:`HotFunction` (one call on a
 hot path). Django-free: the store and the data plane and the producer (``consumers``) use it alike.
+
+The gate. Where Redis has the gate module loaded (rsc_redis/module/rsc_gate.c) and the client's Redis
+user may use it, function calls go through the gate's commands (``RSC.FCALL_MEMBER``,
+``RSC.FCALL_PRODUCER``, ``RSC.FCALL_RO``) instead of ``FCALL`` / ``FCALL_RO``: same arguments and
+replies, but the functions' inner commands are not checked against the caller's ACL, so a member's or a
+producer's user holds none of them (docs/redis-acl.md, "The gate module"). :func:`gated` finds out once
+per client (one probe on its first function call) and remembers the answer on the client; every call
+after that costs nothing more.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from redis.exceptions import (
     SlotNotCoveredError,
     TryAgainError,
 )
+
+from . import module
 
 try:  # a dependency (pyproject.toml); redis-py itself works without it
     from hiredis import pack_command as _pack_command
@@ -112,6 +122,69 @@ def client_from_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
     return RedisCluster.from_url(node_url(url), startup_nodes=more, **options)
 
 
+# What the gate is asked when a client looks for it: a name of the gate's shape (rsc_<digest>_version)
+# that no library defines, so an answer changes nothing and "Function not found" means the gate ran.
+_GATE_PROBE = (module.FCALL_RO, "rsc_000000000000_version", 0)
+
+
+def gated(client: Any) -> bool:
+    """Whether ``client``'s function calls go through the gate module: Redis has it loaded and this
+    client's user may use it (``RSC.FCALL_RO``). Found out by one probe on one primary the first time,
+    and remembered on the client (two threads may both probe: same answer) until a call is refused in
+    a way that says the answer is out of date (:func:`forget_stale_gate`). A connection error or a
+    transient refusal (``LOADING``, ...) raises, and the next call asks again."""
+    found: bool | None = getattr(client, "rsc_gated", None)
+    if found is None:
+        found = client.rsc_gated = _gate_answers(client)
+    return found
+
+
+def forget_stale_gate(client: Any, error: BaseException) -> bool:
+    """True, and the next call asks :func:`gated` again, when Redis refused a function call before it
+    ran because ``client``'s answer is out of date: ``NOPERM`` for the command (the user's rules
+    changed) or ``unknown command`` (the module came or went). The callers then send the call once more:
+    nothing ran, so that is no re-send of something that did. A refusal of the keys (``NOPERM`` ...
+    keys) says nothing about the gate: False."""
+    text = str(error)
+    if (isinstance(error, redis.exceptions.NoPermissionError) and "permissions to run" in text) or (
+        isinstance(error, redis.ResponseError) and text.lower().startswith("unknown command")
+    ):
+        client.rsc_gated = None
+        return True
+    return False
+
+
+def fcall_command(client: Any, function: str) -> str:
+    """``FCALL``, or the gate's command for ``function`` where the gate serves ``client``."""
+    return module.gate_command(function) if gated(client) else "FCALL"
+
+
+def fcall_ro_command(client: Any) -> str:
+    """``FCALL_RO``, or ``RSC.FCALL_RO`` where the gate serves ``client``."""
+    return module.FCALL_RO if gated(client) else "FCALL_RO"
+
+
+def _gate_answers(client: Any) -> bool:
+    if is_cluster(client):  # one primary answers for all: every node loads the module, or none
+        _refresh_if_stale(client)
+        try:
+            return _gate_answers(client.get_redis_connection(client.get_primaries()[0]))
+        except (redis.ConnectionError, redis.TimeoutError):
+            mark_slot_map_stale(client)  # that primary may be gone: the next call asks another
+            raise
+    try:
+        client.execute_command(*_GATE_PROBE)
+    except redis.exceptions.NoPermissionError:  # the module is there, this user may not use it
+        return False
+    except redis.ResponseError as e:
+        if str(e).startswith("Function not found"):  # the gate ran, and found no such function
+            return True
+        if str(e).lower().startswith("unknown command"):  # no gate module on this Redis
+            return False
+        raise
+    return True
+
+
 # Replies that say the command did not run on that node: it is safe to send it again elsewhere.
 _REDIRECTED = (MovedError, AskError, TryAgainError)
 
@@ -145,19 +218,43 @@ def run_evalsha(client: Any, sha: str, text: Any, calls: Sequence[Sequence[Any]]
     return _run_grouped(client, ("EVALSHA", sha), calls, text)
 
 
-def run_functions(client: Any, function: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
-    """``FCALL function *call`` for each call (``numkeys, key..., arg...``), pipelined, on one Redis or a
-    cluster; the replies in order, an error reply returned as its exception (``Function not found``
-    included: nothing ran; the library is loaded by the coordinator, never from here).
+def run_functions(
+    client: Any, function: str, calls: Sequence[Sequence[Any]], *, again: bool = True
+) -> list[Any]:
+    """``FCALL function *call`` (the gate's command where it serves, :func:`fcall_command`) for each call
+    (``numkeys, key..., arg...``), pipelined, on one Redis or a cluster; the replies in order, an
+    error reply returned as its exception (``Function not found`` included: nothing ran; the library is
+    loaded by the coordinator, never from here).
 
     On a cluster, grouped by the primary of each call's first key as :func:`run_evalsha` does (plain
-    pipelines that never re-send; a redirected call runs again alone through the cluster client)."""
+    pipelines that never re-send; a redirected call runs again alone through the cluster client).
+    Calls refused because the gate answer was out of date (:func:`forget_stale_gate`: nothing ran) are
+    sent once more (``again``)."""
+    if not calls:
+        return []
+    fcall = fcall_command(client, function)
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command("FCALL", function, *call)
-        return list(pipe.execute(raise_on_error=False)) if calls else []
-    return _run_grouped(client, ("FCALL", function), calls, None)
+            pipe.execute_command(fcall, function, *call)
+        replies = list(pipe.execute(raise_on_error=False))
+    else:
+        replies = _run_grouped(client, (fcall, function), calls, None)
+    stale = _stale_gate_refusals(client, replies) if again else []
+    if stale:
+        retried = run_functions(client, function, [calls[i] for i in stale], again=False)
+        for i, reply in zip(stale, retried, strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _stale_gate_refusals(client: Any, replies: Sequence[Any]) -> list[int]:
+    """The indices of ``replies`` refused because the gate answer was out of date (forgotten now)."""
+    return [
+        i
+        for i, reply in enumerate(replies)
+        if isinstance(reply, redis.ResponseError) and forget_stale_gate(client, reply)
+    ]
 
 
 # The slot map is suspect after these: the node that served the slot may be gone or demoted.
@@ -191,7 +288,13 @@ def _refresh_if_stale(client: Any) -> None:
 
 
 def run_functions_replicated(
-    client: Any, function: str, calls: Sequence[Sequence[Any]], replicas: int, timeout_ms: int
+    client: Any,
+    function: str,
+    calls: Sequence[Sequence[Any]],
+    replicas: int,
+    timeout_ms: int,
+    *,
+    again: bool = True,
 ) -> list[tuple[Any, int | None]]:
     """:func:`run_functions`, each node's pipeline followed by ``WAIT replicas timeout_ms`` on the same
     connection (``WAIT`` waits for the writes of the connection it is sent on, so it cannot go on
@@ -200,17 +303,27 @@ def run_functions_replicated(
     whose connection this code does not hold (rare: a slot on the move)."""
     acks: list[int | None] = [None] * len(calls)
     wait = (replicas, timeout_ms, acks)
+    fcall = fcall_command(client, function) if calls else "FCALL"
     if not is_cluster(client):
         pipe = client.pipeline(transaction=False)
         for call in calls:
-            pipe.execute_command("FCALL", function, *call)
+            pipe.execute_command(fcall, function, *call)
         pipe.execute_command("WAIT", replicas, timeout_ms)
         *replies, acked = pipe.execute(raise_on_error=False) if calls else [None]
         if isinstance(acked, Exception):
             raise acked
-        return [(reply, int(acked)) for reply in replies]
-    replies = _run_grouped(client, ("FCALL", function), calls, None, wait)
-    return list(zip(replies, acks, strict=True))
+        pairs: list[tuple[Any, int | None]] = [(reply, int(acked)) for reply in replies]
+    else:
+        replies = _run_grouped(client, (fcall, function), calls, None, wait)
+        pairs = list(zip(replies, acks, strict=True))
+    stale = _stale_gate_refusals(client, [reply for reply, _ in pairs]) if again else []
+    if stale:  # nothing of those ran: once more, with the gate asked again (run_functions)
+        retried = run_functions_replicated(
+            client, function, [calls[i] for i in stale], replicas, timeout_ms, again=False
+        )
+        for i, pair in zip(stale, retried, strict=True):
+            pairs[i] = pair
+    return pairs
 
 
 def _run_grouped(
@@ -390,7 +503,8 @@ class HotScript(_HotCall):
 
 class HotFunction(_HotCall):
     """A function of a loaded Redis Functions library called on a hot path (a member's fetch, a
-    producer's single send): ``function(keys=, args=)``, one ``FCALL`` (:class:`_HotCall`). Nothing is
+    producer's single send): ``function(keys=, args=)``, one ``FCALL`` or the gate's command
+    (:func:`fcall_command`; :class:`_HotCall`). Nothing is
     loaded from here: ``Function not found`` raises as the error reply it is (nothing ran). On a cluster
     the call goes to its first key's primary as :func:`run_functions` sends it (redis-py's own routing of
     ``FCALL`` asks the server for the keys first: a round trip more)."""
@@ -399,6 +513,16 @@ class HotFunction(_HotCall):
         super().__init__(client)
         self.client = client
         self.function = function
+        # The command by the answer of gated(client): one dict look-up per call.
+        self._fcall = {True: module.gate_command(function), False: "FCALL"}
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        try:
+            return super().__call__(keys, args)
+        except redis.ResponseError as e:
+            if not forget_stale_gate(self.client, e):
+                raise
+        return super().__call__(keys, args)  # nothing ran: once more, with the gate asked again
 
     def _fallback(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if is_cluster(self.client):
@@ -406,8 +530,9 @@ class HotFunction(_HotCall):
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        return self.client.execute_command("FCALL", self.function, len(keys), *keys, *args)
+        fcall = self._fcall[gated(self.client)]
+        return self.client.execute_command(fcall, self.function, len(keys), *keys, *args)
 
     def _send(self, connection: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        self._command(connection, "FCALL", self.function, len(keys), *keys, *args)
+        self._command(connection, self._fcall[gated(self.client)], self.function, len(keys), *keys, *args)
         return connection.read_response()

@@ -38,7 +38,7 @@ from typing import Any
 
 import redis
 
-from .clients import is_cluster
+from .clients import fcall_ro_command, forget_stale_gate, is_cluster
 
 LIBRARY_PREFIX = "rsc_"
 DIGEST_CHARS = 12
@@ -145,13 +145,17 @@ def primaries(client: Any) -> list[tuple[str, redis.Redis]]:
 
 def installed_version(node: redis.Redis, library: Library) -> str | None:
     """What ``library``'s version function answers on ``node`` (``"<digest> <key id>"``), or None when
-    that library is not loaded there."""
-    try:
-        reply = node.execute_command("FCALL_RO", library.version_function, 0)
-    except redis.ResponseError as e:
-        if is_not_found(e):
-            return None
-        raise
+    that library is not loaded there. ``FCALL_RO``, or ``RSC.FCALL_RO`` through the gate module
+    (:func:`rsc_redis.clients.fcall_ro_command`)."""
+    for attempt in range(2):
+        try:
+            reply = node.execute_command(fcall_ro_command(node), library.version_function, 0)
+            break
+        except redis.ResponseError as e:
+            if is_not_found(e):
+                return None
+            if attempt or not forget_stale_gate(node, e):  # else: the gate asked again, once more
+                raise
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 

@@ -47,10 +47,12 @@ CONFIG = GroupConfig(lease_ttl_ms=10_000, heartbeat_interval_ms=1_000)
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private Redis whose users come from an ACL file rendered from rsc_redis/acl.py."""
+    """A private Redis whose users come from an ACL file rendered from rsc_redis/acl.py. Without the gate
+    module, as a managed Redis may be: these are the profiles for it (the gated ones:
+    tests/test_redis_gate.py)."""
     path = tmp_path_factory.mktemp("redis-acl") / "users.acl"
     path.write_text(redis_acl.aclfile({user: f">{pw}" for user, pw in PASSWORDS.items()}))
-    with RedisServer(extra_args=["--aclfile", str(path)]) as server:
+    with RedisServer(extra_args=["--aclfile", str(path)], gate_module=False) as server:
         yield server
 
 
@@ -289,9 +291,10 @@ def test_the_member_user_cannot_write_metadata_or_streams_directly(
 def test_what_the_member_acl_cannot_enforce_a_direct_xack_is_allowed(
     store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
 ) -> None:
-    """Pinned on purpose (docs/redis-acl.md, "What the ACLs do not enforce"): the ACL allows XACK on
-    shard streams, and cannot tell the fenced script's XACK from a direct one. Only the fence checks the
-    member's epoch, ownership and lease."""
+    """Pinned on purpose (docs/redis-acl.md, "What the ACLs do not enforce"): without the gate module
+    (this server, as a managed Redis may be), the ACL allows XACK on shard streams, and cannot tell the
+    fenced function's XACK from a direct one. Only the fence checks the member's epoch, ownership and
+    lease. The gated profile refuses it (tests/test_redis_gate.py)."""
     create_group(store)
     ids = send_to(producer, V1_0, 1)
     admin.xreadgroup(GROUP, "someone-else", {stream_key(PREFIX, V1_0): ">"})
@@ -352,7 +355,8 @@ def test_functions_do_not_elevate_a_users_rights(
     store: MetadataStore, member_client: redis.Redis, admin: redis.Redis
 ) -> None:
     """Redis 7 checks the commands a function runs against the *calling* user's ACL: a member calling the
-    producer's function is refused the XADD inside it (docs/redis-acl.md says what this leaves open)."""
+    producer's function is refused the XADD inside it (docs/redis-acl.md says what this leaves open, and
+    how the gate module closes it: tests/test_redis_gate.py)."""
     create_group(store)
     before = admin.xlen(stream_key(PREFIX, V1_0))
     with pytest.raises(redis.exceptions.ResponseError, match="The user executing the script can't"):
@@ -427,9 +431,12 @@ def test_a_dead_letter_forged_by_the_member_user_is_refused_and_a_real_one_repla
 def test_what_functions_cannot_close_raw_stream_commands_of_the_users_own_selectors(
     store: MetadataStore, producer: Producer, member_client: redis.Redis, admin: redis.Redis
 ) -> None:
-    """Pinned on purpose (docs/redis-acl.md): the commands a user's functions run must be in its own ACL,
-    so the user may also send them directly. A producer may XADD with MAXLEN (trimming) or an explicit
-    id; a member may read a shard's stream with XRANGE, outside the fence."""
+    """Pinned on purpose (docs/redis-acl.md, "Without the gate module"): on a Redis without the gate
+    module (this server), the commands a user's functions run must be in its own ACL, so the user may
+    also send them directly. A producer may XADD with MAXLEN (trimming) or an explicit id; a member may
+    read a shard's stream with XRANGE, outside the fence. With the module and the gated profiles, every
+    one of these is refused and changes nothing: tests/test_redis_gate.py,
+    test_gated_users_are_refused_every_raw_write_and_nothing_changes."""
     create_group(store)
     send_to(producer, V1_0, 3)
     client, shard = producer.client, stream_key(PREFIX, V1_0)
@@ -602,12 +609,21 @@ def test_acl_setuser_gives_the_same_users_as_the_acl_file(admin: redis.Redis) ->
 
 
 def test_the_doc_shows_exactly_the_rules_of_rsc_redis_acl() -> None:
+    """The profiles without the gate module, then the gated ones (docs/redis-acl.md, "The gate module")."""
     text = DOC.read_text()
     setusers = [line.strip() for line in text.splitlines() if line.strip().startswith("ACL SETUSER ")]
-    expected = [redis_acl.setuser_command(u, f">${{{_env(u)}}}") for u in redis_acl.ACL_RULES]
+    expected = [
+        redis_acl.setuser_command(u, f">${{{_env(u)}}}", rules[u])
+        for rules in (redis_acl.ACL_RULES, redis_acl.GATED_ACL_RULES)
+        for u in rules
+    ]
     assert setusers == expected
     users = [line.strip() for line in text.splitlines() if re.match(r"\s*user rsc-", line)]
-    assert users == [redis_acl.aclfile_line(u, f"#<sha256 of {_env(u)}>") for u in redis_acl.ACL_RULES]
+    assert users == [
+        redis_acl.aclfile_line(u, f"#<sha256 of {_env(u)}>", rules[u])
+        for rules in (redis_acl.ACL_RULES, redis_acl.GATED_ACL_RULES)
+        for u in rules
+    ]
 
 
 def _env(user: str) -> str:

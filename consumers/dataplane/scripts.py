@@ -23,8 +23,9 @@ from . import library
 
 
 class Function:
-    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL`` (routed to
-    its first key's primary on a Redis Cluster)."""
+    """One function of this version's library: ``function(keys=, args=)`` sends ``FCALL``, or the gate
+    module's command where it serves this client (:func:`rsc_redis.clients.fcall_command`),
+    routed to its first key's primary on a Redis Cluster."""
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
@@ -36,7 +37,16 @@ class Function:
             if isinstance(reply, Exception):
                 raise reply
             return reply
-        return self.client.execute_command("FCALL", self.name, len(keys), *keys, *args)
+        try:
+            return self._send(keys, args)
+        except redis.ResponseError as e:
+            if not clients.forget_stale_gate(self.client, e):
+                raise
+        return self._send(keys, args)  # nothing ran: once more, with the gate asked again
+
+    def _send(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        fcall = clients.fcall_command(self.client, self.name)
+        return self.client.execute_command(fcall, self.name, len(keys), *keys, *args)
 
 
 def function(client: Any, name: str) -> Function:

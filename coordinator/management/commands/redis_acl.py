@@ -11,6 +11,9 @@ prints ACL file lines (``--format aclfile``, the default: for ``aclfile`` in red
 LOAD``) or ``ACL SETUSER`` commands to type at a ``redis-cli`` prompt (``--format setuser``). A user
 without ``--password-sha256`` gets the placeholder ``#<sha256 of NAME's password>``, which you replace
 (``printf %s "$PASSWORD" | sha256sum``) before loading: Redis refuses a file with a placeholder.
+
+``--gated``: the profiles for a Redis that loads the gate module (docs/redis-acl.md, "The gate module"):
+members and producers call the functions through the gate's commands and hold none of the raw ones.
 """
 
 from __future__ import annotations
@@ -39,11 +42,18 @@ class Command(BaseCommand):
             metavar="NAME=HEX",
             help="a user's password as its SHA-256 (hex); repeat per user",
         )
+        parser.add_argument(
+            "--gated",
+            action="store_true",
+            help="profiles for a Redis that loads the gate module rsc_gate.so (docs/redis-acl.md)",
+        )
 
-    def handle(self, *args: Any, users: list[str], format: str, password_sha256: list[str], **_: Any) -> None:
+    def handle(
+        self, *args: Any, users: list[str], format: str, password_sha256: list[str], gated: bool, **_: Any
+    ) -> None:
         hashes = self._hashes(password_sha256)
         for spec in users:
-            name, rules = self._user(spec)
+            name, rules = self._user(spec, gated)
             digest = hashes.pop(name, None)
             if format == "aclfile":
                 rule = f"#{digest}" if digest else f"#<sha256 of {name}'s password>"
@@ -55,7 +65,7 @@ class Command(BaseCommand):
             raise CommandError(f"--password-sha256 for users not listed: {', '.join(sorted(hashes))}")
 
     @staticmethod
-    def _user(spec: str) -> tuple[str, tuple[str, ...]]:
+    def _user(spec: str, gated: bool) -> tuple[str, tuple[str, ...]]:
         parts = spec.split(":")
         if len(parts) not in (2, 3) or not _NAME.fullmatch(parts[0]) or parts[1] not in KINDS:
             raise CommandError(
@@ -63,7 +73,7 @@ class Command(BaseCommand):
             )
         prefixes = [p for p in parts[2].split(",") if p] if len(parts) == 3 else None
         try:
-            return parts[0], acl.rules_for(KINDS[parts[1]], prefixes)
+            return parts[0], acl.rules_for(KINDS[parts[1]], prefixes, gated=gated)
         except ValueError as e:
             raise CommandError(f"{spec!r}: {e}") from e
 
