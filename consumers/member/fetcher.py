@@ -41,8 +41,9 @@ shard costs the wait, the read, the handlers and the next read (its acks folded 
 plain blocking consumer does; what that call reads runs there too, round after round, until every
 ticket is parked again. Each round's call goes out with a look (one ``XREAD`` that does not block, on
 another connection, sent just before the call) for news on the parked tickets' streams, which join the
-next round's call: a shard that stays busy cannot keep the others waiting. The call in flight is released before a batch runs. Anything else (a
-failure, a stop, the lease in doubt, the slot taken, a resync pending) sends the ticket back to its
+next round's call: a shard that stays busy cannot keep the others waiting. The call in flight is
+released before a batch runs. Anything else (a failure, a stop, the lease in doubt, the slot taken, a
+resync pending) sends the ticket back to its
 unit with what was done (``Ticket.ran``), and the unit carries on from there as if it had run the batch
 itself. A member with more slots keeps a thread per batch (the waiter must stay free to wake the other
 shards), and so does ``ordering="key"``/``"none"`` (its dispatcher feeds the worker threads).
