@@ -1151,7 +1151,7 @@ def bench_sustained(
                     summary["over_celery"] = round(
                         median([r["jobs_per_s"] / by_rep[r["rep"]]["jobs_per_s"] for r in side_runs]), 3
                     )
-                row["sides"][name] = rounded(summary)
+                row["sides"][name] = rounded(summary, 3)
             rows.append(row)
     return {
         "members": members, "workers": total, "offer": args.offer, "repetitions": args.reps, "rows": rows,
@@ -1279,13 +1279,20 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "over_shard",
                 0.9,
             )
+    for row in results.get("sustained", {}).get("rows", []):
+        ms = row["job_ms"]
+        for name, floor in (("key", 0.9), ("none", 0.95)):
+            side = row["sides"].get(name, {})
+            what = f"sustained, {ms} ms jobs: ordering={name!r}"
+            add(f"{what} >= {floor} x the pool's ideal", side, "of_ideal", floor)
+            add(f"{what} >= 1.0 x Celery", side, "over_celery", 1.0)
     return out
 
 
 def table(results: dict[str, Any]) -> str:
     lines = [
         f"{key}: FAILED: {results[key]['error']}"
-        for key in ("slow_jobs", "failing_key", "fast_handlers")
+        for key in ("slow_jobs", "failing_key", "fast_handlers", "sustained")
         if "error" in (results.get(key) or {})
     ]
     slow = results.get("slow_jobs", {})

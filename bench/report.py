@@ -528,6 +528,7 @@ def jobs_section(path: Path) -> list[str]:
         ("slow_jobs", "Slow jobs"),
         ("failing_key", "A failing key"),
         ("fast_handlers", "Fast handlers"),
+        ("sustained", "Sustained load"),
     ):
         if "error" in (data.get(key) or {}):
             lines += [f"{what}: **not measured**, the section failed: `{data[key]['error']}`.", ""]
@@ -570,6 +571,7 @@ def jobs_section(path: Path) -> list[str]:
         ]  # fmt: skip
     lines += _failing_key_lines(data.get("failing_key"))
     lines += _fast_handler_lines(data.get("fast_handlers"))
+    lines += _sustained_lines(data.get("sustained"))
     goals = data.get("targets", [])
     if goals:
         lines += ["", "Issue 27's targets in this run:", ""]
@@ -645,6 +647,39 @@ def _fast_handler_lines(fast: dict[str, Any] | None) -> list[str]:
                 f"| {row['workers_per_member']} | {name} | {_fmt(side['msgs_per_s'], 0)} | "
                 f"{_fmt(side['client_cpu_us_per_msg'])} | {_fmt(side['redis_cpu_us_per_msg'])} | "
                 f"{f'**{over:.2f}x**' if over is not None else ''} |"
+            )
+    return lines
+
+
+def _sustained_lines(sustained: dict[str, Any] | None) -> list[str]:
+    if not sustained or "error" in sustained:
+        return []
+    lines = [
+        "",
+        f"Sustained load (the issue's own way of measuring: jobs offered at a steady rate above what the "
+        f"pool can do): the same slow jobs, {sustained['workers']} workers over {sustained['members']} "
+        f"members, offered at {sustained['offer']}x the ideal to one side at a time (the others stopped; a "
+        "group starts from the streams' end). The rate is the handlers' busy time in the window after the "
+        "warm-up, over the job time: jobs completed per second while the side runs saturated, without the "
+        "drain's tail (the placement that **x bound** shows above) and without counting whole 1 s jobs at "
+        "the window's edges. The product's producer sends in the window (`send_batch` every 20 ms); "
+        "Celery's messages are encoded before the window (kombu spends about 0.5 ms of CPU on a "
+        "`send_task`, which on 2 cores would be taken from the worker) and pushed as kombu does (`LPUSH`), "
+        f"every 20 ms. Medians of {sustained['repetitions']}; ratios per repetition.",
+        "",
+        "| job | offered/s | offered for | side | jobs/s | x ideal | x Celery | busy workers "
+        "| client CPU µs/job | reorders | lost |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in sustained["rows"]:
+        for name, side in row["sides"].items():
+            over = side.get("over_celery")
+            lines.append(
+                f"| {row['job_ms']:,} ms | {_fmt(row['offered_per_s'], 0)} | {_fmt(row['seconds'], 0)} s "
+                f"(warm-up {_fmt(row['warm_s'], 0)} s) | {name} | {_fmt(side['jobs_per_s'])} | "
+                f"{side['of_ideal']:.3f} | {f'**{over:.3f}x**' if over is not None else ''} | "
+                f"{_fmt(side['busy_workers'])} | {_fmt(side['client_cpu_us_per_job'], 0)} | "
+                f"{side['reorders']} | {side['lost']} |"
             )
     return lines
 
