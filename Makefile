@@ -82,6 +82,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/store_bench.py --form-members 1000,10000 --out bench/results/store.json
 	$(BIN)/python bench/cluster_bench.py --out bench/results/cluster.json
 	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json
+	$(BIN)/python bench/gate_cost.py --out bench/results/gate.json
 	$(BIN)/python bench/report.py bench/results/heartbeat.json bench/results/e2e.json docs/benchmarks.md
 
 bench-latency: $(BENCH_STAMP)
