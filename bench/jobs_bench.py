@@ -1229,7 +1229,7 @@ def bench_fast_one(
                 "all_finished": len(done) == len(side_runs),
             }
         )
-        if name != "shard":
+        if name != "shard" and "shard" in runs:
             result["sides"][name]["over_shard"] = over(side_runs, runs["shard"])
     for o in ORDERINGS:
         if o not in runs:
