@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench bench-latency bench-producer bench-jobs clean constraints
+.PHONY: help venv test lint run chaos bench bench-latency bench-producer bench-jobs bench-gate clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench-producer  the producer benchmarks only; rewrites their section of docs/benchmarks.md"
 	@echo "make bench-latency   the latency and idle-cost benchmark only; rewrites its section of docs/benchmarks.md"
 	@echo "make bench-jobs      the slow-jobs benchmark only (orderings against Celery); rewrites its section of docs/benchmarks.md"
+	@echo "make bench-gate      the gate module's Redis CPU against FCALL; rewrites its section of docs/benchmarks.md"
 	@echo "make lint   ruff and mypy only"
 	@echo "make constraints  re-resolve pyproject.toml's ranges into constraints.txt (the tested set)"
 	@echo "make clean  remove .venv and tool caches (keeps db.sqlite3 and .env)"
@@ -94,6 +95,11 @@ bench-jobs: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(BIN)/python bench/jobs_bench.py --out bench/results/jobs.json
 	$(BIN)/python bench/report.py --jobs-only bench/results/jobs.json docs/benchmarks.md
+
+bench-gate: $(BENCH_STAMP)
+	mkdir -p bench/results
+	$(BIN)/python bench/gate_cost.py --out bench/results/gate.json
+	$(BIN)/python bench/report.py --gate-only bench/results/gate.json docs/benchmarks.md
 
 bench-producer: $(BENCH_STAMP)
 	mkdir -p bench/results

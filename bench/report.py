@@ -684,6 +684,30 @@ def _sustained_lines(sustained: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def gate_section(path: Path) -> list[str]:
+    """bench/gate_cost.py: Redis CPU per call through the gate module against plain FCALL."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    lines = [
+        "## The gate module (`bench/gate_cost.py`)",
+        "",
+        "Issue 29's cost figure: the same calls through `FCALL` and through the gate module's commands "
+        "(rsc_redis/module/rsc_gate.c; docs/redis-acl.md, \"The gate module\"), Redis CPU per call "
+        f"(`INFO cpu`, everything the server spent), {data['calls']:,} calls per side and repetition in "
+        f"alternating chunks, medians of {data['repetitions']}.",
+        "",
+        "| call | FCALL µs | gate µs | gate / FCALL | runs (FCALL/gate) |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for case, row in data["cases"].items():
+        runs = ", ".join(f"{r['fcall']:.1f}/{r['gate']:.1f}" for r in row["runs"])
+        lines.append(
+            f"| {case} | {row['fcall_us']:.2f} | {row['gate_us']:.2f} | **{row['ratio']:.2f}x** | {runs} |"
+        )
+    return lines
+
+
 def replace_section(page: str, heading: str, section: list[str]) -> str:
     """``page`` with its section that starts with the line ``heading...`` (up to the next ``## ``
     heading) replaced by ``section``; appended at the end when the page has none."""
@@ -715,6 +739,16 @@ def main() -> None:
         section = [*section[:2], stamp, "", *section[2:]]
         out.write_text(replace_section(out.read_text(), "## Latency and idle cost (", section))
         print(f"wrote the latency section of {out}")
+        return
+    if sys.argv[1] == "--gate-only":
+        # `python bench/report.py --gate-only bench/results/gate.json docs/benchmarks.md` (make bench-gate).
+        results, out = Path(sys.argv[2]), Path(sys.argv[3])
+        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        section = gate_section(results)
+        stamp = f"Run separately by `make bench-gate`: {when}, commit {_git_commit()}."
+        section = [*section[:2], stamp, "", *section[2:]]
+        out.write_text(replace_section(out.read_text(), "## The gate module (", section))
+        print(f"wrote the gate section of {out}")
         return
     if sys.argv[1] == "--jobs-only":
         # `python bench/report.py --jobs-only bench/results/jobs.json docs/benchmarks.md` (make bench-jobs):
@@ -750,6 +784,7 @@ def main() -> None:
     lines += [*store_section(e2e_file.parent / "store.json"), ""]
     lines += [*cluster_section(e2e_file.parent / "cluster.json"), ""]
     lines += [*jobs_section(e2e_file.parent / "jobs.json"), ""]
+    lines += [*gate_section(e2e_file.parent / "gate.json"), ""]
     out.write_text("\n".join(lines))
     print(f"wrote {out}")
 
