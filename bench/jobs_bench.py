@@ -1367,7 +1367,7 @@ def main() -> None:
     )
     parser.add_argument("--redeliver-backoff-ms", type=int, default=100, help="failing key: first backoff")
     parser.add_argument("--batch-size", type=int, default=16, help="RSC_RUNTIME batch_size (the default 16)")
-    parser.add_argument("--fast-messages", type=int, default=400_000, help="fast handlers: entries per rep")
+    parser.add_argument("--fast-messages", type=int, default=1_000_000, help="fast handlers: entries per rep")
     parser.add_argument(
         "--fast-workers",
         default="1,16",

@@ -142,8 +142,7 @@ class ConcurrentUnit(ShardUnit):
             finally:
                 self.pool.unclaim()
             if not entries:
-                self._wait_for_room()
-                return
+                return  # the window is still empty: room, and nothing to serve (the next read checks)
         keyed = [(self._key(entry), entry) for entry in entries]
         with self._lock:
             for key, entry in keyed:
@@ -206,6 +205,8 @@ class ConcurrentUnit(ShardUnit):
 
     def _wait_for_room(self) -> None:
         """Serve the window (failures, retries due, the lease, acks) until a whole batch fits in it."""
+        if self._nothing_to_serve():
+            return
         ack_due = math.inf
         while True:
             self._serve()
@@ -223,6 +224,20 @@ class ConcurrentUnit(ShardUnit):
             if flush:
                 self._flush_acks()
                 ack_due = math.inf
+
+    def _nothing_to_serve(self) -> bool:
+        """The common case, in one lock: not stopping, nothing failed, the lease not in doubt, no retry
+        due, and room for a whole batch (so :meth:`_wait_for_room` has nothing to do)."""
+        if self._stopping.is_set() or self._pool_gone:
+            return False
+        with self._lock:
+            due = self._lanes.next_due()
+            return (
+                not self._failed
+                and not self._lease_doubt
+                and (due is None or due > time.monotonic())
+                and self._has_room()
+            )
 
     def _has_room(self) -> bool:
         """A whole batch fits: in the lanes (``max_in_flight``) and in the entries (``WAITING_FACTOR``
