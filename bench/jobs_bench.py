@@ -491,15 +491,20 @@ class Backlog:
         self.seq = [0] * KEYS
         self.next_key = 0
 
+    def next_job(self) -> tuple[str, int]:
+        """The next key (round-robin) and its next ``seq``."""
+        k = self.next_key % KEYS
+        self.next_key += 1
+        self.seq[k] += 1
+        return f"k{k}", self.seq[k]
+
     def produce(self, jobs: int, ms: int) -> list[dict[str, Any]]:
         produced: list[dict[str, Any]] = []
         for start in range(0, jobs, 100):
             items = []
             for _ in range(min(100, jobs - start)):
-                k = self.next_key % KEYS
-                self.next_key += 1
-                self.seq[k] += 1
-                items.append((f"k{k}", {"seq": self.seq[k], "ms": ms}))
+                key, seq = self.next_job()
+                items.append((key, {"seq": seq, "ms": ms}))
             results = self.producer.send_batch(self.prefix, items)
             produced += produced_rows(items, results)
         return produced
@@ -1018,12 +1023,9 @@ class Offer:
             return
         self._rows = []
         for _ in range(int(per_s * seconds) + 1):
-            k = self.backlog.next_key % KEYS
-            self.backlog.next_key += 1
-            self.backlog.seq[k] += 1
+            key, seq = self.backlog.next_job()
             Offer.serial += 1
-            seq = self.backlog.seq[k]
-            self._rows.append({"event_id": f"sustained-{Offer.serial}", "partition_key": f"k{k}", "seq": seq,
+            self._rows.append({"event_id": f"sustained-{Offer.serial}", "partition_key": key, "seq": seq,
                                "routing_version": 1, "shard": "-"})  # fmt: skip
         self._messages = self.celery.encoded(self._rows, ms)
 

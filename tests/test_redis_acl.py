@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,28 +72,36 @@ def url_for(server: RedisServer, user: str) -> str:
     return f"redis://{user}:{PASSWORDS[user]}@{HOST}:{server.port}/0"
 
 
-@pytest.fixture
-def store(acl_server: RedisServer, admin: redis.Redis) -> Iterator[MetadataStore]:
-    """The coordinator's store, which loads the data plane's library as the coordinator's user does at
-    its start (FLUSHALL keeps functions: a test that deleted them gets them back here)."""
-    s = MetadataStore.from_url(url_for(acl_server, redis_acl.COORDINATOR))
-    s.functions.ensure()
-    yield s
-    s.client.close()
+def user_clients(server: str, url: Callable[[RedisServer, str], str]) -> tuple[Any, Any, Any]:
+    """The ``store``, ``member_client`` and ``producer`` fixtures, each as its Redis user of the server
+    fixture named ``server`` (``url``: that server's URL for a user), after ``admin`` emptied it. Here and
+    in tests/test_redis_gate.py (the gated profiles)."""
+
+    @pytest.fixture
+    def store(request: pytest.FixtureRequest, admin: redis.Redis) -> Iterator[MetadataStore]:
+        """The coordinator's store, which loads the data plane's library as the coordinator's user does
+        at its start (FLUSHALL keeps functions: a test that deleted them gets them back here)."""
+        s = MetadataStore.from_url(url(request.getfixturevalue(server), redis_acl.COORDINATOR))
+        s.functions.ensure()
+        yield s
+        s.client.close()
+
+    @pytest.fixture
+    def member_client(request: pytest.FixtureRequest, admin: redis.Redis) -> Iterator[redis.Redis]:
+        c = redis_client(url(request.getfixturevalue(server), redis_acl.MEMBER))
+        yield c
+        c.close()
+
+    @pytest.fixture
+    def producer(request: pytest.FixtureRequest, admin: redis.Redis) -> Iterator[Producer]:
+        c = redis_client(url(request.getfixturevalue(server), redis_acl.PRODUCER))
+        yield Producer(c)
+        c.close()
+
+    return store, member_client, producer
 
 
-@pytest.fixture
-def member_client(acl_server: RedisServer, admin: redis.Redis) -> Iterator[redis.Redis]:
-    c = redis_client(url_for(acl_server, redis_acl.MEMBER))
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def producer(acl_server: RedisServer, admin: redis.Redis) -> Iterator[Producer]:
-    c = redis_client(url_for(acl_server, redis_acl.PRODUCER))
-    yield Producer(c)
-    c.close()
+store, member_client, producer = user_clients("acl_server", url_for)
 
 
 def create_group(store: MetadataStore, shard_count: int = 2) -> None:

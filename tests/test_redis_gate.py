@@ -30,7 +30,18 @@ from rsc_redis import acl as redis_acl
 from rsc_redis import clients, functions, module
 from rsc_redis.keys import dead_letter_key, meta_key, stream_key
 from tests.consumers.harness import Cluster, Recorder, eventually
-from tests.test_redis_acl import CONFIG, GROUP, PREFIX, V1_0, V1_1, acl_denials, assert_noperm, join, send_to
+from tests.test_redis_acl import (
+    CONFIG,
+    GROUP,
+    PREFIX,
+    V1_0,
+    V1_1,
+    acl_denials,
+    assert_noperm,
+    join,
+    send_to,
+    user_clients,
+)
 
 PASSWORDS = {user: f"pw-gated-{user}-0123456789" for user in redis_acl.KINDS}
 DOC = Path(__file__).resolve().parents[1] / "docs" / "redis-acl.md"
@@ -67,26 +78,7 @@ def url_for(server: RedisServer, user: str, password: str | None = None) -> str:
     return f"redis://{user}:{password or PASSWORDS[user]}@{HOST}:{server.port}/0"
 
 
-@pytest.fixture
-def store(gated_server: RedisServer, admin: redis.Redis) -> Iterator[MetadataStore]:
-    s = MetadataStore.from_url(url_for(gated_server, redis_acl.COORDINATOR))
-    s.functions.ensure()
-    yield s
-    s.client.close()
-
-
-@pytest.fixture
-def member_client(gated_server: RedisServer, admin: redis.Redis) -> Iterator[redis.Redis]:
-    c = redis_client(url_for(gated_server, redis_acl.MEMBER))
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def producer(gated_server: RedisServer, admin: redis.Redis) -> Iterator[Producer]:
-    c = redis_client(url_for(gated_server, redis_acl.PRODUCER))
-    yield Producer(c)
-    c.close()
+store, member_client, producer = user_clients("gated_server", url_for)
 
 
 def create_group(store: MetadataStore, prefix: str = PREFIX, shard_count: int = 2) -> None:

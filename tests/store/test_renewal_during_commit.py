@@ -60,6 +60,20 @@ def _wait_for_redis_clock(store: MetadataStore, past_ms: int) -> None:
         time.sleep(min(0.05, max(0.001, (past_ms - redis_ms(store)) / 1000)))
 
 
+def _decide_an_epoch_move(store: MetadataStore) -> tuple[int, Any, Any, Any]:
+    """m1's acknowledging heartbeat, loaded and decided but not committed: (m1's epoch before, the load,
+    the outcome, m1 as decided). The decision moves m1's epoch, so the commit folds its lease record."""
+    epoch, kept = _revoking_member(store)
+    beat = Heartbeat(member_id="m1", member_epoch=epoch, owned=frozenset(Shard.parse(s) for s in kept))
+    command = MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=beat)
+    loaded = store._load(PREFIX, [GROUP], "m1")
+    outcome = apply(loaded.state, command, loaded.now_ms)
+    assert outcome.state is not None
+    decided = outcome.state.groups[GROUP].members["m1"]
+    assert decided.member_epoch != epoch
+    return epoch, loaded, outcome, decided
+
+
 @pytest.mark.parametrize(
     "late_ms",
     [
@@ -70,14 +84,7 @@ def _wait_for_redis_clock(store: MetadataStore, past_ms: int) -> None:
 def test_a_renewal_between_the_load_and_an_epoch_moving_commit_keeps_its_lease(
     store: MetadataStore, late_ms: int
 ) -> None:
-    epoch, kept = _revoking_member(store)
-    beat = Heartbeat(member_id="m1", member_epoch=epoch, owned=frozenset(Shard.parse(s) for s in kept))
-    command = MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=beat)
-    loaded = store._load(PREFIX, [GROUP], "m1")
-    outcome = apply(loaded.state, command, loaded.now_ms)
-    assert outcome.state is not None
-    decided = outcome.state.groups[GROUP].members["m1"]
-    assert decided.member_epoch != epoch  # the decision moves m1's epoch: the commit folds its record
+    epoch, loaded, outcome, decided = _decide_an_epoch_move(store)
 
     # The commit is slow: Redis's clock moves on past the load, and m1 renews itself meanwhile.
     _wait_for_redis_clock(store, loaded.now_ms + late_ms)
@@ -105,14 +112,7 @@ def test_judged_at_the_commits_time_a_forged_record_is_still_not_folded_and_noth
     """What the members' Redis user may write by hand (docs/redis-acl.md) gains nothing from the commit's
     later clock: a deadline further ahead than TIME + TTL + 1 s is no record (deleted, not folded), and one
     within that second is folded only up to the commit's TIME + TTL."""
-    epoch, kept = _revoking_member(store)
-    beat = Heartbeat(member_id="m1", member_epoch=epoch, owned=frozenset(Shard.parse(s) for s in kept))
-    command = MemberHeartbeat(stream_prefix=PREFIX, consumer_group=GROUP, heartbeat=beat)
-    loaded = store._load(PREFIX, [GROUP], "m1")
-    outcome = apply(loaded.state, command, loaded.now_ms)
-    assert outcome.state is not None
-    decided = outcome.state.groups[GROUP].members["m1"]
-    assert decided.member_epoch != epoch
+    epoch, loaded, outcome, decided = _decide_an_epoch_move(store)
     records_key = rkeys.lease_records_key(PREFIX)
     before = redis_ms(store)
     store.client.hset(records_key, TAG, f"{epoch} {before + TTL_MS + ahead_ms}")
