@@ -30,23 +30,29 @@ backoff (``idle_backoff_min_ms`` doubling up to ``idle_backoff_max_ms``). A call
 waiting ticket that is at least half-way through its wait or backoff, so idle shards line up and cost
 one call between them, and no thread but the fetcher's (or the waiter's) wakes up.
 
-*Inline.* A member that runs one batch at a time (``max_concurrency`` 1, the default) gains nothing
-from a thread per batch: the waiter's thread, which woke for a shard and read its entries, runs the
-batch itself when the member's one worker slot is free (:meth:`WorkerPool.try_run
-<consumers.member.pool.WorkerPool.try_run>`: never ahead of a unit waiting for it), under the unit's
-thread name and log fields, while the unit's own thread stays asleep on its ticket (the ticket is the
-hand-over: whoever holds it acts for the unit). A whole batch's ids go with the ticket into the next
-call, which the waiter makes at once (with every other due ticket) when none is in flight: so a woken
-shard costs the wait, the read, the handlers and the next read (its acks folded in), on one thread, as a
-plain blocking consumer does; what that call reads runs there too, round after round, until every
-ticket is parked again. Each round's call goes out with a look (one ``XREAD`` that does not block, on
-another connection, sent just before the call) for news on the parked tickets' streams, which join the
-next round's call: a shard that stays busy cannot keep the others waiting. The call in flight is
-released before a batch runs. Anything else (a failure, a stop, the lease in doubt, the slot taken, a
-resync pending) sends the ticket back to its
-unit with what was done (``Ticket.ran``), and the unit carries on from there as if it had run the batch
-itself. A member with more slots keeps a thread per batch (the waiter must stay free to wake the other
-shards), and so does ``ordering="key"``/``"none"`` (its dispatcher feeds the worker threads).
+*Inline.* A member that runs one batch at a time (``max_concurrency`` 1, the default) gains nothing from a
+thread per batch: the thread that made a call for tickets it took up itself - the waiter's, which woke for
+a shard, or the fetcher's, which makes the calls of several due tickets - runs the batches that call read,
+one after the other, in the member's one worker slot (in turn: after the units already waiting for it),
+under each unit's thread name and log fields, while the units' own threads stay asleep on their tickets
+(the ticket is the hand-over: whoever holds it acts for the unit). A whole batch's ids go with the ticket
+into the next call, which that thread makes at once (with every other due ticket) when none is in flight:
+so a woken shard costs the wait, the read, the handlers and the next read (its acks folded in), on one
+thread, as a plain blocking consumer does; what that call reads runs there too, round after round, until
+every ticket is parked again. Under steady load on many shards the same holds for the fetcher's thread:
+one thread reads, runs and reads again, where a hand-off to each shard's thread and back cost several
+thread wake-ups per batch (docs/benchmarks.md, "Latency and idle cost"). Each round's call goes out with a
+look (one ``XREAD`` that does not block, on another connection, sent just before the call) for news on the
+parked tickets' streams, which join the next round's call: a shard that stays busy cannot keep the others
+waiting. The call in flight is released before a batch runs. Anything else (a failure, a stop, the lease
+in doubt, a resync pending) sends the ticket back to its unit with what was done (``Ticket.ran``), and the
+unit carries on from there as if it had run the batch itself. A unit's own thread that makes a call
+(``submit``, ``LEAD``) runs no other unit's batch and takes no ``carried`` ticket (one whose batch ran in
+a round) along: it must stay free to act for its own shard (a stop, a revocation), and a carried ticket's
+unit would have to wake for its result. While the fetcher's thread runs a batch, a unit told to stop gets
+its waiting ticket back from :meth:`Fetcher.wake`, on its own thread. A member with more slots keeps a
+thread per batch (the waiter must stay free to wake the other shards), and so does
+``ordering="key"``/``"none"`` (its dispatcher feeds the worker threads).
 
 What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
 batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher
@@ -131,10 +137,11 @@ class Ticket:
     wait_key: str = ""  # parked on the wait (module docstring, "Waking"): its stream ...
     wait_id: str = ""  # ... and the group's last-delivered id on it ("": not parked)
     due_s: float = 0.0  # time.monotonic() at which it is sent
-    # Set by a unit whose batches the waiter's thread may run itself (module docstring, "Inline"):
+    # Set by a unit whose batches the waiter's or fetcher's thread may run (module docstring, "Inline"):
     # ``inline(ticket, result)`` runs the batch of ``result`` and says whether it went through whole
     inline: Callable[[Ticket, FetchResult], bool] | None = None
     ran: Any = None  # what an inline run that did not go through whole did (its unit carries on from it)
+    carried: bool = False  # its batch ran inline and its unit's thread sleeps: rounds, not its unit, call
     wake: Wake | None = None
     result: FetchResult | None = None
     error: BaseException | None = None
@@ -198,7 +205,7 @@ class Fetcher:
                 return ticket
             else:
                 self._sending = True
-                batch = [ticket, *self._take_due(ticket.due_s)]
+                batch = [ticket, *self._take_due(ticket.due_s, carried=False)]
         if batch is None:
             _finish(ticket, Wake.STOPPED)
         else:
@@ -212,7 +219,7 @@ class Fetcher:
             ticket.wake = None
             ticket.done.clear()
             with self._cond:  # the lead is reserved for this ticket (_sending stays True)
-                batch = None if self._closed else [ticket, *self._take_due(time.monotonic())]
+                batch = None if self._closed else [ticket, *self._take_due(time.monotonic(), carried=False)]
             if batch is None:
                 self._release()
                 _finish(ticket, Wake.STOPPED)
@@ -222,8 +229,10 @@ class Fetcher:
         return ticket
 
     def wake(self) -> None:
-        """A unit was told to stop: its ticket goes back at once."""
+        """A unit was told to stop (or recalls its ticket): its ticket goes back at once, here, on the
+        caller's thread, whatever the fetcher's thread is doing (it may be running a batch: "Inline")."""
         with self._cond:
+            self._give_back(time.monotonic())
             self._cond.notify_all()
 
     # ---------------------------------------------------------------------------------------- the loop
@@ -236,7 +245,7 @@ class Fetcher:
     def _run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:
-                self._send_and_release(batch)
+                self._send_inline(batch)
         except Exception:
             log.exception("%s: the fetcher failed; its shards stop", self.host.label)
         finally:
@@ -248,11 +257,7 @@ class Fetcher:
         with self._cond:
             while not self._closed:
                 now = time.monotonic()
-                back = [t for t in self._tickets if _wanted_back(t, now)]
-                if back:
-                    for ticket in back:  # back at once, without a call
-                        _finish(ticket, Wake.STOPPED if ticket.stopping.is_set() else Wake.RECALLED)
-                    self._tickets = [t for t in self._tickets if t not in back]
+                self._give_back(now)
                 if not self._sending and any(t.due_s <= now for t in self._tickets):
                     self._sending = True
                     return self._take_due(now)
@@ -260,11 +265,24 @@ class Fetcher:
                 self._cond.wait(None if self._sending else max(0.0, due - now))
             return None
 
-    def _take_due(self, now: float) -> list[Ticket]:
+    def _give_back(self, now: float) -> None:
+        """Waiting tickets whose units want them back (stopping, recalled, a retry due) go back at once,
+        without a call. The caller holds the lock."""
+        back = [t for t in self._tickets if _wanted_back(t, now)]
+        if back:
+            for ticket in back:
+                _finish(ticket, Wake.STOPPED if ticket.stopping.is_set() else Wake.RECALLED)
+            self._tickets = [t for t in self._tickets if t not in back]
+
+    def _take_due(self, now: float, *, carried: bool = True) -> list[Ticket]:
         """Remove and return the waiting tickets due by ``now`` or half-way through their backoff (so the
-        backoffs of idle shards line up). The caller holds the lock."""
-        batch = [t for t in self._tickets if t.due_s - now <= t.idle_s / 2]
-        self._tickets = [t for t in self._tickets if t.due_s - now > t.idle_s / 2]
+        backoffs of idle shards line up); without the ``carried`` ones for a unit's own call (it runs
+        no other unit's batch: they stay for the rounds, module docstring "Inline"). The caller holds
+        the lock."""
+        batch, kept = [], []
+        for t in self._tickets:
+            (batch if t.due_s - now <= t.idle_s / 2 and (carried or not t.carried) else kept).append(t)
+        self._tickets = kept
         return batch
 
     def _send_and_release(
@@ -284,8 +302,9 @@ class Fetcher:
             self._release()
 
     def _release(self) -> None:
-        """The call in flight is over. When one ticket waits, a busy shard's, its unit makes the next call
-        (one wake-up: the unit's, which has to wake for its result anyway). When more wait, the
+        """The call in flight is over. When one ticket waits, a busy shard's whose unit's thread waits for
+        it (not a ``carried`` one), its unit makes the next call (one wake-up: the unit's, which has to
+        wake for its result anyway). When more wait, or a carried one, the
         fetcher's thread makes it with all of them (it then goes on making calls back to back while
         tickets keep coming, with no wake-up of a caller per call); it is woken, too, when only idle
         shards' tickets wait (one may be due sooner than the thread's wait)."""
@@ -294,6 +313,7 @@ class Fetcher:
             if (
                 len(self._tickets) == 1
                 and self._tickets[0].idle_s == 0
+                and not self._tickets[0].carried
                 and not self._tickets[0].stopping.is_set()
             ):
                 lead = self._tickets.pop()  # _sending stays True: reserved for it
@@ -395,17 +415,17 @@ class Fetcher:
         for ticket in tickets:
             _finish(ticket, Wake.STOPPED)
 
-    # ------------------------------------------------------------------------ for the waiter (below)
+    # ------------------------------------------- inline rounds (the waiter's and the fetcher's threads)
 
     def _send_inline(self, batch: list[Ticket]) -> None:
-        """The waiter's call for the tickets it woke (module docstring, "Inline"): their batches run on
-        this thread where their units allow it, and this thread makes their next call (acks and reads),
-        whose entries it runs again, round after round, until every ticket is parked again or back with
-        its unit: a one-worker member drains on one thread, as a plain consumer loop does. Each call
-        goes out with a look (one ``XREAD`` that does not block, on another connection, so both take
-        one round trip) for news on the parked tickets' streams; those with news join the next round's
-        call: a busy shard cannot keep the others waiting, and a producer's pipeline of appends to
-        several shards, which woke the wait at its first, is read by the second call. The call in
+        """The waiter's call for the tickets it woke, or the fetcher thread's for the due ones (module
+        docstring, "Inline"): their batches run on this thread where their units allow it, and this thread
+        makes their next call (acks and reads), whose entries it runs again, round after round, until every
+        ticket is parked again or back with its unit: a one-worker member drains on one thread, as a plain
+        consumer loop does. Each call goes out with a look (one ``XREAD`` that does not block, on another
+        connection, so both take one round trip) for news on the parked tickets' streams; those with news join
+        the next round's call: a busy shard cannot keep the others waiting, and a producer's pipeline of
+        appends to several shards, which woke the wait at its first, is read by the second call. The call in
         flight is released before a batch runs, so the fetcher's thread and the units call meanwhile."""
         with self._cond:  # this thread owns the call: it takes every ticket due now
             batch = [*batch, *self._take_due(time.monotonic())]
@@ -472,12 +492,13 @@ class Fetcher:
             return []
         now = time.monotonic()
         for ticket in tickets:
-            ticket.due_s, ticket.idle_s = now, 0.0
+            ticket.due_s, ticket.idle_s, ticket.carried = now, 0.0, True
         with self._cond:
             if not self._closed and self._sending:
                 self._tickets += tickets
                 return []  # the call in flight's end takes them (_release)
             if not self._closed:
+                self._give_back(now)  # this thread may go on making calls: it looks, as _next_batch does
                 batch = [*tickets, *self._take_due(now)]
                 self._sending = bool(batch)  # none left due (taken meanwhile): no call to own
                 return batch

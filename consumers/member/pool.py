@@ -69,18 +69,6 @@ class WorkerPool:
         finally:
             self._release()
 
-    def try_run(self, fn: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
-        """``(True, fn(*args))`` on the calling thread when a slot is free now and no unit waits for one;
-        else ``(False, None)`` at once (a fetcher's thread that runs a batch itself: it never waits)."""
-        with self._lock:
-            if self._closed or self._busy >= self._target or self._waiting:
-                return False, None
-            self._busy += 1
-        try:
-            return True, fn(*args)
-        finally:
-            self._release()
-
     def shutdown(self) -> None:
         """No new batches: every unit waiting for a slot gets :class:`PoolClosed`; running ones finish."""
         with self._lock:

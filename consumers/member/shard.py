@@ -19,8 +19,8 @@ concurrency); the handler is called entry by entry, and the unit hands the ids i
 fetch, whose script acks them before it reads the next batch (the *folded ack*). So a shard is handled
 in stream order, one batch at a time, while different shards run in parallel up to the concurrency.
 No thread hand-off per batch but the fetcher's; and none at all when the member runs one batch at a
-time and its waiter woke for the shard: the waiter's thread then runs the batch itself, acting for the
-unit while the unit's thread waits on its ticket (:mod:`consumers.member.fetcher`, "Inline").
+time and the waiter's or the fetcher's thread read the batch: that thread then runs it itself, acting
+for the unit while the unit's thread waits on its ticket (:mod:`consumers.member.fetcher`, "Inline").
 
 *Unacked ids.* What was handled and not yet acked is kept (``_unacked``) until a call acks it: the next
 fetch, or a plain fenced ack sent first by any other call of the unit (a claim, a re-read of pending
@@ -143,7 +143,7 @@ class _Batch:
 
 class ShardUnit:
     thread_role = "worker"  # this unit's thread runs the handler
-    inline_batches = True  # the member's waiter may run a batch itself (module docstring, "Inline")
+    inline_batches = True  # the waiter or fetcher thread may run a batch (module docstring, "Inline")
 
     def __init__(
         self,
@@ -293,22 +293,23 @@ class ShardUnit:
         return ticket
 
     def _run_inline(self, ticket: Ticket, result: Any) -> bool:
-        """On the member's waiter thread, which read ``result`` for this unit while the unit's own thread
-        waits on ``ticket`` (so this thread acts for it; module docstring, "Inline"): run the batch when
-        the member runs one batch at a time and its slot is free now. True when the whole batch was
-        handled (its ids go with the ticket to the next call); otherwise the ticket goes back to the
-        unit with what was done (``ticket.ran``, None when nothing ran), and the unit carries on."""
+        """On the member's waiter or fetcher thread, which read ``result`` for this unit while the unit's
+        own thread waits on ``ticket`` (so this thread acts for it; consumers/member/fetcher.py, "Inline"):
+        run the batch when the member runs one batch at a time, once the slot is this thread's (in turn:
+        after the units already waiting for it). True when the whole batch was handled (its ids go with
+        the ticket to the next call); otherwise the ticket goes back to the unit with what was done
+        (``ticket.ran``, None when nothing ran), and the unit carries on."""
         if self._resync_needed or self._stopping.is_set() or self.pool.size != 1:
             return False
         thread = threading.current_thread()
         name, thread.name = thread.name, self.thread.name  # handlers see the unit's thread name ...
         try:
             with logcontext.bind(**self._log_fields):  # ... and log with its shard
-                ran, batch = self.pool.try_run(self._run_batch, result.entries)
+                batch = self.pool.run(self._run_batch, result.entries)
+        except PoolClosed:
+            return False
         finally:
             thread.name = name
-        if not ran or batch is None:
-            return False
         whole = batch.attempted == len(result.entries) and not batch.failed and batch.failure is None
         if whole and not self._abandoned.is_set():
             ticket.ack_ids += batch.handled

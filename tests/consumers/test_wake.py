@@ -7,6 +7,7 @@ the wait woke the member, not because a poll came round.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Any
@@ -16,8 +17,17 @@ import redis
 
 from consumers.dataplane import DataPlane, redis_client
 from consumers.runtime import Runtime
+from coordinator.protocol.model import Shard
 from rsc_redis import acl
-from tests.consumers.harness import GROUP, PREFIX, Cluster, Recorder, eventually
+from tests.consumers.harness import (
+    GROUP,
+    PREFIX,
+    Cluster,
+    Recorder,
+    assert_no_overlap_per_shard,
+    assert_per_key_order,
+    eventually,
+)
 
 SAFETY_MS = 1_000
 
@@ -159,6 +169,77 @@ def test_one_worker_member_runs_woken_batches_on_its_waiter(cluster: Cluster) ->
     assert all("-worker-" in name for _, name in seen)  # the unit's name while it ran
     assert {call.member for call in recorder.snapshot()} == {m.label}
     eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+
+
+def test_one_worker_member_under_load_runs_its_batches_in_rounds(redis_url: str) -> None:
+    """max_concurrency 1 under steady load that moves over 16 shards (each send reaches a few of them,
+    so shards go idle, are found by a round's look or woken, and go busy again): each batch runs on the
+    thread that read it (the waiter's, or the fetcher's for the tickets due meanwhile), round after
+    round; no batch is handed to its shard's own thread and back (which cost several thread wake-ups
+    per batch). Order per key holds and everything is acked."""
+    cluster = Cluster(redis_url, shard_count=16)
+    try:
+        seen: list[tuple[int, str]] = []
+
+        def handle(entry: Any) -> None:
+            seen.append((threading.get_ident(), threading.current_thread().name))
+            time.sleep(0.0003)
+
+        recorder = Recorder(handle)
+        m = cluster.member(recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000))
+        eventually(lambda: len(m.running_shards) == 16, what="the member runs its shards")
+        time.sleep(0.3)  # every ticket parked
+        keys = [[cluster.key_for(shard, n) for n in range(2)] for shard in range(16)]
+        rng, sent = random.Random(28), 0
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            items = [(key, {"n": sent}) for shard in rng.sample(range(16), 3) for key in keys[shard]]
+            cluster.producer.send_batch(PREFIX, items)
+            sent += len(items)
+            time.sleep(0.002)
+        eventually(lambda: recorder.count() == sent, timeout_s=30, what="every entry handled")
+        assert _handled_on(seen) <= {"waiter", "fetcher"}, _handled_on(seen)
+        assert all("-worker-" in name for _, name in seen)  # each under its unit's name while it ran
+        assert_per_key_order(recorder.snapshot())
+        eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+    finally:
+        cluster.close()
+
+
+def test_a_long_batch_does_not_hold_up_the_release_of_other_shards(cluster: Cluster) -> None:
+    """max_concurrency 1: while one shard's handler runs long (on the thread of a round), a second member
+    joins and the shards it is given are released at once (their units are told to stop and get their
+    tickets back on their own threads), not after the long handler."""
+    started, release = threading.Event(), threading.Event()
+
+    def handle(entry: Any) -> None:
+        if entry.payload.get("block"):
+            started.set()
+            release.wait(30)
+
+    recorder = Recorder(handle)
+    runtime = _runtime(max_concurrency=1, idle_wait_ms=60_000)
+    first = cluster.member(recorder, runtime=runtime)
+    eventually(lambda: len(first.running_shards) == 4, what="the first member runs every shard")
+    time.sleep(0.3)
+    try:
+        cluster.send(cluster.key_for(0), block=True)
+        eventually(started.is_set, timeout_s=10, what="the long handler started")
+        second = cluster.member(recorder, runtime=runtime)
+        moved = eventually(
+            lambda: {s.index for s in second.running_shards} - {0}, timeout_s=8, what="a shard moved"
+        )
+        index = min(moved)
+        entry_id = cluster.send(cluster.key_for(index, 1))
+        eventually(
+            lambda: any(c.entry_id == entry_id and c.member == second.label for c in recorder.snapshot()),
+            timeout_s=8, what="the second member handles the moved shard's entry",
+        )  # fmt: skip
+        assert not release.is_set() and len(first.running_shards & {Shard(1, 0)}) == 1
+    finally:
+        release.set()
+    eventually(lambda: _pending(cluster) == 0, timeout_s=20, what="every handled entry acked")
+    assert_no_overlap_per_shard(recorder.snapshot())
 
 
 def test_wider_members_keep_a_thread_per_batch(cluster: Cluster) -> None:
