@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test lint run chaos bench bench-latency bench-producer bench-jobs bench-gate clean constraints
+.PHONY: help venv test lint run chaos bench bench-e2e bench-latency bench-producer bench-jobs bench-gate clean constraints
 
 help:
 	@echo "make run    start the dev stack on http://127.0.0.1:8000/admin/ (Ctrl-C stops everything; data in .run/)"
@@ -17,6 +17,7 @@ help:
 	@echo "make chaos  only the chaos / soak tests (pytest -m chaos)"
 	@echo "make bench  heartbeat, producer, end-to-end and slow-job benchmarks; rewrites docs/benchmarks.md"
 	@echo "make bench-producer  the producer benchmarks only; rewrites their section of docs/benchmarks.md"
+	@echo "make bench-e2e       the end-to-end benchmark only (against raw loops); rewrites its section of docs/benchmarks.md"
 	@echo "make bench-latency   the latency and idle-cost benchmark only; rewrites its section of docs/benchmarks.md"
 	@echo "make bench-jobs      the slow-jobs benchmark only (orderings against Celery); rewrites its section of docs/benchmarks.md"
 	@echo "make bench-gate      the gate module's Redis CPU against FCALL; rewrites its section of docs/benchmarks.md"
@@ -90,6 +91,11 @@ bench-latency: $(BENCH_STAMP)
 	mkdir -p bench/results
 	$(BIN)/python bench/latency_bench.py --out bench/results/latency.json
 	$(BIN)/python bench/report.py --latency-only bench/results/latency.json docs/benchmarks.md
+
+bench-e2e: $(BENCH_STAMP)
+	mkdir -p bench/results
+	$(BIN)/python bench/e2e_bench.py --out bench/results/e2e.json
+	$(BIN)/python bench/report.py --e2e-only bench/results/e2e.json docs/benchmarks.md
 
 bench-jobs: $(BENCH_STAMP)
 	mkdir -p bench/results

@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -720,47 +721,35 @@ def replace_section(page: str, heading: str, section: list[str]) -> str:
     return "\n".join([*lines[:start], *section, "", *lines[end:]])
 
 
+def _e2e_only(path: Path) -> list[str]:
+    return e2e_section(json.loads(path.read_text())) if path.exists() else []
+
+
+# `python bench/report.py --<name>-only bench/results/<name>.json docs/benchmarks.md`: one section alone,
+# rewritten from its results, every other section of the page left as it was. Per mode: the section's
+# heading, what renders it, and the make target named in its stamp (with the commit measured; None: no
+# stamp, the results name their commit or the section states its own run).
+SECTION_ONLY: dict[str, tuple[str, Callable[[Path], list[str]], str | None, bool]] = {
+    "--producer-only": ("## Producer (", producer_section, None, False),
+    "--latency-only": ("## Latency and idle cost (", latency_section, "make bench-latency", True),
+    "--gate-only": ("## The gate module (", gate_section, "make bench-gate", True),
+    "--jobs-only": ("## Slow jobs (", jobs_section, "make bench-jobs", False),
+    "--e2e-only": ("## Data plane end to end (", _e2e_only, "make bench-e2e", True),
+}
+
+
 def main() -> None:
-    if sys.argv[1] == "--producer-only":
-        # `python bench/report.py --producer-only bench/results/producer.json docs/benchmarks.md`: the
-        # producer section alone, rewritten from its results (after bench/producer_bench.py and
-        # bench/producer_instructions.py); every other section of the page is left as it was.
+    if sys.argv[1] in SECTION_ONLY:
+        heading, render, target, commit = SECTION_ONLY[sys.argv[1]]
         results, out = Path(sys.argv[2]), Path(sys.argv[3])
-        out.write_text(replace_section(out.read_text(), "## Producer (", producer_section(results)))
-        print(f"wrote the producer section of {out}")
-        return
-    if sys.argv[1] == "--latency-only":
-        # `python bench/report.py --latency-only bench/results/latency.json docs/benchmarks.md` (make
-        # bench-latency): the latency section alone, from bench/latency_bench.py's results, with the
-        # commit it ran at; every other section of the page is left as it was.
-        results, out = Path(sys.argv[2]), Path(sys.argv[3])
-        section = latency_section(results)
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        stamp = f"Run separately by `make bench-latency`: {when}, commit {_git_commit()}."
-        section = [*section[:2], stamp, "", *section[2:]]
-        out.write_text(replace_section(out.read_text(), "## Latency and idle cost (", section))
-        print(f"wrote the latency section of {out}")
-        return
-    if sys.argv[1] == "--gate-only":
-        # `python bench/report.py --gate-only bench/results/gate.json docs/benchmarks.md` (make bench-gate).
-        results, out = Path(sys.argv[2]), Path(sys.argv[3])
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        section = gate_section(results)
-        stamp = f"Run separately by `make bench-gate`: {when}, commit {_git_commit()}."
-        section = [*section[:2], stamp, "", *section[2:]]
-        out.write_text(replace_section(out.read_text(), "## The gate module (", section))
-        print(f"wrote the gate section of {out}")
-        return
-    if sys.argv[1] == "--jobs-only":
-        # `python bench/report.py --jobs-only bench/results/jobs.json docs/benchmarks.md` (make bench-jobs):
-        # the slow-jobs section alone, from bench/jobs_bench.py's results (which name the commit they ran
-        # at); every other section of the page is left as it was.
-        results, out = Path(sys.argv[2]), Path(sys.argv[3])
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        section = jobs_section(results)
-        section = [*section[:2], f"Run separately by `make bench-jobs`: {when}.", "", *section[2:]]
-        out.write_text(replace_section(out.read_text(), "## Slow jobs (", section))
-        print(f"wrote the jobs section of {out}")
+        section = render(results)
+        if target is not None:
+            when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+            at = f", commit {_git_commit()}." if commit else "."
+            stamp = f"Run separately by `{target}`: {when}{at}"
+            section = [*section[:2], stamp, "", *section[2:]]
+        out.write_text(replace_section(out.read_text(), heading, section))
+        print(f"wrote the {heading.strip('# (')} section of {out}")
         return
     heartbeat_file, e2e_file, out = (Path(a) for a in sys.argv[1:4])
     redis_version = subprocess.run(

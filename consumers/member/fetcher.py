@@ -24,11 +24,17 @@ redeliver token, a failed call, the lease in doubt, or the unit being told to st
 the ticket here. *Waking*: with the wake-up on (``Runtime.wake_on_append``), the read asked for the
 group's last-delivered id on the shard (``ShardFetch.wait``), and the ticket is *parked*: the member's
 waiter (:mod:`consumers.member.waiter`) blocks on one ``XREAD`` over every parked ticket's stream from
-that id, and makes the ticket due when its stream has news; it is due anyway after ``idle_wait_ms``
-(the safety net). Without the wake-up (off, or the wait failing) it is due again after the shard's idle
-backoff (``idle_backoff_min_ms`` doubling up to ``idle_backoff_max_ms``). A call takes along every
-waiting ticket that is at least half-way through its wait or backoff, so idle shards line up and cost
-one call between them, and no thread but the fetcher's (or the waiter's) wakes up.
+that id, and makes the ticket due when its stream has news; it is due anyway after ``idle_wait_ms`` (the
+safety net). The call a wake makes reads the member's other parked shards too (*riders*): a producer's
+call that appends to several shards wakes the wait at its first (Redis 7.0 hands a blocked ``XREAD`` the
+first stream that has news), and the others' entries are then in the same reply, a round trip sooner
+than the next round's look would find them. A rider asks for no last-delivered id: a shard read with
+nothing new is left out of the reply (and costs Redis its fence and a place in the one ``XREADGROUP``),
+and stays parked from the id it waited from, which only its owner's reads move. Without the wake-up
+(off, or the wait failing) it is due again after the shard's idle backoff (``idle_backoff_min_ms``
+doubling up to ``idle_backoff_max_ms``). A call takes along every waiting ticket that is at least
+half-way through its wait or backoff, so idle shards line up and cost one call between them, and no
+thread but the fetcher's (or the waiter's) wakes up.
 
 *Inline.* A member that runs one batch at a time (``max_concurrency`` 1, the default) gains nothing from a
 thread per batch: the thread that made a call for tickets it took up itself - the waiter's, which woke for
@@ -142,6 +148,7 @@ class Ticket:
     inline: Callable[[Ticket, FetchResult], bool] | None = None
     ran: Any = None  # what an inline run that did not go through whole did (its unit carries on from it)
     carried: bool = False  # its batch ran inline and its unit's thread sleeps: rounds, not its unit, call
+    rider: bool = False  # parked, and read along with a wake (module docstring, "Waking"): keeps its wait
     wake: Wake | None = None
     result: FetchResult | None = None
     error: BaseException | None = None
@@ -330,8 +337,11 @@ class Fetcher:
         sent: list[Ticket] = []
         requests: list[ShardFetch] = []
         waiting = self._waiter is not None and self._waiter.healthy
+        riders: list[tuple[str, str] | None] = []  # per sent ticket: a rider's wait, kept if it reads nothing
         for ticket in batch:
+            ride = (ticket.wait_key, ticket.wait_id) if ticket.rider and ticket.wait_id else None
             ticket.wait_key = ticket.wait_id = ""
+            ticket.rider = False
             epoch = self.host.epoch_for(ticket.incarnation)
             if epoch is None or ticket.stopping.is_set():
                 _finish(ticket, Wake.STOPPED)
@@ -340,8 +350,12 @@ class Fetcher:
             if not read and not ticket.ack_ids:
                 _finish(ticket, Wake.LEASE)
                 continue
-            requests.append(ShardFetch(ticket.shard, epoch, ticket.ack_ids, read, ticket.token, waiting))
+            # A rider reads without asking for its last-delivered id: unless it reads something, that is
+            # still the id it waits from (only its owner moves it), and the call's reply leaves it out.
+            wait = waiting and ride is None
+            requests.append(ShardFetch(ticket.shard, epoch, ticket.ack_ids, read, ticket.token, wait))
             sent.append(ticket)
+            riders.append(ride)
         if not sent:
             return
         try:
@@ -356,7 +370,7 @@ class Fetcher:
             return
         acked = 0
         idle: list[Ticket] = []
-        for ticket, request, result in zip(sent, requests, results, strict=True):
+        for ticket, request, result, ride in zip(sent, requests, results, riders, strict=True):
             if result.acked and ticket.ack_ids:
                 acked += len(ticket.ack_ids)
                 ticket.ack_ids = []
@@ -369,6 +383,8 @@ class Fetcher:
                     if result.last_id:
                         ticket.wait_key = self.dataplane.stream_key(ticket.shard)
                         ticket.wait_id = result.last_id
+                    elif ride is not None and waiting:
+                        ticket.wait_key, ticket.wait_id = ride
                     idle.append(ticket)
             elif (
                 ready is not None
@@ -537,6 +553,9 @@ class Fetcher:
                 ticket.due_s, ticket.wait_id, due = now, "", True  # no longer waited on: it is due
         if not due:
             return None
+        for ticket in self._tickets:
+            if ticket.wait_id:  # the other parked ones ride along (module docstring, "Waking")
+                ticket.due_s, ticket.rider = now, True
         if self._closed or self._sending:
             self._cond.notify_all()
             return None

@@ -131,8 +131,9 @@ def test_a_wait_cut_off_falls_back_to_polling_and_waits_again(
     m = cluster.member(recorder, runtime=_runtime(idle_wait_ms=60_000))
     eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
 
-    def blocked() -> list[int]:
-        return [c["id"] for c in cluster.client.client_list() if c.get("cmd") == "xread"]
+    def blocked() -> list[int]:  # blocked in XREAD (not the look's connection, whose last command it was)
+        clients = cluster.client.client_list()
+        return [c["id"] for c in clients if c.get("cmd") == "xread" and "b" in c["flags"]]
 
     with caplog.at_level(logging.INFO, logger="consumers.member"):
         [waiting] = eventually(blocked, what="the member waits")
@@ -240,6 +241,40 @@ def test_a_long_batch_does_not_hold_up_the_release_of_other_shards(cluster: Clus
         release.set()
     eventually(lambda: _pending(cluster) == 0, timeout_s=20, what="every handled entry acked")
     assert_no_overlap_per_shard(recorder.snapshot())
+
+
+class _RecordingPlane(DataPlane):
+    """The real data plane, noting per fetch call the shards it read entries of."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.reads: list[set[str]] = []
+
+    def fetch(self, member_id: str, shards: Any, count: int) -> Any:
+        results = super().fetch(member_id, shards, count)
+        read = {str(item.shard) for item, result in zip(shards, results, strict=True) if result.entries}
+        if read:
+            self.reads.append(read)
+        return results
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_a_wake_reads_the_other_idle_shards_in_the_same_call(cluster: Cluster, workers: int) -> None:
+    """One producer call appends to every idle shard: the wait wakes for one of them (Redis 7.0 hands a
+    blocked XREAD the first stream with news), and the read it makes takes the other parked shards
+    along, so all four shards' entries come in that one call, not one round later."""
+    plane = _RecordingPlane(cluster.client, PREFIX, GROUP)
+    recorder = Recorder()
+    runtime = _runtime(max_concurrency=workers, idle_wait_ms=60_000)
+    m = cluster.member(recorder, runtime=runtime, dataplane=plane)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    for round_ in range(3):
+        time.sleep(0.3)  # every ticket parked
+        before = len(plane.reads)
+        cluster.producer.send_batch(PREFIX, [(cluster.key_for(s, round_), {"n": s}) for s in range(4)])
+        eventually(lambda r=round_: recorder.count() == 4 * (r + 1), timeout_s=10, what="all four handled")
+        assert plane.reads[before] == {f"v1:{s}" for s in range(4)}, plane.reads[before:]
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
 
 
 def test_wider_members_keep_a_thread_per_batch(cluster: Cluster) -> None:
