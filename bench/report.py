@@ -410,14 +410,13 @@ fenced read (docs/consumers.md, "Waiting for new entries"). **Maximum**: the mem
 (SIGSTOP, produce, SIGCONT until every entry is acked), median of {reps}. Then {seconds:g} s windows of
 steady production at 10% and 50% of that (`send_batch` every 5 ms, 256 keys, each payload stamped with
 the producer's wall clock just before the send), and per entry the time from that stamp to the start of
-its handler. A one-worker member (the default runtime, as here) runs a batch on the thread that read
-it, its waiter's or its fetcher's, round after round (docs/consumers.md, "Per-shard order"). **raw**: in
-the same run, on the same
-streams (its own Redis consumer group), as many processes as members, each a blocking
-`XREADGROUP ... BLOCK` over its shards that decodes the envelope and writes the same log line per entry:
-the limit, a consumer with no fence, no coordinator and no per-key order. The two sides take turns,
-window by window, each running alone while the other is stopped (on 2 cores, two consumers of every
-entry at once would measure each other's CPU). Medians over {reps} windows per side."""
+its handler. A one-worker member (the default runtime, as here) runs a batch on the thread that read it,
+its waiter's or its fetcher's, round after round (docs/consumers.md, "Per-shard order"). **raw**: in the
+same run, on the same streams (its own Redis consumer group), as many processes as members, each a
+blocking `XREADGROUP ... BLOCK` over its shards that decodes the envelope and writes the same log line
+per entry: the limit, a consumer with no fence, no coordinator and no per-key order. The two sides take
+turns, window by window, each running alone while the other is stopped (on 2 cores, two consumers of
+every entry at once would measure each other's CPU). Medians over {reps} windows per side."""
 
 
 def latency_section(path: Path) -> list[str]:
