@@ -439,10 +439,10 @@ class Fetcher:
         makes their next call (acks and reads), whose entries it runs again, round after round, until every
         ticket is parked again or back with its unit: a one-worker member drains on one thread, as a plain
         consumer loop does. Each call goes out with a look (one ``XREAD`` that does not block, on another
-        connection, so both take one round trip) for news on the parked tickets' streams; those with news join
-        the next round's call: a busy shard cannot keep the others waiting, and a producer's pipeline of
-        appends to several shards, which woke the wait at its first, is read by the second call. The call in
-        flight is released before a batch runs, so the fetcher's thread and the units call meanwhile."""
+        connection, so both take one round trip) for news on the parked tickets' streams; those with news
+        join the next round's call: a busy shard cannot keep the others waiting, and a producer's appends to
+        several shards that came during a round are read by the next one. The call in flight is released
+        before a batch runs, so the fetcher's thread and the units call meanwhile."""
         with self._cond:  # this thread owns the call: it takes every ticket due now
             batch = [*batch, *self._take_due(time.monotonic())]
         while batch:
