@@ -78,6 +78,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from consumers import logcontext
 from consumers.listener import Ordering
 from consumers.member.fetcher import Ticket
 from consumers.member.lanes import Lanes
@@ -94,7 +95,9 @@ SAFETY_WAKE_S = 1.0  # the dispatcher's longest wait on its own condition (every
 
 class ConcurrentUnit(ShardUnit):
     thread_role = "dispatch"  # the handler runs on the member's worker threads, not here
-    inline_batches = False  # its dispatcher hands entries to the worker threads itself
+    # A one-worker member's round thread may run a batch that may run straight (_run_inline); anything
+    # else the dispatcher hands to the worker threads itself.
+    inline_batches = True
 
     def __init__(self, *, ordering: Ordering, max_in_flight: int, **unit: Any) -> None:
         super().__init__(**unit)
@@ -131,11 +134,15 @@ class ConcurrentUnit(ShardUnit):
             return entry.partition_key_bytes or entry.entry_id
         return entry.entry_id
 
-    def _process(self, entries: list[Any]) -> None:
+    def _process(self, entries: list[Any], ran: Any = None) -> None:
         """Put ``entries`` (in stream order) in their lanes, start what may start, then wait for room.
-        Fast handlers and an empty window: run them straight here first (:meth:`_run_straight`)."""
-        with self._lock:
-            straight = not self._lanes and not self._failed and self._fast() and self.pool.try_claim()
+        Fast handlers and an empty window: run them straight here first (:meth:`_run_straight`).
+        ``ran``: what a round's straight run left of them (:meth:`_run_inline`), for the lanes."""
+        if ran is not None:
+            entries, straight = ran, False
+        else:
+            with self._lock:
+                straight = not self._lanes and not self._failed and self._fast() and self.pool.try_claim()
         if straight:
             try:
                 entries = self._run_straight(entries)
@@ -193,6 +200,39 @@ class ConcurrentUnit(ShardUnit):
             self._keep(batch.failed)  # "keep": pending on purpose, the keys go on
         self._count_fenced_acks(fenced)
         return rest
+
+    def _run_inline(self, ticket: Ticket, result: Any) -> bool:
+        """On the member's waiter or fetcher thread, which read ``result`` for this unit while the
+        dispatcher waits on ``ticket`` (consumers/member/fetcher.py, "Inline"): with one worker, fast
+        handlers and an empty window, the batch runs straight here, in the worker's place, as a shard
+        unit's does in a round (so a one-worker member under "key" or "none" costs what it costs under
+        "shard"). True when it went through whole and the window is still empty (the ids go with the
+        ticket to the next call); otherwise the ticket goes back to the dispatcher with what is left
+        (``ticket.ran``: the entries not run, for the lanes), and it serves the rest (a failure, the
+        lease in doubt) as after its own straight run. This thread acts for the dispatcher meanwhile
+        (the ticket is the hand-over), including keeping failed entries under "keep"."""
+        if self._resync_needed or self._stopping.is_set() or self.pool.size != 1:
+            return False
+        with self._lock:
+            empty = not self._lanes and not self._failed and not self._lease_doubt and self._fast()
+        if not empty or not self.pool.try_claim():
+            return False
+        thread = threading.current_thread()
+        name, thread.name = thread.name, self.thread.name  # handlers see the unit's thread name ...
+        try:
+            with logcontext.bind(**self._log_fields):  # ... and log with its shard
+                rest = self._run_straight(result.entries)
+        finally:
+            self.pool.unclaim()
+            thread.name = name
+        with self._lock:
+            whole = not rest and not self._lanes and not self._failed and not self._lease_doubt
+            if whole and not self._abandoned.is_set():
+                ticket.ack_ids += self._done
+                self._done = []
+                return True
+        ticket.ran = rest
+        return False
 
     def _fast(self) -> bool:
         """Handlers fast enough that a whole batch fits in one share: the dispatcher runs a batch itself

@@ -57,8 +57,9 @@ unit carries on from there as if it had run the batch itself. A unit's own threa
 a round) along: it must stay free to act for its own shard (a stop, a revocation), and a carried ticket's
 unit would have to wake for its result. While the fetcher's thread runs a batch, a unit told to stop gets
 its waiting ticket back from :meth:`Fetcher.wake`, on its own thread. A member with more slots keeps a
-thread per batch (the waiter must stay free to wake the other shards), and so does
-``ordering="key"``/``"none"`` (its dispatcher feeds the worker threads).
+thread per batch (the waiter must stay free to wake the other shards). Under ``ordering="key"``/``"none"``
+a round runs a batch only when it may run straight (fast handlers, the shard's window empty: its unit's
+``_run_inline``); anything else the unit's dispatcher feeds to the worker threads.
 
 What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
 batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher

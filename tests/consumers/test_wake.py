@@ -277,6 +277,29 @@ def test_a_wake_reads_the_other_idle_shards_in_the_same_call(cluster: Cluster, w
     eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
 
 
+@pytest.mark.parametrize("ordering", ["key", "none"])
+def test_one_worker_member_runs_fast_straight_batches_in_rounds(cluster: Cluster, ordering: str) -> None:
+    """Under "key" and "none" too: once the handler is known to be fast, a batch the waiter woke for on a
+    shard with an empty window runs straight on the waiter's thread (in the one worker's place), as a
+    "shard" unit's does, not on the dispatcher's or a worker's thread; order per key holds."""
+    seen: list[tuple[int, str]] = []
+    recorder = Recorder(lambda entry: seen.append((threading.get_ident(), threading.current_thread().name)))
+    runtime = _runtime(max_concurrency=1, idle_wait_ms=60_000)
+    m = cluster.member(recorder, runtime=runtime, ordering=ordering)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    for n in range(8):  # the units learn that the handler is fast
+        cluster.send(cluster.key_for(n % 4, n))
+    eventually(lambda: recorder.count() == 8, timeout_s=10, what="the warm-up handled")
+    time.sleep(0.3)  # every ticket parked
+    del seen[:]
+    for n in range(8, 20):  # each to an idle shard: a woken read, run straight on the waiter's thread
+        cluster.send(cluster.key_for(n % 4, n))
+        eventually(lambda n=n: recorder.count() == n + 1, timeout_s=10, what=f"entry {n} handled")
+    assert _handled_on(seen) == {"waiter"}
+    assert_per_key_order(recorder.snapshot())
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+
+
 def test_wider_members_keep_a_thread_per_batch(cluster: Cluster) -> None:
     """With more than one worker slot the waiter hands batches to the shards' threads (it never runs a
     handler itself: it must stay free to wake the others)."""
