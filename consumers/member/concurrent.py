@@ -78,7 +78,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from consumers import logcontext
 from consumers.listener import Ordering
 from consumers.member.fetcher import Ticket
 from consumers.member.lanes import Lanes
@@ -211,20 +210,17 @@ class ConcurrentUnit(ShardUnit):
         (``ticket.ran``: the entries not run, for the lanes), and it serves the rest (a failure, the
         lease in doubt) as after its own straight run. This thread acts for the dispatcher meanwhile
         (the ticket is the hand-over), including keeping failed entries under "keep"."""
-        if self._resync_needed or self._stopping.is_set() or self.pool.size != 1:
+        if not self._inline_allowed():
             return False
         with self._lock:
             empty = not self._lanes and not self._failed and not self._lease_doubt and self._fast()
         if not empty or not self.pool.try_claim():
             return False
-        thread = threading.current_thread()
-        name, thread.name = thread.name, self.thread.name  # handlers see the unit's thread name ...
         try:
-            with logcontext.bind(**self._log_fields):  # ... and log with its shard
+            with self._as_unit():
                 rest = self._run_straight(result.entries)
         finally:
             self.pool.unclaim()
-            thread.name = name
         with self._lock:
             whole = not rest and not self._lanes and not self._failed and not self._lease_doubt
             if whole and not self._abandoned.is_set():

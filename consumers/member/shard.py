@@ -82,7 +82,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -299,23 +299,36 @@ class ShardUnit:
         after the units already waiting for it). True when the whole batch was handled (its ids go with
         the ticket to the next call); otherwise the ticket goes back to the unit with what was done
         (``ticket.ran``, None when nothing ran), and the unit carries on."""
-        if self._resync_needed or self._stopping.is_set() or self.pool.size != 1:
+        if not self._inline_allowed():
             return False
-        thread = threading.current_thread()
-        name, thread.name = thread.name, self.thread.name  # handlers see the unit's thread name ...
         try:
-            with logcontext.bind(**self._log_fields):  # ... and log with its shard
+            with self._as_unit():
                 batch = self.pool.run(self._run_batch, result.entries)
         except PoolClosed:
             return False
-        finally:
-            thread.name = name
         whole = batch.attempted == len(result.entries) and not batch.failed and batch.failure is None
         if whole and not self._abandoned.is_set():
             ticket.ack_ids += batch.handled
             return True
         ticket.ran = batch
         return False
+
+    def _inline_allowed(self) -> bool:
+        """A round may run this unit's batch: the member runs one at a time, and the unit has nothing of
+        its own to do first (a resync, a stop)."""
+        return not self._resync_needed and not self._stopping.is_set() and self.pool.size == 1
+
+    @contextlib.contextmanager
+    def _as_unit(self) -> Iterator[None]:
+        """Another thread acting for this unit (a round's, "Inline"): handlers see the unit's thread
+        name and log with its fields (the member's and its shard) meanwhile."""
+        thread = threading.current_thread()
+        name, thread.name = thread.name, self.thread.name
+        try:
+            with logcontext.bind(**self._log_fields):
+                yield
+        finally:
+            thread.name = name
 
     def _resync_claim_window(self, cursor: str, next_cursor: str) -> None:
         """A claim whose reply was lost made the entries it claimed our own pending ones. They lie in the
