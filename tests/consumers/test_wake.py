@@ -163,7 +163,7 @@ def test_one_worker_member_runs_woken_batches_on_its_waiter(cluster: Cluster) ->
     m = cluster.member(recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000))
     eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
     time.sleep(0.3)  # every ticket parked
-    for n in range(12):  # each to an idle shard: a woken read (what the next read finds goes to the unit)
+    for n in range(12):  # each to an idle shard: a woken read, run on the waiter, as is the read after it
         cluster.send(cluster.key_for(n % 4, n))
         eventually(lambda n=n: recorder.count() == n + 1, timeout_s=10, what=f"entry {n} handled")
     assert _handled_on(seen) == {"waiter"}
