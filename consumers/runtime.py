@@ -43,12 +43,17 @@ class Runtime:
     idle_backoff_max_ms: int = 100
     retry_backoff_max_ms: int = 5_000  # Redis / coordinator unreachable: back off up to this
     heartbeat_timeout_s: float = 5.0  # HTTP timeout of one heartbeat
+    # ConsumerProcess.serve (run_member) freezes the heap once its members started (gc.freeze): what is
+    # alive then (Django, the listeners' modules, the members) is left out of the cyclic collector's
+    # passes, so a full pass scans what came after, not the whole heap (consumers/process.py says why)
+    freeze_heap: bool = True
 
     def __post_init__(self) -> None:
         _int_in(self.max_concurrency, "max_concurrency", 1, MAX_RUNTIME_CONCURRENCY)
         _int_in(self.batch_size, "batch_size", 1, 10_000)
-        if not isinstance(self.wake_on_append, bool):
-            raise RuntimeConfigError(f"wake_on_append must be True or False; got {self.wake_on_append!r}")
+        for name in ("wake_on_append", "freeze_heap"):
+            if not isinstance(getattr(self, name), bool):
+                raise RuntimeConfigError(f"{name} must be True or False; got {getattr(self, name)!r}")
         _int_in(self.idle_wait_ms, "idle_wait_ms", 10, 60_000)
         _int_in(self.idle_backoff_min_ms, "idle_backoff_min_ms", 1, 60_000)
         _int_in(self.idle_backoff_max_ms, "idle_backoff_max_ms", self.idle_backoff_min_ms, 60_000)

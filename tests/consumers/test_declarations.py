@@ -208,6 +208,7 @@ def not_a_runtime() -> object:
         ({"max_concurrency": "4"}, "max_concurrency must be an integer"),
         ({"max_concurency": 4}, "unknown keys"),
         ({"idle_backoff_min_ms": 50, "idle_backoff_max_ms": 10}, "idle_backoff_max_ms"),
+        ({"freeze_heap": "yes"}, "freeze_heap must be True or False"),
         ("nowhere.factory", "cannot be imported"),
         ("factory", "not a dotted path"),
         ("tests.consumers.test_declarations.not_a_runtime", "not a consumers.Runtime"),

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 import os
 import signal
@@ -52,6 +54,42 @@ def test_concurrency_n_runs_n_independent_members_with_their_own_ids(cluster: Cl
     finally:
         assert process.stop(5.0)
     assert {cluster.member_view(m.member_id)["state"] for m in process.members} == {"LEFT"}
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_serve_freezes_the_heap_once_the_members_started_unless_told_not_to(
+    cluster: Cluster, freeze: bool
+) -> None:
+    """A full collection then scans what came after start, not Django and the modules (consumers/process.py
+    freeze_heap): objects alive before serve() are frozen, one made after it is not."""
+    gc.unfreeze()
+    before: list[Any] = []  # alive while serve() starts
+    item = Listener(Recorder(), stream_prefix=PREFIX, consumer_group=GROUP, name="bill")
+    process = ConsumerProcess(
+        [item],
+        coordinator=lambda: StoreCoordinatorClient(cluster.store),
+        dataplane_factory=lambda prefix, group: DataPlane(cluster.client, prefix, group),
+        runtime=dataclasses.replace(FAST, freeze_heap=freeze),
+    )
+    served: list[bool] = []
+    thread = threading.Thread(target=lambda: served.append(process.serve(5.0, install_signal_handlers=False)))
+    try:
+        thread.start()
+        eventually(lambda: cluster.stable(*process.members), what="the member, stable")
+        after: list[Any] = []  # made once the process runs
+        tracked = gc.get_objects()  # what the collector's passes scan (frozen objects are not in it)
+        assert any(o is after for o in tracked)
+        if freeze:
+            assert gc.get_freeze_count() > 1000  # the test process's modules, at least
+            assert not any(o is before for o in tracked)
+        else:
+            assert gc.get_freeze_count() == 0
+            assert any(o is before for o in tracked)
+    finally:
+        process.request_stop()
+        thread.join(10)
+        gc.unfreeze()  # the rest of the test session collects as before
+    assert served == [True]
 
 
 # ------------------------------------------------------------------------------------------ Redis outages
