@@ -61,6 +61,16 @@ thread per batch (the waiter must stay free to wake the other shards). Under ``o
 a round runs a batch only when it may run straight (fast handlers, the shard's window empty: its unit's
 ``_run_inline``); anything else the unit's dispatcher feeds to the worker threads.
 
+*Drained.* A batch shorter than ``count`` read its shard to the end, so the group's last-delivered id
+there is that batch's last entry id: once the batch ran whole in a round, the ticket parks on that id at
+once, with the batch's ids still to ack, instead of making the call that would only ack them and find
+nothing new (a call per round, and per shard ``XINFO GROUPS``). Its acks ride the member's next call:
+a wake's (it rides along, or it is the one woken), a round's after half of ``ACK_LINGER_S``, or, when
+nothing else comes, its own after ``ACK_LINGER_S`` (20 ms), which reads '2' and parks it as usual. So
+under steady load each round costs one call, not two, and an idle member acks its last batch 20 ms
+later than before, in a call it made anyway. A stopping unit gets the ticket back with the acks at
+once (``wake``), as any waiting ticket.
+
 What the unit keeps doing itself: per-shard order (it hands out one ticket at a time and handles a
 batch before the next), the take-over, resyncs, failure policies and fence statuses. What the fetcher
 guarantees it:
@@ -106,6 +116,10 @@ from consumers.runtime import Runtime
 from coordinator.protocol.model import Shard
 
 log = logging.getLogger("consumers.member")
+
+# A drained shard's ticket parks with its acks (module docstring, "Drained"): any call the member makes
+# after half of this takes them along, and after all of it the ticket makes one itself.
+ACK_LINGER_S = 0.02
 
 
 class Wake(Enum):
@@ -401,17 +415,18 @@ class Fetcher:
             self.host.record(acked=acked)
         self._rearm(idle)
 
-    def _rearm(self, tickets: list[Ticket]) -> None:
+    def _rearm(self, tickets: list[Ticket], linger_s: float | None = None) -> None:
         """Empty reads: keep the tickets. One with a ``wait_id`` is parked on the wait (module
         docstring, "Waking"), due again when its stream has news, or after ``idle_wait_ms`` at the
-        latest; any other is due again after its shard's (doubled) idle backoff."""
+        latest (``linger_s``: after that, for drained tickets whose acks wait for a call, "Drained");
+        any other is due again after its shard's (doubled) idle backoff."""
         if not tickets:
             return
         now = time.monotonic()
         waiter, parked = self._waiter, False
         for ticket in tickets:
             if ticket.wait_id and waiter is not None:
-                ticket.idle_s, parked = waiter.timeout_s, True
+                ticket.idle_s, parked = waiter.timeout_s if linger_s is None else linger_s, True
             else:
                 ticket.idle_s = min(max(ticket.idle_s * 2, self._idle_min_s), self._idle_max_s)
             ticket.due_s = now + ticket.idle_s
@@ -423,6 +438,8 @@ class Fetcher:
                 # looks at idle_s, set above, after it sets the recall): let the loop see it now.
                 if any(t.recall is not None and t.recall.is_set() for t in tickets):
                     self._cond.notify_all()
+                elif linger_s is not None:
+                    self._cond.notify()  # the fetcher's thread: due sooner than it may be waiting for
                 if parked:
                     self._wait_cond.notify()  # the waiter's thread: a ticket to wait for
         if not closed:
@@ -454,6 +471,7 @@ class Fetcher:
             finally:
                 news = self._mark_news(answer)
             again: list[Ticket] = []
+            drained: list[Ticket] = []
             for ticket, result in ready:
                 try:
                     whole = ticket.inline(ticket, result)  # type: ignore[misc]
@@ -461,11 +479,27 @@ class Fetcher:
                     log.exception("%s: shard %s: an inline batch failed", self.host.label, ticket.shard)
                     _finish(ticket, Wake.ERROR, error=e)
                     continue
-                if whole:
-                    again.append(ticket)
-                else:
+                if not whole:
                     _finish(ticket, Wake.RESULT, result=result)
+                elif self._park_drained(ticket, result):
+                    drained.append(ticket)
+                else:
+                    again.append(ticket)
+            self._rearm(drained, ACK_LINGER_S)
             batch = self._resubmit(again, news)
+
+    def _park_drained(self, ticket: Ticket, result: FetchResult) -> bool:
+        """A whole batch that was shorter than ``count`` read the shard to its end: the group's
+        last-delivered id there is its last entry's (``XREADGROUP ... >`` reads up to ``count`` per
+        stream, and only the owner reads). Then, with the wait working, the ticket parks on that id at
+        once, its acks with it (module docstring, "Drained"): True. Otherwise its next call reads again."""
+        waiter = self._waiter
+        if waiter is None or not waiter.healthy or len(result.entries) >= self.count:
+            return False
+        ticket.wait_key = self.dataplane.stream_key(ticket.shard)
+        ticket.wait_id = result.entries[-1].entry_id
+        ticket.carried = True
+        return True
 
     def _look(self) -> Callable[[], list[str]] | None:
         """Send the look for news on the parked tickets' streams (None: nothing to look at, or it could

@@ -277,6 +277,45 @@ def test_a_wake_reads_the_other_idle_shards_in_the_same_call(cluster: Cluster, w
     eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
 
 
+class _AckCountingPlane(DataPlane):
+    """The real data plane, counting the shards a fetch call only acked: ids to ack, nothing new read."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.ack_only = 0
+        self.read = 0
+
+    def fetch(self, member_id: str, shards: Any, count: int) -> Any:
+        results = super().fetch(member_id, shards, count)
+        for item, result in zip(shards, results, strict=True):
+            self.ack_only += bool(item.ack_ids and not result.entries)
+            self.read += bool(result.entries)
+        return results
+
+
+def test_a_drained_shard_parks_at_once_and_its_acks_ride_the_next_read(cluster: Cluster) -> None:
+    """A batch shorter than batch_size read its shard to the end: its ticket parks at once, its acks
+    with it, and they ride the read of the next entry (consumers/member/fetcher.py, "Drained"), not a
+    call of their own that would find nothing new. Entries 5 ms apart on one shard: about one read per
+    entry and next to no ack-only calls (before: one ack-only call per entry); every entry acked."""
+    plane = _AckCountingPlane(cluster.client, PREFIX, GROUP)
+    recorder = Recorder()
+    m = cluster.member(recorder, runtime=_runtime(max_concurrency=1, idle_wait_ms=60_000), dataplane=plane)
+    eventually(lambda: len(m.running_shards) == 4, what="the member runs its shards")
+    time.sleep(0.3)  # every ticket parked
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="nothing pending")
+    before_ack_only, before_read = plane.ack_only, plane.read
+    sent = 60
+    for n in range(sent):
+        cluster.send(cluster.key_for(0, n))
+        time.sleep(0.005)
+    eventually(lambda: recorder.count() == sent, timeout_s=10, what="every entry handled")
+    eventually(lambda: _pending(cluster) == 0, timeout_s=10, what="every handled entry acked")
+    reads, ack_only = plane.read - before_read, plane.ack_only - before_ack_only
+    assert reads >= sent // 4  # entries 5 ms apart are read in small batches, not one backlog
+    assert ack_only <= reads // 4 + 1, (reads, ack_only)  # at the end, and where a read came >10 ms late
+
+
 @pytest.mark.parametrize("ordering", ["key", "none"])
 def test_one_worker_member_runs_fast_straight_batches_in_rounds(cluster: Cluster, ordering: str) -> None:
     """Under "key" and "none" too: once the handler is known to be fast, a batch the waiter woke for on a
