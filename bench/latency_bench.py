@@ -41,6 +41,7 @@ are noisy: compare the sides of one run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing
 import os
@@ -225,9 +226,19 @@ def _window(
     the running side handled."""
     batch = max(1, round(rate * SEND_EVERY_S))
     producer = ProducerLoop(stack.redis.url, prefix, keys=256, rate_per_s=rate, batch=batch, stamp=True)
-    producer.start()
-    time.sleep(seconds)
-    producer.stop()
+    # The load generator's own pauses are not the consumers' latency. This process keeps every record
+    # produced and handled so far (millions of objects by the last configuration), and CPython's full
+    # collection of them stopped the producer's thread for 70-210 ms, after which it caught up in a burst
+    # (in a run of 8x4 with the collections logged, each gap of over 50 ms in handling, on either side,
+    # began with one). So no collection in a window (its own records: a few hundred thousand objects).
+    gc.collect()
+    gc.disable()
+    try:
+        producer.start()
+        time.sleep(seconds)
+        producer.stop()
+    finally:
+        gc.enable()
     produced = producer.snapshot()
     wait_until(lambda: not logs.missing(produced), timeout_s=120, what=f"{name} handled")
     return summary(latencies(logs, produced))

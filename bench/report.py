@@ -431,7 +431,9 @@ same run, on the same streams (its own Redis consumer group), as many processes 
 blocking `XREADGROUP ... BLOCK` over its shards that decodes the envelope and writes the same log line
 per entry: the limit, a consumer with no fence, no coordinator and no per-key order. The two sides take
 turns, window by window, each running alone while the other is stopped (on 2 cores, two consumers of
-every entry at once would measure each other's CPU). Medians over {reps} windows per side."""
+every entry at once would measure each other's CPU). The bench process does not collect garbage during a
+window: its full collections of the records it keeps stopped the producer for 70-210 ms, then a burst.
+Medians over {reps} windows per side."""
 
 
 def latency_section(path: Path) -> list[str]:
