@@ -411,7 +411,10 @@ JOBS_INTRO = (
     " (a member runs only its shards' jobs: ceil(its jobs / its workers) job times; under `shard` a "
     "shard's jobs, under `key` a key's, run one at a time), so what is below 1 there is the consumer's "
     "own overhead, and what is below 1 in x ideal but not in x bound is the placement of keys on shards "
-    "and shards on members; **busy workers**: handler time summed over the window; reorders: the delivery"
+    "and shards on members. That placement is the fence's (a shard runs on its owner's workers only: "
+    "docs/consumers.md, \"What 'none' is not\"), so a drain is judged by x bound, and issue 27's "
+    "throughput targets by the sustained load below, where every member has a backlog. "
+    "**busy workers**: handler time summed over the window; reorders: the delivery"
     " checker's per-key reorders (tests/e2e/checker.py) over every handling. CPU per job: the side's "
     "processes (user + system, /proc), and its Redis server (`INFO cpu`: for ours also heartbeats and the"
     " tick). Medians of {reps} repetitions; ratios per repetition, then their median."
@@ -592,7 +595,12 @@ def jobs_section(path: Path) -> list[str]:
     lines += _sustained_lines(data.get("sustained"))
     goals = data.get("targets", [])
     if goals:
-        lines += ["", "Issue 27's targets in this run:", ""]
+        lines += [
+            "",
+            "Issue 27's targets in this run (throughput: on the sustained load; the drains: the "
+            "consumer's share of the window its placement allows):",
+            "",
+        ]
         for goal in goals:
             state = {True: "met", False: "**not met**", None: "not measured"}[goal["met"]]
             lines.append(f"- {goal['target']}: {goal['measured']} ({state})")
