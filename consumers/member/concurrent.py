@@ -212,9 +212,10 @@ class ConcurrentUnit(ShardUnit):
         (the ticket is the hand-over), including keeping failed entries under "keep"."""
         if not self._inline_allowed():
             return False
-        with self._lock:
-            empty = not self._lanes and not self._failed and not self._lease_doubt and self._fast()
-        if not empty or not self.pool.try_claim():
+        if not self._straight_allowed() or not self.pool.claim(DRAIN_SHARE_S):
+            return False  # (a place held longer than one share: the dispatcher serves it, as it would)
+        if not self._straight_allowed():  # it changed while this thread waited for the place
+            self.pool.unclaim()
             return False
         try:
             with self._as_unit():
@@ -229,6 +230,12 @@ class ConcurrentUnit(ShardUnit):
                 return True
         ticket.ran = rest
         return False
+
+    def _straight_allowed(self) -> bool:
+        """A round may run a batch straight: the window empty (nothing running, parked, failed or in
+        doubt) and the handler fast."""
+        with self._lock:
+            return not self._lanes and not self._failed and not self._lease_doubt and self._fast()
 
     def _fast(self) -> bool:
         """Handlers fast enough that a whole batch fits in one share: the dispatcher runs a batch itself

@@ -8,8 +8,9 @@ concurrency (``min(runtime max concurrency, the group's max_concurrency)``), nam
 only what its lanes let run).
 
 A caller may also :meth:`try_claim` a worker's place and run work on its own thread (a shard's
-dispatcher does, for handlers fast enough that a hand-off would cost more than they do); tasks then run
-on one thread fewer, so at most ``size`` run at once, claimed places included.
+dispatcher does, for handlers fast enough that a hand-off would cost more than they do), or wait a
+bounded time for one (:meth:`claim`: a one-worker member's round thread); tasks then run on one thread
+fewer, so at most ``size`` run at once, claimed places included.
 
 Resizing: growing starts threads at once; shrinking lets running tasks finish (a handler is never
 interrupted) and ends idle threads until the count fits. Shutting down refuses new tasks, and every
@@ -22,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +44,7 @@ class TaskPool:
         self._target = 0
         self._threads = 0  # alive (each leaves when more are alive than the target)
         self._busy = 0
+        self._claimers = 0  # callers waiting in claim()
         self._closed = False
         self._numbers = itertools.count()
 
@@ -86,11 +89,38 @@ class TaskPool:
             self._busy += 1
             return True
 
+    def claim(self, timeout_s: float) -> bool:
+        """:meth:`try_claim`, waiting up to ``timeout_s`` for a place (after the tasks queued by then and
+        the callers already waiting): a round's thread (consumers/member/fetcher.py, "Inline") waits its
+        turn for a fast batch, as it does for a shard unit's slot, rather than hand the batch to the
+        shard's own thread because another shard's batch held the one place at that moment."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._claimers += 1
+            try:
+                while not self._closed:
+                    if not self._queue and self._busy < self._target:
+                        self._busy += 1
+                        return True
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            finally:
+                self._claimers -= 1
+            return False
+
     def unclaim(self) -> None:
         with self._cond:
             self._busy -= 1
-            if self._queue:
-                self._cond.notify()  # a task waits for the place
+            self._freed()
+
+    def _freed(self) -> None:
+        """A place came free (the caller holds the lock): a queued task takes it, or a waiting claim."""
+        if self._claimers:
+            self._cond.notify_all()  # the claims and the idle threads look again
+        elif self._queue:
+            self._cond.notify()  # a task waits for the place
 
     def shutdown(self) -> None:
         """No new tasks; queued ones are cancelled; running ones finish."""
@@ -117,6 +147,8 @@ class TaskPool:
             finally:
                 with self._cond:
                     self._busy -= 1
+                    if self._claimers:
+                        self._cond.notify_all()  # a claim waits for this place
 
 
 def _guarded(fn: Callable[[], Any], what: str) -> None:

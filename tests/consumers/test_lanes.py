@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -134,6 +135,41 @@ def test_the_task_pool_runs_as_many_tasks_at_once_as_its_size_and_resizes() -> N
     eventually(lambda: pool.running == 0, what="running tasks finish")
     eventually(lambda: not [t for t in threading.enumerate() if t.name.startswith("t-worker-")],
                what="the threads end")  # fmt: skip
+
+
+def test_a_claim_waits_its_turn_for_a_place_and_gives_up_after_its_time() -> None:
+    """TaskPool.claim: a round's thread waits for the one place held by a task, takes it when the task
+    ends (not before), gives up after its timeout while the place stays held, and never claims a place a
+    queued task waits for or one of a pool shut down."""
+    pool = TaskPool("c")
+    pool.resize(1)
+    gate, running = threading.Event(), threading.Event()
+
+    def task() -> None:
+        running.set()
+        gate.wait(10)
+
+    assert pool.submit(task, lambda: None)
+    assert running.wait(5)
+    assert not pool.try_claim()
+    assert not pool.claim(0.05)  # held all along: gives up
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.claim(5.0)))
+    waiter.start()
+    time.sleep(0.05)
+    assert got == []  # still waiting for the place
+    gate.set()  # the task ends: the place is the claim's
+    waiter.join(5)
+    assert got == [True]
+    assert pool.running == 1
+    ran = threading.Event()
+    assert pool.submit(ran.set, lambda: None)  # queued behind the claimed place
+    assert not pool.claim(0.05)  # a task waits for it: it comes first
+    pool.unclaim()
+    assert ran.wait(5)
+    eventually(lambda: pool.running == 0, what="the task ended")
+    pool.shutdown()
+    assert not pool.claim(0.05)
 
 
 class LanesMachine(RuleBasedStateMachine):
