@@ -90,10 +90,10 @@ class TaskPool:
             return True
 
     def claim(self, timeout_s: float) -> bool:
-        """:meth:`try_claim`, waiting up to ``timeout_s`` for a place (after the tasks queued by then and
-        the callers already waiting): a round's thread (consumers/member/fetcher.py, "Inline") waits its
-        turn for a fast batch, as it does for a shard unit's slot, rather than hand the batch to the
-        shard's own thread because another shard's batch held the one place at that moment."""
+        """:meth:`try_claim`, waiting up to ``timeout_s`` for a place (queued tasks take a free place
+        first; waiting claims in no particular order): a round's thread (consumers/member/fetcher.py,
+        "Inline") waits its turn for a fast batch, as it does for a shard unit's slot, rather than hand
+        the batch to the shard's own thread because another shard's batch held the one place then."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._claimers += 1
