@@ -149,11 +149,10 @@ def freeze_heap() -> None:
     collection traverses all of them each time: about 120,000 objects in ``run_member``, a stall of
     every thread of 50-60 ms, every few seconds under load (measured with ``gc.callbacks`` in a member
     on 64 shards at 27,000 entries/s on 2 cores, where it set the p99 of docs/benchmarks.md, "Latency
-    and idle cost"). Frozen, a full pass scans what came after
-    start (a few thousand objects: 1 ms). Objects frozen are still freed by reference counting; only a
-    reference cycle among them that becomes garbage later is never collected (``gc.unfreeze`` undoes
-    this), so it is done once, when the process's long-lived state is built. Off with
-    ``Runtime(freeze_heap=False)``."""
+    and idle cost"). Frozen, a full pass scans what came after start (a few thousand objects: 1 ms).
+    Objects frozen are still freed by reference counting; only a reference cycle among them that
+    becomes garbage later is never collected (``gc.unfreeze`` undoes this), so it is done once, when
+    the process's long-lived state is built. Off with ``Runtime(freeze_heap=False)``."""
     gc.collect()
     gc.freeze()
 

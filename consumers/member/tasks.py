@@ -147,8 +147,7 @@ class TaskPool:
             finally:
                 with self._cond:
                     self._busy -= 1
-                    if self._claimers:
-                        self._cond.notify_all()  # a claim waits for this place
+                    self._freed()
 
 
 def _guarded(fn: Callable[[], Any], what: str) -> None:
